@@ -1,0 +1,343 @@
+/*
+ * stoker.h — the whole public API of libstoker.
+ *
+ * If a function or type does not appear in this file, it is not a published
+ * API. Everything exported carries the `stk_` / `STK_` prefix.
+ *
+ * The objects, and how they relate:
+ *
+ *   stk_dataset   an opened source of samples (CIFAR binary, IDX, an in-memory
+ *                 array...). Random access by index. Immutable once opened, so
+ *                 it may be shared by any number of threads and loaders.
+ *   stk_sampler   the epoch order: a seeded permutation of [0, N) sharded by
+ *                 rank/world_size, evaluated at any position in O(1) memory.
+ *   stk_loader    worker threads that read, augment and batch the samples of a
+ *                 dataset through a pipeline spec into a bounded pool of batch
+ *                 buffers, delivered in order and lent to the caller.
+ *   stk_batch     a lent, read-only view of one finished batch.
+ *
+ * Errors. Functions that can fail return an int: >= 0 on success, one of the
+ * negative STK_E* codes on failure. The codes are pinned: they never change
+ * value. stk_strerror() names a code; stk_errmsg() gives the detailed message
+ * of the last failure on the calling thread (file, record, reason), and a
+ * loader also keeps the message of the failure that stopped it
+ * (stk_loader_errmsg()).
+ *
+ * Ownership is stated on every function: "lent" memory stays owned by stoker
+ * and is valid only for the stated time; do not free or modify it.
+ */
+#ifndef STOKER_STOKER_H
+#define STOKER_STOKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(STK_STATIC_DEFINE)
+#  define STK_API
+#elif defined(STK_BUILDING_LIBRARY)
+#  define STK_API __attribute__((visibility("default")))
+#else
+#  define STK_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, as zstd does. */
+#define STK_VERSION_NUMBER \
+    (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
+#define STK_VERSION_STRING "0.1.0"
+
+/* The version of the library actually linked (may differ from the header). */
+STK_API unsigned stk_version_number(void);
+STK_API const char *stk_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors (pinned: never renumber, only append)                              */
+/* ------------------------------------------------------------------------ */
+
+enum stk_error {
+    STK_OK = 0,
+    STK_EINVAL = -1,       /* an argument or option is invalid */
+    STK_ENOMEM = -2,       /* out of memory */
+    STK_EIO = -3,          /* the operating system failed a read/open/mmap */
+    STK_ENOENT = -4,       /* a file or directory does not exist */
+    STK_EFORMAT = -5,      /* a data file is malformed (bad header, size...) */
+    STK_ESPEC = -6,        /* the pipeline spec does not parse or compile */
+    STK_ESTATE = -7,       /* the call is not valid in the object's state */
+    STK_ESTOPPED = -8,     /* the loader was stopped while the call waited */
+    STK_ELIMIT = -9,       /* input exceeds a configured safety limit */
+    STK_EUNSUPPORTED = -10,/* a valid input stoker does not handle (yet) */
+    STK_EDATA = -11,       /* one sample is corrupt (skippable by policy) */
+    STK_ETHREAD = -12,     /* a thread could not be created */
+    STK_EEXHAUSTED = -13,  /* every batch buffer is lent out; release one */
+    STK_EINTR = -14,       /* interrupted by the caller (stk_loader_interrupt) */
+};
+
+/* Static name and one-line description of a code ("STK_EFORMAT: malformed
+ * data file"). Never NULL; unknown codes give "unknown error". */
+STK_API const char *stk_strerror(int code);
+
+/* Detailed message of the last failing stoker call on the calling thread.
+ * Lent: valid until the next stoker call on this thread. Never NULL (empty
+ * when no call has failed). */
+STK_API const char *stk_errmsg(void);
+
+/* ------------------------------------------------------------------------ */
+/* Datasets                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stk_dataset stk_dataset;
+
+/* Safety limits applied while opening. Zero means the default. */
+typedef struct stk_dataset_options {
+    uint64_t max_bytes;   /* largest file / decompressed size accepted
+                             (default 16 GiB) */
+    uint64_t max_samples; /* largest sample count accepted (default 2^40) */
+    uint64_t max_pixels;  /* largest pixels per sample (default 2^28) */
+} stk_dataset_options;
+
+/*
+ * Open a dataset by URI. The format is named by a prefix or detected:
+ *
+ *   cifar10:PATH[?split=train|test]     PATH a directory with data_batch_1..5.bin
+ *                                       (train) / test_batch.bin (test), or
+ *                                       one file, or files joined by ','
+ *   cifar100:PATH[?split=..][&label=fine|coarse]
+ *                                       PATH a directory with train.bin/test.bin
+ *   idx:IMAGES,LABELS                   IDX files (MNIST layout), plain or .gz
+ *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz]...
+ *   fashion-mnist:DIR[?split=...]       the same file names as mnist
+ *   PATH                                detected: a directory of one of the
+ *                                       layouts above, or an IDX images file
+ *                                       (its labels file found by name)
+ *
+ * `opts` may be NULL. On success *out owns a new dataset (close it with
+ * stk_dataset_close). Fails with STK_ENOENT, STK_EIO, STK_EFORMAT, STK_ELIMIT
+ * or STK_EINVAL; stk_errmsg() names the file and the reason.
+ */
+STK_API int stk_dataset_open(const char *uri, const stk_dataset_options *opts,
+                             stk_dataset **out);
+
+/* An in-memory array of `count` images, each height x width x channels uint8
+ * in HWC order, and `count` labels. With copy != 0 the arrays are copied;
+ * with copy == 0 they are borrowed and must outlive the dataset. `labels`
+ * may be NULL (all labels 0). */
+STK_API int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels,
+                                    uint64_t count, uint32_t height, uint32_t width,
+                                    uint32_t channels, int copy, stk_dataset **out);
+
+/* Destroys the dataset. NULL is a no-op. Every loader using it must have been
+ * destroyed first. */
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+typedef struct stk_dataset_info {
+    const char *uri;      /* as given to open (lent: lives with the dataset) */
+    const char *format;   /* "cifar10", "cifar100", "idx", "memory" (static) */
+    uint64_t count;       /* number of samples */
+    uint32_t height, width, channels; /* sample shape; 0 where it varies */
+    uint32_t num_classes; /* 0 when unknown */
+} stk_dataset_info;
+
+/* Fill *info. Thread-safe. */
+STK_API void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info);
+
+/* Copy sample `index` as height x width x channels uint8 HWC into `pixels`
+ * (`capacity` bytes) and its label into *label (may be NULL). Thread-safe.
+ * Returns the number of bytes written, or a negative code. */
+STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
+                                 uint8_t *pixels, size_t capacity, int64_t *label);
+
+/* ------------------------------------------------------------------------ */
+/* Sampler: the epoch order                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stk_sampler stk_sampler;
+
+typedef struct stk_sampler_options {
+    uint64_t dataset_size; /* N, > 0 */
+    uint64_t seed;
+    uint32_t batch_size;   /* 0 means 1 (only matters with drop_last) */
+    uint32_t rank;         /* 0 <= rank < world_size */
+    uint32_t world_size;   /* 0 means 1 */
+    int no_shuffle;        /* nonzero: the order is 0, 1, 2, ... */
+    int drop_last;         /* see below */
+} stk_sampler_options;
+
+/*
+ * Sharding (docs/sampler.md):
+ *  - drop_last = 0: pad by wrap. The epoch permutation P of [0, N) is extended
+ *    to ceil(N / W) * W positions by repeating P from its start; rank r takes
+ *    positions r, r + W, r + 2W, ... Every rank sees ceil(N / W) samples; each
+ *    sample is seen exactly once per epoch across ranks, except the
+ *    ceil(N/W)*W - N padded ones, seen twice. The last batch may be short.
+ *  - drop_last = 1: the permutation is cut to floor(N / W) * W positions,
+ *    strided the same way, and each rank keeps only whole batches. No sample
+ *    is seen twice; the cut-off ones (different each epoch) are not seen.
+ */
+STK_API int stk_sampler_create(const stk_sampler_options *opts, stk_sampler **out);
+STK_API void stk_sampler_destroy(stk_sampler *s);
+/* Samples this rank sees per epoch (a multiple of batch_size if drop_last). */
+STK_API uint64_t stk_sampler_length(const stk_sampler *s);
+/* Dataset index of position `pos` (< length) in epoch `epoch` for this rank.
+ * O(1) memory, a few hundred nanoseconds at most; thread-safe. */
+STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_t pos);
+
+/* ------------------------------------------------------------------------ */
+/* Loader                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stk_loader stk_loader;
+
+typedef enum stk_dtype { STK_U8 = 0, STK_F16 = 1, STK_F32 = 2 } stk_dtype;
+typedef enum stk_layout { STK_HWC = 0, STK_CHW = 1 } stk_layout;
+typedef enum stk_error_policy {
+    STK_ON_ERROR_RAISE = 0, /* a corrupt sample stops the loader with its error */
+    STK_ON_ERROR_SKIP = 1,  /* it is left out of its batch and counted */
+} stk_error_policy;
+
+/* Zero means default for every field. */
+typedef struct stk_loader_options {
+    uint32_t batch_size;  /* default 256 */
+    uint32_t threads;     /* worker threads, default 2 */
+    uint32_t prefetch;    /* batches filled ahead of the consumer, default 4 */
+    uint32_t max_batches; /* cap on batch buffers (prefetch + lent); default
+                             prefetch + 4. When the consumer holds that many,
+                             next() fails with STK_EEXHAUSTED. */
+    uint64_t seed;
+    int no_shuffle;
+    int drop_last;
+    uint32_t rank, world_size;
+    stk_error_policy on_error;
+} stk_loader_options;
+
+/*
+ * Create a loader over `ds` (borrowed: it must outlive the loader) running
+ * the pipeline `spec` (docs/pipeline.md), e.g.
+ *   "pad 4 | random_crop 32 | flip 0.5 | normalize cifar10 | to f32 chw".
+ * The loader starts at epoch 0, position 0, and starts filling batches at
+ * once. Fails with STK_ESPEC (stk_errmsg() points at the column and says what
+ * was expected), STK_EINVAL, STK_ENOMEM or STK_ETHREAD.
+ */
+STK_API int stk_loader_create(stk_dataset *ds, const char *spec,
+                              const stk_loader_options *opts, stk_loader **out);
+
+/* Stops the workers (mid-epoch is fine: waits only for the sample each worker
+ * is on) and frees everything, including buffers of batches still lent —
+ * those become invalid. NULL is a no-op. */
+STK_API void stk_loader_destroy(stk_loader *l);
+
+typedef struct stk_batch {
+    void *data;              /* size * sample_bytes bytes, lent */
+    const int64_t *labels;   /* size labels, lent */
+    const uint64_t *indices; /* size dataset indices, lent */
+    uint32_t size;           /* rows in this batch (<= batch_size) */
+    uint32_t ndim;           /* 4 */
+    int64_t shape[4];        /* N,C,H,W (STK_CHW) or N,H,W,C (STK_HWC); N = size */
+    stk_dtype dtype;
+    stk_layout layout;
+    size_t sample_bytes;
+    uint64_t epoch;          /* which epoch this batch belongs to */
+    uint64_t position;       /* its batch index within the epoch */
+    uint32_t skipped;        /* samples of this batch left out (skip policy) */
+    uint32_t slot_;          /* private: which buffer */
+    uint64_t ticket_;        /* private: guards against double release */
+} stk_batch;
+
+/*
+ * Wait for the next batch in order and lend it in *batch.
+ * Returns 1 with a batch; 0 at the end of the epoch (then the loader moves to
+ * the next epoch, position 0, which it may already be filling); or a negative
+ * code: the error that stopped the loader (with its message), STK_EEXHAUSTED
+ * if every buffer is lent, STK_EINTR after stk_loader_interrupt().
+ * The batch stays valid, and is never overwritten, until
+ * stk_loader_release(). One consumer thread at a time.
+ */
+STK_API int stk_loader_next(stk_loader *l, stk_batch *batch);
+
+/* Give a lent batch back. May be called from any thread. Releasing the same
+ * batch twice is detected and ignored (returns STK_ESTATE). */
+STK_API int stk_loader_release(stk_loader *l, stk_batch *batch);
+
+/* Make a next() that is waiting (or the next one to start) return STK_EINTR.
+ * Async-safe enough for a signal-watching thread; the loader stays usable. */
+STK_API void stk_loader_interrupt(stk_loader *l);
+
+/* Move to the start of `epoch`. A no-op if the loader is already at position
+ * 0 of that epoch (work already prefetched is kept); otherwise in-flight work
+ * is dropped. Lent batches stay valid. */
+STK_API int stk_loader_set_epoch(stk_loader *l, uint64_t epoch);
+
+/* Batches per epoch for this rank. */
+STK_API uint64_t stk_loader_length(const stk_loader *l);
+
+/* Output description: bytes per sample and the per-sample shape (3 dims in
+ * the output layout). */
+STK_API void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3],
+                                     stk_dtype *dtype, stk_layout *layout,
+                                     size_t *sample_bytes);
+
+/*
+ * Resumable state: where the consumer is. A loader created with the same
+ * dataset, spec and options, then given this state, delivers exactly the
+ * batches the original would have delivered next.
+ */
+typedef struct stk_loader_state {
+    uint64_t seed;
+    uint64_t epoch;
+    uint64_t position;     /* next batch index within the epoch */
+    /* fingerprint, checked on restore */
+    uint64_t dataset_size;
+    uint32_t batch_size, rank, world_size;
+    int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last */
+} stk_loader_state;
+
+STK_API void stk_loader_state_get(const stk_loader *l, stk_loader_state *state);
+/* STK_EINVAL if the state does not match this loader (other dataset size,
+ * batch size, sharding or seed) or its position is past the epoch. */
+STK_API int stk_loader_state_set(stk_loader *l, const stk_loader_state *state);
+
+/* Per-stage time, summed over threads, since creation. */
+typedef struct stk_loader_stats {
+    uint64_t samples;        /* samples written into batches */
+    uint64_t batches;        /* batches delivered to the consumer */
+    uint64_t skipped;        /* samples skipped under the skip policy */
+    double read_s;           /* workers: fetching samples from the dataset */
+    double augment_s;        /* workers: pipeline + write into the batch */
+    double idle_s;           /* workers: waiting for a free buffer */
+    double wait_s;           /* consumer: blocked in next() */
+    uint32_t batches_allocated; /* buffers in the pool now */
+    uint64_t pool_bytes;     /* bytes of batch buffers allocated */
+    uint64_t pool_exhausted; /* next() calls that found every buffer lent */
+} stk_loader_stats;
+
+STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);
+
+/* The message of the error that stopped the loader, or "" (lent, lives with
+ * the loader). */
+STK_API const char *stk_loader_errmsg(const stk_loader *l);
+
+/* ------------------------------------------------------------------------ */
+/* Pipeline spec                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Check a spec against an input shape without creating a loader. On success
+ * fills the output shape (3 dims in the output layout), dtype and layout.
+ * On failure returns STK_ESPEC with stk_errmsg() pointing at the column. */
+STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
+                           uint32_t channels, int64_t out_shape[3],
+                           stk_dtype *dtype, stk_layout *layout);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOKER_STOKER_H */

@@ -1,0 +1,43 @@
+/*
+ * util.h — small helpers every module uses: checked size arithmetic, aligned
+ * allocation, a per-thread growable scratch buffer, monotonic time.
+ */
+#ifndef STK_CORE_UTIL_H
+#define STK_CORE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STK_ALIGN 64 /* cache line; batch buffers and scratch are aligned to it */
+
+/* a*b into *out; false on overflow. */
+static inline bool stk_mul_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool stk_add_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out);
+}
+
+void *stk_aligned_alloc(size_t bytes); /* STK_ALIGN-aligned, NULL on failure */
+void stk_aligned_free(void *p);
+
+/* A growable buffer owned by one thread. */
+typedef struct stk_scratch {
+    uint8_t *data; /* stk_aligned_alloc'd */
+    size_t cap;
+} stk_scratch;
+
+/* Make cap >= bytes (contents not kept). Returns STK_ENOMEM via stk_fail. */
+int stk_scratch_reserve(stk_scratch *s, size_t bytes);
+void stk_scratch_free(stk_scratch *s);
+
+/* Seconds from an arbitrary start, CLOCK_MONOTONIC. */
+double stk_now(void);
+
+/* strdup that reports ENOMEM through stk_fail (returns NULL). */
+char *stk_strdup(const char *s);
+
+#endif

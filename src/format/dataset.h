@@ -1,0 +1,64 @@
+/*
+ * dataset.h — what every dataset reader implements (internal).
+ *
+ * A reader turns an index into a sample: a view of its pixels plus a label.
+ * Readers are opened once (validating every header, size and label up front,
+ * so the hot path trusts its tables) and are then immutable: `read` is
+ * called concurrently from every worker thread without locks. Per-thread
+ * state lives in the caller's scratch buffer, never in the dataset.
+ *
+ * Ownership: a view returned by `read` points either into memory the dataset
+ * owns (a mapped file, a decompressed array) or into `scratch`; it is valid
+ * until the dataset is closed or the scratch is reused, whichever is first.
+ */
+#ifndef STK_FORMAT_DATASET_H
+#define STK_FORMAT_DATASET_H
+
+#include "core/image.h"
+#include "core/util.h"
+#include "stoker/stoker.h"
+
+typedef struct stk_sample {
+    stk_image_view image;
+    int64_t label;
+} stk_sample;
+
+typedef struct stk_dataset_vtable {
+    const char *format; /* "cifar10", ... static */
+    /* Fill *out for sample `index` (< count). Thread-safe. On a corrupt
+     * sample return STK_EDATA via stk_fail naming the dataset, record and
+     * reason; other negative codes are fatal. */
+    int (*read)(const stk_dataset *ds, uint64_t index, stk_sample *out, stk_scratch *scratch);
+    /* Free impl (not the stk_dataset itself). */
+    void (*close)(stk_dataset *ds);
+} stk_dataset_vtable;
+
+struct stk_dataset {
+    const stk_dataset_vtable *vt;
+    char *uri;             /* owned; as given to open, used in messages */
+    uint64_t count;        /* samples */
+    uint32_t height, width, channels; /* fixed sample shape (0 = varies) */
+    uint32_t num_classes;  /* 0 = unknown */
+    void *impl;            /* owned by the reader */
+};
+
+/* Defaults for stk_dataset_options fields left zero. */
+#define STK_DEFAULT_MAX_BYTES (16ull << 30)
+#define STK_DEFAULT_MAX_SAMPLES (1ull << 40)
+#define STK_DEFAULT_MAX_PIXELS (1ull << 28)
+
+/* Options with zeros replaced by defaults. */
+stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts);
+
+/* Allocate a dataset shell with vt and a copy of uri; NULL + stk_fail on OOM. */
+stk_dataset *stk_dataset_alloc(const stk_dataset_vtable *vt, const char *uri);
+
+/* Reader entry points, called by stk_dataset_open after the URI is split.
+ * `query` is the text after '?' (may be NULL). Each validates everything and
+ * fills ds fields. */
+int stk_cifar_open(const char *uri, const char *path, const char *query, int cifar100,
+                   const stk_dataset_options *opts, stk_dataset **out);
+int stk_idx_open(const char *uri, const char *images_path, const char *labels_path,
+                 const stk_dataset_options *opts, stk_dataset **out);
+
+#endif

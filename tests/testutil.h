@@ -1,0 +1,22 @@
+/*
+ * testutil.h — shared helpers for the C tests (cmocka).
+ */
+#ifndef STK_TESTUTIL_H
+#define STK_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fresh empty directory for this test process (under $STK_TEST_TMP or
+ * /tmp), created on first call; returns its path (static storage). */
+const char *tu_tmpdir(void);
+/* Path tu_tmpdir()/name in a static rotating buffer (8 slots). */
+const char *tu_path(const char *name);
+/* Write bytes to path (creating/truncating). Aborts the test on failure. */
+void tu_write_file(const char *path, const void *data, size_t n);
+/* Write gzip-compressed bytes to path. */
+void tu_write_gz(const char *path, const void *data, size_t n);
+/* Deterministic pseudo-random bytes (splitmix64 of seed). */
+void tu_fill_random(void *buf, size_t n, uint64_t seed);
+
+#endif
