@@ -68,7 +68,20 @@ int stk_fail_prefix(int code, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, tls_msg, sizeof old);
-    snprintf(tls_msg, sizeof tls_msg, "%s: %s", prefix, old[0] ? old : stk_strerror(code));
+    /* prefix + ": " + old, truncated to the buffer (messages may be cut). */
+    const char *rest = old[0] ? old : stk_strerror(code);
+    size_t n = strlen(prefix);
+    if (n > sizeof tls_msg - 1)
+        n = sizeof tls_msg - 1;
+    memcpy(tls_msg, prefix, n);
+    size_t room = sizeof tls_msg - 1 - n;
+    size_t m = strlen(rest) + 2;
+    if (m > room)
+        m = room;
+    memcpy(tls_msg + n, ": ", m < 2 ? m : 2);
+    if (m > 2)
+        memcpy(tls_msg + n + 2, rest, m - 2);
+    tls_msg[n + m] = '\0';
     return code;
 }
 

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 unsigned stk_version_number(void) { return STK_VERSION_NUMBER; }
@@ -69,4 +70,39 @@ char *stk_strdup(const char *s)
     }
     memcpy(p, s, n);
     return p;
+}
+
+#if !defined(__x86_64__)
+uint64_t stk_ticks(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+static double ticks_rate;
+static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
+
+static void calibrate_ticks(void)
+{
+#if defined(__x86_64__)
+    /* Count TSC ticks across ~2 ms of monotonic time. */
+    double t0 = stk_now();
+    uint64_t c0 = stk_ticks();
+    double t1;
+    do
+        t1 = stk_now();
+    while (t1 - t0 < 0.002);
+    uint64_t c1 = stk_ticks();
+    ticks_rate = (double)(c1 - c0) / (t1 - t0);
+#else
+    ticks_rate = 1e9;
+#endif
+}
+
+double stk_ticks_per_second(void)
+{
+    pthread_once(&ticks_once, calibrate_ticks);
+    return ticks_rate;
 }

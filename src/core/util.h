@@ -34,6 +34,17 @@ typedef struct stk_scratch {
 int stk_scratch_reserve(stk_scratch *s, size_t bytes);
 void stk_scratch_free(stk_scratch *s);
 
+/* Cheap timestamps for per-sample stage timers: the TSC on x86-64 (a few
+ * nanoseconds), CLOCK_MONOTONIC nanoseconds elsewhere. Convert differences
+ * with stk_ticks_per_second() (calibrated once, thread-safe). */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t stk_ticks(void) { return __rdtsc(); }
+#else
+uint64_t stk_ticks(void);
+#endif
+double stk_ticks_per_second(void);
+
 /* Seconds from an arbitrary start, CLOCK_MONOTONIC. */
 double stk_now(void);
 

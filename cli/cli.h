@@ -1,0 +1,34 @@
+/*
+ * cli.h — shared pieces of the `stoker` command-line tool.
+ *
+ * The tool is a client of the public API (stoker/stoker.h) only. Each
+ * command lives in its own cmd_*.c with a `int cmd_NAME(int argc, char **argv)`
+ * entry returning the process exit status:
+ *   0 success, 1 a runtime failure (bad data, I/O, loader error),
+ *   2 a usage error (unknown option, bad number, bad spec).
+ */
+#ifndef STK_CLI_H
+#define STK_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+
+int cmd_bench(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_order(int argc, char **argv);
+
+/* Strict unsigned parse of the whole string; prints a usage error naming
+ * `what` and returns false on failure. */
+bool cli_parse_u64(const char *text, const char *what, uint64_t *out);
+bool cli_parse_u32(const char *text, const char *what, uint32_t *out);
+
+/* "stoker: " + formatted message on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Peak resident set size of this process in MB. */
+double cli_peak_rss_mb(void);
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * cmd_bench.c — `stoker bench` and `stoker demo`: run a pipeline flat out
+ * and report what it costs.
+ *
+ * The consumer does nothing with a batch but (optionally) hash it, so the
+ * figures are the loader's ceiling. Elapsed time runs from before the loader
+ * is created (thread start-up and first fill included) to the last batch.
+ * Stage times come from stk_loader_stats: worker seconds summed over
+ * threads (read, augment, idle) and the consumer's wait in next().
+ *
+ * --digest: one XXH3-128 hash over every batch in delivery order — for each
+ * batch, its data bytes (size * sample_bytes) then its labels as int64
+ * little-endian — printed as "digest: <32 hex digits>". The same seed gives
+ * the same digest for any thread count (tests/cli_smoke.cmake and
+ * tests/python/test_cli.py check it).
+ */
+#include "cli.h"
+
+#include <stoker/stoker.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#define DEMO_DATASET "fashion-mnist:/usr/share/datasets/fashion-mnist"
+#define DEMO_PIPELINE "pad 2 | random_crop 28 | flip 0.5 | normalize fashion-mnist | to f32 chw"
+
+static const char bench_usage[] =
+    "usage: stoker bench DATASET --pipeline SPEC [options]\n"
+    "\n"
+    "Run the pipeline over DATASET as fast as possible and report samples/s, MB/s,\n"
+    "the per-stage time breakdown and peak RSS.\n"
+    "\n"
+    "options:\n"
+    "  -p, --pipeline SPEC    pipeline spec (docs/pipeline.md), required\n"
+    "  -b, --batch N          batch size (256)\n"
+    "  -t, --threads N        worker threads (2)\n"
+    "      --prefetch N       batches filled ahead (4)\n"
+    "  -e, --epochs N         epochs to run (1)\n"
+    "  -s, --seed S           shuffle/augmentation seed (0)\n"
+    "      --rank R           this rank (0)\n"
+    "      --world-size W     number of ranks (1)\n"
+    "      --no-shuffle       keep dataset order\n"
+    "      --drop-last        drop each rank's last incomplete batch\n"
+    "      --on-error POLICY  raise (default) or skip corrupt samples\n"
+    "      --digest           print 'digest: HEX', a hash of every batch and label\n"
+    "      --json             print one JSON object instead of text\n"
+    "  -h, --help             this text\n";
+
+static const char demo_usage[] =
+    "usage: stoker demo [--threads N] [--epochs N] [--json]\n"
+    "\n"
+    "Fashion-MNIST from Debian's dataset-fashion-mnist package\n"
+    "(" DEMO_DATASET ")\n"
+    "through '" DEMO_PIPELINE "',\n"
+    "batch 256, printing throughput. Same options as 'stoker bench'.\n";
+
+typedef struct bench_args {
+    const char *dataset;
+    const char *pipeline;
+    stk_loader_options opt;
+    uint64_t epochs;
+    bool digest, json;
+} bench_args;
+
+static const char *dtype_name(stk_dtype d)
+{
+    return d == STK_U8 ? "u8" : d == STK_F16 ? "f16" : "f32";
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static int run_bench(const bench_args *a)
+{
+    int status = EXIT_RUNTIME, rc;
+    stk_dataset *ds = NULL;
+    stk_loader *l = NULL;
+    XXH3_state_t *hash = NULL;
+
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+
+    if ((rc = stk_dataset_open(a->dataset, NULL, &ds)) < 0) {
+        cli_error("%s", stk_errmsg());
+        goto done;
+    }
+    if ((rc = stk_loader_create(ds, a->pipeline, &a->opt, &l)) < 0) {
+        cli_error("%s", stk_errmsg());
+        status = rc == STK_ESPEC ? EXIT_USAGE : EXIT_RUNTIME;
+        goto done;
+    }
+    if (a->digest) {
+        hash = XXH3_createState();
+        if (!hash || XXH3_128bits_reset(hash) != XXH_OK) {
+            cli_error("out of memory");
+            goto done;
+        }
+    }
+
+    uint64_t samples = 0, batches = 0, bytes = 0;
+    for (uint64_t e = 0; e < a->epochs; e++) {
+        stk_loader_set_epoch(l, e);
+        stk_batch b;
+        while ((rc = stk_loader_next(l, &b)) == 1) {
+            samples += b.size;
+            batches++;
+            bytes += (uint64_t)b.size * b.sample_bytes;
+            if (hash) {
+                XXH3_128bits_update(hash, b.data, (size_t)b.size * b.sample_bytes);
+                for (uint32_t i = 0; i < b.size; i++) {
+                    uint8_t le[8];
+                    uint64_t v = (uint64_t)b.labels[i];
+                    for (int k = 0; k < 8; k++)
+                        le[k] = (uint8_t)(v >> (8 * k));
+                    XXH3_128bits_update(hash, le, sizeof le);
+                }
+            }
+            stk_loader_release(l, &b);
+        }
+        if (rc < 0) {
+            cli_error("%s", stk_errmsg());
+            goto done;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    double elapsed = (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) * 1e-9;
+
+    stk_loader_stats st;
+    stk_loader_stats_get(l, &st);
+    stk_dataset_info info;
+    stk_dataset_info_get(ds, &info);
+    int64_t shape[3];
+    stk_dtype dtype;
+    stk_layout layout;
+    size_t sample_bytes;
+    stk_loader_sample_shape(l, shape, &dtype, &layout, &sample_bytes);
+    double sps = samples / elapsed, mbps = (double)bytes / elapsed / 1e6;
+    double rss = cli_peak_rss_mb();
+    char digest[33] = "";
+    if (hash) {
+        XXH128_hash_t h = XXH3_128bits_digest(hash);
+        snprintf(digest, sizeof digest, "%016llx%016llx", (unsigned long long)h.high64,
+                 (unsigned long long)h.low64);
+    }
+
+    if (a->json) {
+        printf("{\"dataset\": ");
+        json_string(a->dataset);
+        printf(", \"pipeline\": ");
+        json_string(a->pipeline);
+        printf(", \"samples\": %llu, \"batches\": %llu, \"epochs\": %llu, \"batch_size\": %u, "
+               "\"threads\": %u, \"prefetch\": %u, \"elapsed_s\": %.6f, \"samples_per_s\": %.1f, "
+               "\"mb_per_s\": %.3f, \"sample_bytes\": %zu, \"dtype\": \"%s\", \"layout\": \"%s\", "
+               "\"peak_rss_mb\": %.2f, \"skipped\": %llu, \"stages\": {\"read_s\": %.6f, "
+               "\"augment_s\": %.6f, \"worker_idle_s\": %.6f, \"consumer_wait_s\": %.6f}",
+               (unsigned long long)samples, (unsigned long long)batches,
+               (unsigned long long)a->epochs, a->opt.batch_size ? a->opt.batch_size : 256,
+               a->opt.threads ? a->opt.threads : 2, a->opt.prefetch ? a->opt.prefetch : 4, elapsed,
+               sps, mbps, sample_bytes, dtype_name(dtype), layout == STK_CHW ? "chw" : "hwc", rss,
+               (unsigned long long)st.skipped, st.read_s, st.augment_s, st.idle_s, st.wait_s);
+        if (hash)
+            printf(", \"digest\": \"%s\"", digest);
+        printf("}\n");
+    } else {
+        printf("stoker bench: %s (%llu samples, %ux%ux%u)\n", a->dataset,
+               (unsigned long long)info.count, info.height, info.width, info.channels);
+        printf("  pipeline:   %s\n", a->pipeline);
+        printf("  output:     %lldx%lldx%lld %s %s, %zu bytes/sample\n", (long long)shape[0],
+               (long long)shape[1], (long long)shape[2], dtype_name(dtype),
+               layout == STK_CHW ? "chw" : "hwc", sample_bytes);
+        printf("  ran:        %llu samples in %llu batches over %llu epoch(s), %u threads, "
+               "prefetch %u\n",
+               (unsigned long long)samples, (unsigned long long)batches,
+               (unsigned long long)a->epochs, a->opt.threads ? a->opt.threads : 2,
+               a->opt.prefetch ? a->opt.prefetch : 4);
+        printf("  throughput: %.0f samples/s, %.1f MB/s (%.3f s)\n", sps, mbps, elapsed);
+        printf("  stages:     read %.3f s, augment %.3f s, worker idle %.3f s (summed over "
+               "threads); consumer wait %.3f s\n",
+               st.read_s, st.augment_s, st.idle_s, st.wait_s);
+        if (st.skipped)
+            printf("  skipped:    %llu corrupt samples\n", (unsigned long long)st.skipped);
+        printf("  peak RSS:   %.1f MB\n", rss);
+        if (hash)
+            printf("digest: %s\n", digest);
+    }
+    status = 0;
+
+done:
+    XXH3_freeState(hash);
+    stk_loader_destroy(l);
+    stk_dataset_close(ds);
+    return status;
+}
+
+enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
+       OPT_JSON, OPT_ON_ERROR };
+
+static const struct option bench_options[] = {
+    {"pipeline", required_argument, NULL, 'p'},
+    {"batch", required_argument, NULL, 'b'},
+    {"threads", required_argument, NULL, 't'},
+    {"prefetch", required_argument, NULL, OPT_PREFETCH},
+    {"epochs", required_argument, NULL, 'e'},
+    {"seed", required_argument, NULL, 's'},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"world-size", required_argument, NULL, OPT_WORLD},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"digest", no_argument, NULL, OPT_DIGEST},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Parse bench/demo options; returns -1 to go on, else an exit status. */
+static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
+{
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":p:b:t:e:s:h", bench_options, NULL)) != -1) {
+        switch (c) {
+        case 'p': a->pipeline = optarg; break;
+        case 'b': if (!cli_parse_u32(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
+        case 't': if (!cli_parse_u32(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
+        case OPT_PREFETCH: if (!cli_parse_u32(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case 'e': if (!cli_parse_u64(optarg, "--epochs", &a->epochs)) return EXIT_USAGE; break;
+        case 's': if (!cli_parse_u64(optarg, "--seed", &a->opt.seed)) return EXIT_USAGE; break;
+        case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &a->opt.rank)) return EXIT_USAGE; break;
+        case OPT_WORLD: if (!cli_parse_u32(optarg, "--world-size", &a->opt.world_size)) return EXIT_USAGE; break;
+        case OPT_NO_SHUFFLE: a->opt.no_shuffle = 1; break;
+        case OPT_DROP_LAST: a->opt.drop_last = 1; break;
+        case OPT_DIGEST: a->digest = true; break;
+        case OPT_JSON: a->json = true; break;
+        case OPT_ON_ERROR:
+            if (!strcmp(optarg, "raise"))
+                a->opt.on_error = STK_ON_ERROR_RAISE;
+            else if (!strcmp(optarg, "skip"))
+                a->opt.on_error = STK_ON_ERROR_SKIP;
+            else {
+                cli_error("--on-error: expected 'raise' or 'skip', got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h': fputs(usage, stdout); return 0;
+        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        }
+    }
+    if (a->opt.world_size && a->opt.rank >= a->opt.world_size) {
+        cli_error("--rank %u must be below --world-size %u", a->opt.rank, a->opt.world_size);
+        return EXIT_USAGE;
+    }
+    if (a->epochs == 0) {
+        cli_error("--epochs must be at least 1");
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a = {.epochs = 1};
+    int status = parse_bench(argc, argv, &a, bench_usage);
+    if (status >= 0)
+        return status;
+    if (optind >= argc) {
+        cli_error("bench: missing DATASET (see 'stoker bench --help')");
+        return EXIT_USAGE;
+    }
+    if (optind + 1 < argc) {
+        cli_error("bench: unexpected argument '%s'", argv[optind + 1]);
+        return EXIT_USAGE;
+    }
+    a.dataset = argv[optind];
+    if (!a.pipeline) {
+        cli_error("bench: --pipeline SPEC is required (see docs/pipeline.md)");
+        return EXIT_USAGE;
+    }
+    return run_bench(&a);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    bench_args a = {.epochs = 3, .dataset = DEMO_DATASET, .pipeline = DEMO_PIPELINE};
+    int status = parse_bench(argc, argv, &a, demo_usage);
+    if (status >= 0)
+        return status;
+    if (optind < argc) {
+        cli_error("demo: unexpected argument '%s'", argv[optind]);
+        return EXIT_USAGE;
+    }
+    if (!a.json)
+        printf("stoker %s demo: Fashion-MNIST, %llu epochs\n", stk_version_string(),
+               (unsigned long long)a.epochs);
+    return run_bench(&a);
+}

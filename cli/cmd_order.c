@@ -1,0 +1,101 @@
+/*
+ * cmd_order.c — `stoker order`: print the sample indices one rank sees in an
+ * epoch, in delivery order, one per line. Uses the same public sampler as
+ * the loader, so it is the loader's order.
+ */
+#include "cli.h"
+
+#include <stoker/stoker.h>
+
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char order_usage[] =
+    "usage: stoker order DATASET-or-SIZE [--seed S] [--epoch E] [--rank R --world-size W]\n"
+    "                    [--no-shuffle] [--batch N --drop-last]\n"
+    "\n"
+    "Print the dataset indices rank R sees in epoch E, in order, one per line.\n"
+    "The first argument is a dataset URI or a plain sample count.\n"
+    "With --drop-last the share is cut to whole batches of N (default 1).\n";
+
+enum { OPT_RANK = 256, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST };
+
+static const struct option order_options[] = {
+    {"seed", required_argument, NULL, 's'},
+    {"epoch", required_argument, NULL, 'e'},
+    {"rank", required_argument, NULL, OPT_RANK},
+    {"world-size", required_argument, NULL, OPT_WORLD},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"batch", required_argument, NULL, 'b'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static bool all_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s))
+            return false;
+    return true;
+}
+
+int cmd_order(int argc, char **argv)
+{
+    stk_sampler_options so = {0};
+    uint64_t epoch = 0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":s:e:b:h", order_options, NULL)) != -1) {
+        switch (c) {
+        case 's': if (!cli_parse_u64(optarg, "--seed", &so.seed)) return EXIT_USAGE; break;
+        case 'e': if (!cli_parse_u64(optarg, "--epoch", &epoch)) return EXIT_USAGE; break;
+        case 'b': if (!cli_parse_u32(optarg, "--batch", &so.batch_size)) return EXIT_USAGE; break;
+        case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &so.rank)) return EXIT_USAGE; break;
+        case OPT_WORLD: if (!cli_parse_u32(optarg, "--world-size", &so.world_size)) return EXIT_USAGE; break;
+        case OPT_NO_SHUFFLE: so.no_shuffle = 1; break;
+        case OPT_DROP_LAST: so.drop_last = 1; break;
+        case 'h': fputs(order_usage, stdout); return 0;
+        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        }
+    }
+    if (optind + 1 != argc) {
+        cli_error("order: expected one DATASET-or-SIZE argument (see 'stoker order --help')");
+        return EXIT_USAGE;
+    }
+    const char *what = argv[optind];
+    if (all_digits(what)) {
+        if (!cli_parse_u64(what, "SIZE", &so.dataset_size))
+            return EXIT_USAGE;
+    } else {
+        stk_dataset *ds;
+        if (stk_dataset_open(what, NULL, &ds) < 0) {
+            cli_error("%s", stk_errmsg());
+            return EXIT_RUNTIME;
+        }
+        stk_dataset_info info;
+        stk_dataset_info_get(ds, &info);
+        so.dataset_size = info.count;
+        stk_dataset_close(ds);
+    }
+    stk_sampler *s;
+    if (stk_sampler_create(&so, &s) < 0) {
+        cli_error("%s", stk_errmsg());
+        return EXIT_USAGE;
+    }
+    uint64_t n = stk_sampler_length(s);
+    for (uint64_t i = 0; i < n; i++)
+        printf("%llu\n", (unsigned long long)stk_sampler_index(s, epoch, i));
+    stk_sampler_destroy(s);
+    if (fflush(stdout) != 0) {
+        cli_error("cannot write the order to stdout");
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything stoker needs to build, test, benchmark and run its demo,
+# from Debian packages only. Idempotent: installs only what is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config          # toolchain (CMake >= 3.25)
+  zlib1g-dev                                # IDX .gz reading
+  libxxhash-dev                             # CLI --digest
+  libcmocka-dev                             # C unit tests
+  dataset-fashion-mnist                     # the demo's data
+  python3 python3-numpy python3-pytest      # Python tests (Debian's /usr/bin/python3)
+  python3-torch python3-torchvision python3-pil python3-psutil python3-xxhash
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "install-deps: all dependencies present"

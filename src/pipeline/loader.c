@@ -1,0 +1,792 @@
+/*
+ * loader.c — the executor: worker threads fill pooled batch buffers, the
+ * consumer borrows them in order.
+ *
+ * Shape of the machine
+ * --------------------
+ * The loader owns a pool of batch buffers ("slots"). Each slot holds one
+ * batch and moves through
+ *
+ *     FREE ──(a worker assigns it the next batch)──► FILLING
+ *     FILLING ──(its last row is written)──────────► READY
+ *     READY ──(stk_loader_next lends it)───────────► LENT
+ *     LENT ──(stk_loader_release)──────────────────► FREE
+ *
+ * Batches are numbered by a sequence `seq` counted from the last reset; seq
+ * maps to (epoch, position) from the reset's base, so filling runs straight
+ * across epoch boundaries. Workers claim *chunks of rows* of the oldest
+ * FILLING slot (so the batch the consumer needs next finishes first), and
+ * start a new batch only while fewer than `prefetch` batches are FILLING or
+ * READY. Each row is one sample: read from the dataset, run through the
+ * compiled plan, written straight into the slot's buffer — one worker, one
+ * write, no per-sample allocation (each worker owns its scratch).
+ *
+ * Determinism: a row's content depends only on (seed, epoch, dataset index):
+ * the sampler is a pure function and the plan's random draws come from a
+ * Philox stream keyed the same way. Which worker wrote a row, and when, never
+ * matters; batches are delivered strictly in seq order.
+ *
+ * Memory: the slots are the only large allocation; there are
+ * prefetch + 1 at creation, and more are added (up to max_batches) only when
+ * the consumer keeps so many batches lent that no slot is free. So memory is
+ * (prefetch + lent) x batch bytes + per-thread scratch, whatever the dataset
+ * size.
+ *
+ * Locking: one mutex `mu` guards every slot's state fields and the cursors.
+ * Two condition variables: `work_cv` (workers wait for something to fill)
+ * and `ready_cv` (the consumer waits for its batch). Every wait re-checks
+ * `stopping`, `failed` and `generation` after waking, and every state change
+ * that could unblock someone broadcasts the matching variable, so stopping,
+ * resetting, failing or interrupting never leaves a thread asleep.
+ *
+ * Resets (set_epoch, state_set) bump `generation`: READY slots become FREE at
+ * once; a FILLING slot with workers still writing into it is marked
+ * `cancelled` and goes FREE when its last writer leaves. Lent slots are never
+ * touched: a lent batch stays valid until released.
+ */
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/util.h"
+#include "format/dataset.h"
+#include "ops/plan.h"
+#include "pipeline/sampler.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BATCH_SIZE 256
+#define DEFAULT_THREADS 2
+#define DEFAULT_PREFETCH 4
+#define MAX_THREADS 1024
+#define MAX_SLOTS 4096
+
+typedef enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_LENT } slot_state;
+
+typedef struct slot {
+    /* Buffers: allocated once with the slot, owned by the loader, written
+     * only by the worker that claimed the row (FILLING) and read by the
+     * consumer (LENT). */
+    uint8_t *data;      /* batch_size * sample_bytes, STK_ALIGN-aligned */
+    int64_t *labels;    /* batch_size */
+    uint64_t *indices;  /* batch_size dataset indices */
+    uint8_t *row_ok;    /* batch_size: 0 = skipped under the skip policy */
+
+    /* Everything below is guarded by loader->mu. */
+    slot_state state;
+    uint64_t seq;       /* batch sequence held (FILLING/READY/LENT) */
+    uint64_t epoch, position;
+    uint32_t rows;      /* rows of this batch */
+    uint32_t next_row;  /* first unclaimed row (FILLING) */
+    uint32_t done_rows; /* rows finished */
+    uint32_t active;    /* workers writing into it right now */
+    uint32_t skipped;   /* rows skipped (skip policy) */
+    bool cancelled;     /* reset while active > 0: free when active hits 0 */
+    uint64_t ticket;    /* bumped on every lend; guards double release */
+} slot;
+
+/* Per-worker counters, written only by their worker (relaxed atomics so
+ * stats readers on other threads are race-free), one cache line each. */
+typedef struct worker {
+    _Alignas(STK_ALIGN) stk_loader *loader;
+    pthread_t thread;
+    bool started;
+    stk_scratch scratch; /* owned by the worker thread */
+    _Atomic uint64_t read_ticks, augment_ticks, samples, skipped;
+    _Atomic double idle_s;
+} worker;
+
+struct stk_loader {
+    /* Immutable after create. */
+    stk_dataset *ds;            /* borrowed */
+    stk_plan *plan;             /* owned */
+    stk_sampler *sampler;       /* owned */
+    stk_loader_options opt;     /* resolved */
+    int64_t sample_shape[3];
+    stk_dtype dtype;
+    stk_layout layout;
+    size_t sample_bytes;
+    uint64_t per_epoch;         /* batches per epoch */
+    uint64_t per_rank;          /* samples per rank per epoch */
+    uint32_t chunk_rows;        /* rows claimed at a time */
+    worker *workers;            /* opt.threads, owned */
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;     /* workers: something to fill, or stop */
+    pthread_cond_t ready_cv;    /* consumer: a batch is ready, or stop/fail */
+
+    /* Guarded by mu. */
+    slot *slots;                /* max_batches entries; first nslots in use */
+    uint32_t nslots;
+    uint32_t pending;           /* slots FILLING or READY (not cancelled) */
+    uint64_t generation;        /* bumped by every reset */
+    uint64_t base_epoch, base_pos; /* what seq 0 is since the last reset */
+    uint64_t fill_seq;          /* next seq to assign */
+    uint64_t deliver_seq;       /* next seq to lend */
+    uint64_t cons_epoch, cons_pos; /* the consumer's place (state) */
+    bool stopping;
+    bool failed;
+    bool interrupted;
+    stk_errbuf error;           /* why it failed */
+    uint64_t batches_delivered, pool_exhausted;
+    double wait_s;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Slots                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static void slot_free_buffers(slot *s)
+{
+    stk_aligned_free(s->data);
+    free(s->labels);
+    free(s->indices);
+    free(s->row_ok);
+    memset(s, 0, sizeof *s);
+}
+
+static int slot_alloc(stk_loader *l, slot *s)
+{
+    uint64_t bytes;
+    uint32_t b = l->opt.batch_size;
+    if (!stk_mul_ok(b, l->sample_bytes, &bytes) || bytes > SIZE_MAX)
+        return stk_fail(STK_ELIMIT, "loader: a batch of %u samples of %zu bytes is too large", b,
+                        l->sample_bytes);
+    memset(s, 0, sizeof *s);
+    s->data = stk_aligned_alloc((size_t)bytes);
+    s->labels = calloc(b, sizeof *s->labels);
+    s->indices = calloc(b, sizeof *s->indices);
+    s->row_ok = calloc(b, 1);
+    if (!s->data || !s->labels || !s->indices || !s->row_ok) {
+        slot_free_buffers(s);
+        return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
+                        (unsigned long long)bytes);
+    }
+    s->state = SLOT_FREE;
+    return 0;
+}
+
+/* seq -> (epoch, position). Caller holds mu. */
+static void seq_place(const stk_loader *l, uint64_t seq, uint64_t *epoch, uint64_t *pos)
+{
+    uint64_t abs = l->base_pos + seq;
+    *epoch = l->base_epoch + abs / l->per_epoch;
+    *pos = abs % l->per_epoch;
+}
+
+/* Drop all prefetched work and restart filling at (epoch, pos). Caller
+ * holds mu. */
+static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos)
+{
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if (s->state == SLOT_READY || (s->state == SLOT_FILLING && s->active == 0)) {
+            s->state = SLOT_FREE;
+        } else if (s->state == SLOT_FILLING && !s->cancelled) {
+            s->cancelled = true;
+            s->next_row = s->rows; /* nothing more to claim */
+        }
+    }
+    l->pending = 0;
+    l->generation++;
+    l->base_epoch = epoch;
+    l->base_pos = pos;
+    l->fill_seq = l->deliver_seq = 0;
+    l->cons_epoch = epoch;
+    l->cons_pos = pos;
+    l->failed = false;
+    l->error.code = 0;
+    l->error.msg[0] = '\0';
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_cond_broadcast(&l->ready_cv);
+}
+
+/* Record a fatal error and wake everyone. Caller holds mu; the message is
+ * the calling thread's current one. */
+static void fail_locked(stk_loader *l, int code)
+{
+    if (!l->failed) {
+        l->failed = true;
+        stk_errbuf_capture(&l->error, code);
+    }
+    pthread_cond_broadcast(&l->ready_cv);
+    pthread_cond_broadcast(&l->work_cv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Workers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Find work: a chunk of the oldest FILLING slot, or a new batch in a FREE
+ * slot. Caller holds mu. Returns the slot or NULL. */
+static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
+{
+    slot *best = NULL;
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if (s->state == SLOT_FILLING && !s->cancelled && s->next_row < s->rows &&
+            (!best || s->seq < best->seq))
+            best = s;
+    }
+    if (!best && l->pending < l->opt.prefetch) {
+        for (uint32_t i = 0; i < l->nslots; i++) {
+            slot *s = &l->slots[i];
+            if (s->state != SLOT_FREE)
+                continue;
+            uint64_t epoch, pos;
+            seq_place(l, l->fill_seq, &epoch, &pos);
+            uint64_t first = pos * l->opt.batch_size;
+            uint64_t left = l->per_rank - first;
+            s->state = SLOT_FILLING;
+            s->seq = l->fill_seq++;
+            s->epoch = epoch;
+            s->position = pos;
+            s->rows = (uint32_t)(left < l->opt.batch_size ? left : l->opt.batch_size);
+            s->next_row = s->done_rows = s->skipped = 0;
+            s->active = 0;
+            s->cancelled = false;
+            l->pending++;
+            best = s;
+            break;
+        }
+    }
+    if (!best)
+        return NULL;
+    *row0 = best->next_row;
+    *row1 = best->rows - best->next_row < l->chunk_rows ? best->rows : best->next_row + l->chunk_rows;
+    best->next_row = *row1;
+    best->active++;
+    return best;
+}
+
+/* Move the rows kept under the skip policy to the front, in order. Called by
+ * the worker that finished the slot (no other thread touches it then). */
+static void compact_rows(stk_loader *l, slot *s)
+{
+    uint32_t out = 0;
+    for (uint32_t i = 0; i < s->rows; i++) {
+        if (!s->row_ok[i])
+            continue;
+        if (out != i) {
+            memmove(s->data + (size_t)out * l->sample_bytes, s->data + (size_t)i * l->sample_bytes,
+                    l->sample_bytes);
+            s->labels[out] = s->labels[i];
+            s->indices[out] = s->indices[i];
+        }
+        out++;
+    }
+}
+
+/* Process rows [row0, row1) of slot s. No lock held. Returns 0 or the fatal
+ * error code (message in the thread-local buffer). */
+static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t pos,
+                     uint32_t row0, uint32_t row1, uint32_t *skipped)
+{
+    stk_epoch_key key;
+    stk_sampler_epoch_key(l->sampler, epoch, &key);
+    uint64_t first = pos * l->opt.batch_size;
+    uint64_t read_ticks = 0, augment_ticks = 0;
+    uint64_t t = stk_ticks();
+    int rc = 0;
+    for (uint32_t row = row0; row < row1; row++) {
+        uint64_t index = stk_sampler_index_keyed(l->sampler, &key, first + row);
+        stk_sample sample;
+        rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
+        uint64_t t_read = stk_ticks();
+        read_ticks += t_read - t;
+        if (rc == 0) {
+            stk_rng rng;
+            stk_rng_init(&rng, l->opt.seed, STK_RNG_DOMAIN_SAMPLE, epoch, index);
+            rc = stk_plan_run(l->plan, &sample.image, &rng, s->data + (size_t)row * l->sample_bytes);
+            if (rc < 0)
+                stk_fail_prefix(rc, "%s: sample %llu", l->ds->uri, (unsigned long long)index);
+        }
+        t = stk_ticks();
+        augment_ticks += t - t_read;
+        s->labels[row] = rc == 0 ? sample.label : -1;
+        s->indices[row] = index;
+        s->row_ok[row] = rc == 0;
+        if (rc == STK_EDATA && l->opt.on_error == STK_ON_ERROR_SKIP) {
+            (*skipped)++;
+            rc = 0;
+            continue;
+        }
+        if (rc < 0)
+            break;
+    }
+    atomic_fetch_add_explicit(&w->read_ticks, read_ticks, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->augment_ticks, augment_ticks, memory_order_relaxed);
+    return rc;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    stk_loader *l = w->loader;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->stopping)
+            break;
+        uint32_t row0 = 0, row1 = 0;
+        slot *s = l->failed ? NULL : claim_locked(l, &row0, &row1);
+        if (!s) {
+            double t0 = stk_now();
+            pthread_cond_wait(&l->work_cv, &l->mu);
+            double idle = stk_now() - t0;
+            atomic_store_explicit(&w->idle_s, atomic_load_explicit(&w->idle_s, memory_order_relaxed) + idle,
+                                  memory_order_relaxed);
+            continue;
+        }
+        uint64_t epoch = s->epoch, pos = s->position;
+        pthread_mutex_unlock(&l->mu);
+
+        uint32_t skipped = 0;
+        int rc = fill_rows(l, w, s, epoch, pos, row0, row1, &skipped);
+        atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->skipped, skipped, memory_order_relaxed);
+
+        pthread_mutex_lock(&l->mu);
+        s->active--;
+        s->done_rows += row1 - row0;
+        s->skipped += skipped;
+        if (s->cancelled) {
+            if (s->active == 0) {
+                s->cancelled = false;
+                s->state = SLOT_FREE;
+                pthread_cond_broadcast(&l->work_cv);
+            }
+            continue;
+        }
+        if (rc < 0) {
+            fail_locked(l, rc);
+            continue;
+        }
+        if (s->done_rows == s->rows && s->active == 0) {
+            if (s->skipped) {
+                /* Compact unlocked; staying "active" keeps a concurrent
+                 * reset from freeing the slot under us. */
+                s->active++;
+                pthread_mutex_unlock(&l->mu);
+                compact_rows(l, s);
+                pthread_mutex_lock(&l->mu);
+                s->active--;
+                if (s->cancelled) { /* reset happened meanwhile */
+                    s->cancelled = false;
+                    s->state = SLOT_FREE;
+                    pthread_cond_broadcast(&l->work_cv);
+                    continue;
+                }
+            }
+            s->state = SLOT_READY;
+            pthread_cond_broadcast(&l->ready_cv);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Create / destroy                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
+{
+    memset(o, 0, sizeof *o);
+    if (in)
+        *o = *in;
+    if (!o->batch_size)
+        o->batch_size = DEFAULT_BATCH_SIZE;
+    if (!o->threads)
+        o->threads = DEFAULT_THREADS;
+    if (!o->prefetch)
+        o->prefetch = DEFAULT_PREFETCH;
+    if (!o->world_size)
+        o->world_size = 1;
+    if (!o->max_batches)
+        o->max_batches = o->prefetch + 4;
+    if (o->threads > MAX_THREADS)
+        return stk_fail(STK_EINVAL, "loader: %u threads is more than the limit of %u", o->threads,
+                        MAX_THREADS);
+    if (o->prefetch >= MAX_SLOTS)
+        return stk_fail(STK_EINVAL, "loader: prefetch %u is more than the limit of %u", o->prefetch,
+                        MAX_SLOTS - 1);
+    if (o->max_batches < o->prefetch + 1)
+        return stk_fail(STK_EINVAL, "loader: max_batches %u must be at least prefetch + 1 = %u",
+                        o->max_batches, o->prefetch + 1);
+    if (o->max_batches > MAX_SLOTS)
+        o->max_batches = MAX_SLOTS;
+    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
+        return stk_fail(STK_EINVAL, "loader: unknown error policy %d", (int)o->on_error);
+    return 0;
+}
+
+int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
+                      stk_loader **out)
+{
+    int rc;
+    if (!out)
+        return stk_fail(STK_EINVAL, "stk_loader_create: out is NULL");
+    *out = NULL;
+    if (!ds)
+        return stk_fail(STK_EINVAL, "stk_loader_create: dataset is NULL");
+    if (!ds->height || !ds->width || !ds->channels)
+        return stk_fail(STK_EUNSUPPORTED, "%s: samples have no fixed shape", ds->uri);
+
+    stk_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
+    l->ds = ds;
+    if ((rc = resolve_options(opts, &l->opt)) < 0)
+        goto fail_early;
+
+    stk_sampler_options so = {
+        .dataset_size = ds->count,
+        .seed = l->opt.seed,
+        .batch_size = l->opt.batch_size,
+        .rank = l->opt.rank,
+        .world_size = l->opt.world_size,
+        .no_shuffle = l->opt.no_shuffle,
+        .drop_last = l->opt.drop_last,
+    };
+    if ((rc = stk_sampler_create(&so, &l->sampler)) < 0)
+        goto fail_early;
+    l->per_rank = stk_sampler_length(l->sampler);
+    l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
+
+    if ((rc = stk_plan_compile(spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0)
+        goto fail_early;
+    stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
+
+    /* Chunks: a few per thread per batch, so all threads share one batch
+     * without locking per sample. */
+    uint32_t parts = l->opt.threads * 4;
+    l->chunk_rows = (l->opt.batch_size + parts - 1) / parts;
+    if (l->chunk_rows == 0)
+        l->chunk_rows = 1;
+
+    l->slots = calloc(l->opt.max_batches, sizeof *l->slots);
+    l->workers = calloc(l->opt.threads, sizeof *l->workers);
+    if (!l->slots || !l->workers) {
+        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+        goto fail_early;
+    }
+    for (uint32_t i = 0; i < l->opt.prefetch + 1; i++) {
+        if ((rc = slot_alloc(l, &l->slots[i])) < 0)
+            goto fail_early;
+        l->nslots++;
+    }
+    stk_ticks_per_second(); /* calibrate before workers start timing */
+
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
+    for (uint32_t i = 0; i < l->opt.threads; i++) {
+        worker *w = &l->workers[i];
+        w->loader = l;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            rc = stk_fail(STK_ETHREAD, "loader: cannot create worker thread %u of %u", i + 1,
+                          l->opt.threads);
+            stk_loader_destroy(l);
+            return rc;
+        }
+        w->started = true;
+    }
+    *out = l;
+    return 0;
+
+fail_early:
+    for (uint32_t i = 0; i < l->nslots; i++)
+        slot_free_buffers(&l->slots[i]);
+    free(l->slots);
+    free(l->workers);
+    stk_plan_free(l->plan);
+    stk_sampler_destroy(l->sampler);
+    free(l);
+    return rc;
+}
+
+void stk_loader_destroy(stk_loader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stopping = true;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_cond_broadcast(&l->ready_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (uint32_t i = 0; i < l->opt.threads; i++) {
+        if (l->workers[i].started)
+            pthread_join(l->workers[i].thread, NULL);
+        stk_scratch_free(&l->workers[i].scratch);
+    }
+    for (uint32_t i = 0; i < l->nslots; i++)
+        slot_free_buffers(&l->slots[i]);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l->slots);
+    free(l->workers);
+    stk_plan_free(l->plan);
+    stk_sampler_destroy(l->sampler);
+    free(l);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Consumer                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static slot *find_seq_locked(stk_loader *l, uint64_t seq)
+{
+    for (uint32_t i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if ((s->state == SLOT_FILLING || s->state == SLOT_READY) && !s->cancelled && s->seq == seq)
+            return s;
+    }
+    return NULL;
+}
+
+/* No slot holds the next batch and none is free: every buffer is lent (or
+ * being cancelled). Grow the pool if allowed. Caller holds mu. Returns 1 if
+ * the consumer should keep waiting, or a negative code. */
+static int starved_locked(stk_loader *l)
+{
+    for (uint32_t i = 0; i < l->nslots; i++)
+        if (l->slots[i].state == SLOT_FREE || l->slots[i].cancelled)
+            return 1; /* a worker can (or soon will) start it */
+    if (l->pending > 0)
+        return 1;
+    if (l->nslots < l->opt.max_batches) {
+        int rc = slot_alloc(l, &l->slots[l->nslots]);
+        if (rc < 0)
+            return rc;
+        l->nslots++;
+        pthread_cond_broadcast(&l->work_cv);
+        return 1;
+    }
+    l->pool_exhausted++;
+    return stk_fail(STK_EEXHAUSTED,
+                    "loader: all %u batch buffers are lent out; release a batch before asking "
+                    "for the next (or raise max_batches)",
+                    l->nslots);
+}
+
+static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
+{
+    s->state = SLOT_LENT;
+    s->ticket++;
+    l->pending--;
+    l->deliver_seq++;
+    l->cons_pos++;
+    l->batches_delivered++;
+    pthread_cond_broadcast(&l->work_cv); /* prefetch budget freed */
+
+    uint32_t n = s->rows - s->skipped;
+    memset(b, 0, sizeof *b);
+    b->data = s->data;
+    b->labels = s->labels;
+    b->indices = s->indices;
+    b->size = n;
+    b->ndim = 4;
+    b->shape[0] = n;
+    b->shape[1] = l->sample_shape[0];
+    b->shape[2] = l->sample_shape[1];
+    b->shape[3] = l->sample_shape[2];
+    b->dtype = l->dtype;
+    b->layout = l->layout;
+    b->sample_bytes = l->sample_bytes;
+    b->epoch = s->epoch;
+    b->position = s->position;
+    b->skipped = s->skipped;
+    b->slot_ = (uint32_t)(s - l->slots);
+    b->ticket_ = s->ticket;
+}
+
+int stk_loader_next(stk_loader *l, stk_batch *batch)
+{
+    if (!l || !batch)
+        return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
+    int rc;
+    double waited = 0;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->interrupted) {
+            l->interrupted = false;
+            rc = stk_fail(STK_EINTR, "loader: interrupted");
+            break;
+        }
+        if (l->stopping) {
+            rc = stk_fail(STK_ESTOPPED, "loader: stopped");
+            break;
+        }
+        if (l->failed) {
+            stk_errmsg_set(l->error.msg);
+            rc = l->error.code;
+            break;
+        }
+        if (l->cons_pos == l->per_epoch) {
+            /* End of epoch: say so once, then carry on with the next one
+             * (whose batches may already be filling). */
+            l->cons_epoch++;
+            l->cons_pos = 0;
+            rc = 0;
+            break;
+        }
+        slot *s = find_seq_locked(l, l->deliver_seq);
+        if (s && s->state == SLOT_READY) {
+            lend_locked(l, s, batch);
+            rc = 1;
+            break;
+        }
+        if (!s && (rc = starved_locked(l)) < 0)
+            break;
+        double t0 = stk_now();
+        pthread_cond_wait(&l->ready_cv, &l->mu);
+        waited += stk_now() - t0;
+    }
+    l->wait_s += waited;
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int stk_loader_release(stk_loader *l, stk_batch *b)
+{
+    if (!l || !b)
+        return stk_fail(STK_EINVAL, "stk_loader_release: NULL argument");
+    int rc = 0;
+    pthread_mutex_lock(&l->mu);
+    slot *s = b->slot_ < l->nslots ? &l->slots[b->slot_] : NULL;
+    if (!s || s->state != SLOT_LENT || s->ticket != b->ticket_ || s->data != b->data) {
+        rc = stk_fail(STK_ESTATE, "stk_loader_release: this batch is not lent (released twice?)");
+    } else {
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work_cv);
+        pthread_cond_broadcast(&l->ready_cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    b->data = NULL;
+    return rc;
+}
+
+void stk_loader_interrupt(stk_loader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->interrupted = true;
+    pthread_cond_broadcast(&l->ready_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int stk_loader_set_epoch(stk_loader *l, uint64_t epoch)
+{
+    if (!l)
+        return stk_fail(STK_EINVAL, "stk_loader_set_epoch: loader is NULL");
+    pthread_mutex_lock(&l->mu);
+    if (l->cons_pos == l->per_epoch && l->cons_epoch + 1 == epoch && !l->failed) {
+        /* Finished the previous epoch without reading its end: the next
+         * epoch's batches are exactly what is prefetched. */
+        l->cons_epoch = epoch;
+        l->cons_pos = 0;
+    } else if (!(l->cons_epoch == epoch && l->cons_pos == 0 && !l->failed)) {
+        reset_locked(l, epoch, 0);
+    }
+    l->interrupted = false;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+uint64_t stk_loader_length(const stk_loader *l) { return l->per_epoch; }
+
+void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3], stk_dtype *dtype,
+                             stk_layout *layout, size_t *sample_bytes)
+{
+    if (shape)
+        memcpy(shape, l->sample_shape, sizeof l->sample_shape);
+    if (dtype)
+        *dtype = l->dtype;
+    if (layout)
+        *layout = l->layout;
+    if (sample_bytes)
+        *sample_bytes = l->sample_bytes;
+}
+
+static int32_t state_flags(const stk_loader *l)
+{
+    return (l->opt.no_shuffle ? 1 : 0) | (l->opt.drop_last ? 2 : 0);
+}
+
+void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
+{
+    stk_loader *ml = (stk_loader *)l; /* the mutex is not part of the value */
+    memset(st, 0, sizeof *st);
+    pthread_mutex_lock(&ml->mu);
+    st->epoch = l->cons_epoch;
+    st->position = l->cons_pos;
+    pthread_mutex_unlock(&ml->mu);
+    st->seed = l->opt.seed;
+    st->dataset_size = l->ds->count;
+    st->batch_size = l->opt.batch_size;
+    st->rank = l->opt.rank;
+    st->world_size = l->opt.world_size;
+    st->flags = state_flags(l);
+}
+
+int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
+{
+    if (!l || !st)
+        return stk_fail(STK_EINVAL, "stk_loader_state_set: NULL argument");
+    if (st->seed != l->opt.seed || st->dataset_size != l->ds->count ||
+        st->batch_size != l->opt.batch_size || st->rank != l->opt.rank ||
+        st->world_size != l->opt.world_size || st->flags != state_flags(l))
+        return stk_fail(STK_EINVAL,
+                        "loader state does not match this loader: state has seed %llu, %llu "
+                        "samples, batch %u, rank %u/%u, flags %d; loader has seed %llu, %llu "
+                        "samples, batch %u, rank %u/%u, flags %d",
+                        (unsigned long long)st->seed, (unsigned long long)st->dataset_size,
+                        st->batch_size, st->rank, st->world_size, st->flags,
+                        (unsigned long long)l->opt.seed, (unsigned long long)l->ds->count,
+                        l->opt.batch_size, l->opt.rank, l->opt.world_size, state_flags(l));
+    if (st->position > l->per_epoch)
+        return stk_fail(STK_EINVAL, "loader state: position %llu is past the epoch's %llu batches",
+                        (unsigned long long)st->position, (unsigned long long)l->per_epoch);
+    pthread_mutex_lock(&l->mu);
+    if (st->position == l->per_epoch) {
+        /* At the end, before next() reported it: fill from the next epoch. */
+        reset_locked(l, st->epoch + 1, 0);
+        l->cons_epoch = st->epoch;
+        l->cons_pos = st->position;
+    } else {
+        reset_locked(l, st->epoch, st->position);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
+{
+    stk_loader *ml = (stk_loader *)l;
+    memset(st, 0, sizeof *st);
+    double tick = 1.0 / stk_ticks_per_second();
+    for (uint32_t i = 0; i < l->opt.threads; i++) {
+        worker *w = &ml->workers[i];
+        st->samples += atomic_load_explicit(&w->samples, memory_order_relaxed);
+        st->skipped += atomic_load_explicit(&w->skipped, memory_order_relaxed);
+        st->read_s += (double)atomic_load_explicit(&w->read_ticks, memory_order_relaxed) * tick;
+        st->augment_s += (double)atomic_load_explicit(&w->augment_ticks, memory_order_relaxed) * tick;
+        st->idle_s += atomic_load_explicit(&w->idle_s, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&ml->mu);
+    st->batches = l->batches_delivered;
+    st->wait_s = l->wait_s;
+    st->batches_allocated = l->nslots;
+    st->pool_exhausted = l->pool_exhausted;
+    pthread_mutex_unlock(&ml->mu);
+    st->pool_bytes = (uint64_t)st->batches_allocated * l->opt.batch_size * l->sample_bytes;
+}
+
+const char *stk_loader_errmsg(const stk_loader *l)
+{
+    return l->error.msg; /* written under mu only while failing; see docs */
+}
