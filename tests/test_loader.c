@@ -14,6 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "core/error.h"
 #include "format/dataset.h"
 #include "ops/plan.h"
 #include "pipeline/sampler.h"
@@ -72,6 +73,7 @@ typedef struct run {
     int64_t *labels;
     uint64_t *indices;
     uint64_t rows, batches;
+    uint64_t skipped; /* sum of batch.skipped */
     uint32_t sizes[4096];
 } run;
 
@@ -98,6 +100,7 @@ static int drain(stk_loader *l, run *r, uint64_t max_batches)
         memcpy(r->labels + r->rows, b.labels, b.size * sizeof *r->labels);
         memcpy(r->indices + r->rows, b.indices, b.size * sizeof *r->indices);
         r->sizes[r->batches++] = b.size;
+        r->skipped += b.skipped;
         r->rows += b.size;
         assert_int_equal(stk_loader_release(l, &b), 0);
     }
@@ -510,10 +513,12 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
             k++;
         }
         assert_int_equal(k, 270);
+        assert_int_equal(out.skipped, 30);
+        /* stats also count what was prefetched into the next epoch */
         stk_loader_stats st;
         stk_loader_stats_get(l, &st);
-        assert_int_equal(st.skipped, 30);
-        assert_int_equal(st.samples, 270);
+        assert_true(st.skipped >= 30);
+        assert_true(st.samples >= 270);
         run_free(&out);
         run_free(&all);
         stk_loader_destroy(l);

@@ -99,8 +99,8 @@ typedef struct stk_dataset stk_dataset;
 
 /* Safety limits applied while opening. Zero means the default. */
 typedef struct stk_dataset_options {
-    uint64_t max_bytes;   /* largest file / decompressed size accepted
-                             (default 16 GiB) */
+    uint64_t max_bytes;   /* largest size accepted for each file on disk and
+                             each decompressed array (default 16 GiB) */
     uint64_t max_samples; /* largest sample count accepted (default 2^40) */
     uint64_t max_pixels;  /* largest pixels per sample (default 2^28) */
 } stk_dataset_options;
@@ -112,17 +112,20 @@ typedef struct stk_dataset_options {
  *                                       (train) / test_batch.bin (test), or
  *                                       one file, or files joined by ','
  *   cifar100:PATH[?split=..][&label=fine|coarse]
- *                                       PATH a directory with train.bin/test.bin
+ *                                       PATH a directory with train.bin/test.bin,
+ *                                       one file, or files joined by ','
  *   idx:IMAGES,LABELS                   IDX files (MNIST layout), plain or .gz
- *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz]...
+ *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz] and
+ *                                       train-labels-idx1-ubyte[.gz] (t10k-* for test)
  *   fashion-mnist:DIR[?split=...]       the same file names as mnist
  *   PATH                                detected: a directory of one of the
  *                                       layouts above, or an IDX images file
  *                                       (its labels file found by name)
  *
  * `opts` may be NULL. On success *out owns a new dataset (close it with
- * stk_dataset_close). Fails with STK_ENOENT, STK_EIO, STK_EFORMAT, STK_ELIMIT
- * or STK_EINVAL; stk_errmsg() names the file and the reason.
+ * stk_dataset_close). Fails with STK_ENOENT, STK_EIO, STK_EFORMAT, STK_ELIMIT,
+ * STK_EUNSUPPORTED, STK_ENOMEM or STK_EINVAL; stk_errmsg() names the file and
+ * the reason. Details: docs/datasets.md.
  */
 STK_API int stk_dataset_open(const char *uri, const stk_dataset_options *opts,
                              stk_dataset **out);
@@ -130,7 +133,9 @@ STK_API int stk_dataset_open(const char *uri, const stk_dataset_options *opts,
 /* An in-memory array of `count` images, each height x width x channels uint8
  * in HWC order, and `count` labels. With copy != 0 the arrays are copied;
  * with copy == 0 they are borrowed and must outlive the dataset. `labels`
- * may be NULL (all labels 0). */
+ * may be NULL (all labels 0). num_classes is the largest label + 1 when all
+ * labels are >= 0, else 0. STK_EINVAL for a zero count or dimension, NULL
+ * pixels, or a total size that overflows. */
 STK_API int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels,
                                     uint64_t count, uint32_t height, uint32_t width,
                                     uint32_t channels, int copy, stk_dataset **out);
@@ -331,7 +336,9 @@ STK_API const char *stk_loader_errmsg(const stk_loader *l);
 
 /* Check a spec against an input shape without creating a loader. On success
  * fills the output shape (3 dims in the output layout), dtype and layout.
- * On failure returns STK_ESPEC with stk_errmsg() pointing at the column. */
+ * On failure returns STK_ESPEC with stk_errmsg() pointing at the column,
+ * STK_EINVAL for a zero or oversized input shape, STK_ELIMIT for rows too
+ * wide. */
 STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
                            uint32_t channels, int64_t out_shape[3],
                            stk_dtype *dtype, stk_layout *layout);

@@ -29,7 +29,8 @@ typedef struct stk_dataset_vtable {
      * sample return STK_EDATA via stk_fail naming the dataset, record and
      * reason; other negative codes are fatal. */
     int (*read)(const stk_dataset *ds, uint64_t index, stk_sample *out, stk_scratch *scratch);
-    /* Free impl (not the stk_dataset itself). */
+    /* Free impl (not the stk_dataset itself). Must accept a partly built
+     * impl; called only when impl is not NULL. */
     void (*close)(stk_dataset *ds);
 } stk_dataset_vtable;
 

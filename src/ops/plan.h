@@ -32,7 +32,9 @@ void stk_plan_free(stk_plan *p);
 void stk_plan_output(const stk_plan *p, int64_t shape[3], stk_dtype *dtype,
                      stk_layout *layout, size_t *sample_bytes);
 
-/* Run on one sample. `in` must have the compiled shape (else STK_EINVAL). */
+/* Run on one sample. `in` must have the compiled shape (else STK_EINVAL).
+ * `rng` may be NULL only when the plan draws nothing. `out` needs no
+ * alignment; the kernel may store a tail element twice with the same value. */
 int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void *out);
 
 #endif

@@ -1,0 +1,631 @@
+/*
+ * dataset.c — opening a dataset by URI, the public dataset calls, and the
+ * in-memory reader.
+ *
+ * stk_dataset_open is a dispatcher. It recognises the URI forms documented
+ * in stoker.h by their exact prefix ("cifar10:", "cifar100:", "idx:",
+ * "mnist:", "fashion-mnist:"), splits the rest into PATH and an optional
+ * "?query", and calls the reader's entry point, which validates everything
+ * (dataset.h). Text with no known prefix is a path whose format is detected:
+ *
+ *   a directory holding data_batch_1.bin or test_batch.bin   -> cifar10
+ *     (or a cifar-10-batches-bin subdirectory holding them)
+ *   a directory holding train.bin or test.bin                -> cifar100
+ *     (or a cifar-100-binary subdirectory)
+ *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
+ *   a file named *images-idx3-ubyte[.gz] (or *images.idx3-ubyte) -> idx, its
+ *     labels file named by replacing images-idx3 with labels-idx1
+ *   a file named data_batch_N.bin / test_batch.bin           -> cifar10 file
+ *   a file named train.bin / test.bin                        -> cifar100 file
+ *
+ * A name like "foo:bar" that is not an existing path and whose "foo" looks
+ * like a scheme is an unknown prefix (STK_EINVAL) rather than a missing file,
+ * so a typo such as "cifar:..." gets the list of prefixes. A bare path may
+ * carry a query too ("DIR?split=test"); it is only split off when the whole
+ * text is not itself an existing path.
+ *
+ * The public calls check their arguments (a NULL, an index out of range, a
+ * buffer too small are STK_EINVAL with a message) and then trust the reader:
+ * stk_dataset_read asks the reader for a view and copies it through its
+ * strides into the caller's HWC buffer.
+ *
+ * The memory reader serves an HWC uint8 array, borrowed or copied. It keeps
+ * both pointers; owned_* are set only when it copied (and are what it frees).
+ */
+#include "format/dataset.h"
+
+#include "core/error.h"
+#include "format/reader_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* Shell, options, public accessors                                         */
+/* ------------------------------------------------------------------------ */
+
+stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts)
+{
+    stk_dataset_options o = {0};
+    if (opts)
+        o = *opts;
+    if (!o.max_bytes)
+        o.max_bytes = STK_DEFAULT_MAX_BYTES;
+    if (!o.max_samples)
+        o.max_samples = STK_DEFAULT_MAX_SAMPLES;
+    if (!o.max_pixels)
+        o.max_pixels = STK_DEFAULT_MAX_PIXELS;
+    return o;
+}
+
+stk_dataset *stk_dataset_alloc(const stk_dataset_vtable *vt, const char *uri)
+{
+    stk_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) {
+        stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
+        return NULL;
+    }
+    ds->vt = vt;
+    ds->uri = stk_strdup(uri);
+    if (!ds->uri) {
+        free(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+void stk_dataset_close(stk_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->impl && ds->vt && ds->vt->close)
+        ds->vt->close(ds);
+    free(ds->uri);
+    free(ds);
+}
+
+void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
+{
+    if (!info)
+        return;
+    memset(info, 0, sizeof *info);
+    if (!ds)
+        return;
+    info->uri = ds->uri;
+    info->format = ds->vt->format;
+    info->count = ds->count;
+    info->height = ds->height;
+    info->width = ds->width;
+    info->channels = ds->channels;
+    info->num_classes = ds->num_classes;
+}
+
+int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
+                         size_t capacity, int64_t *label)
+{
+    stk_scratch scratch = {0};
+    stk_sample s;
+    const stk_image_view *v = &s.image;
+    uint64_t bytes = 0;
+    int rc;
+
+    if (!ds || !pixels)
+        return stk_fail(STK_EINVAL, "stk_dataset_read: %s is NULL", !ds ? "ds" : "pixels");
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    memset(&s, 0, sizeof s);
+    rc = ds->vt->read(ds, index, &s, &scratch);
+    if (rc)
+        goto out;
+    if (!stk_mul_ok(v->height, v->width, &bytes) || !stk_mul_ok(bytes, v->channels, &bytes) ||
+        bytes > INT64_MAX) {
+        rc = stk_fail(STK_EFORMAT, "%s: sample %llu: shape %ux%ux%u is too large", ds->uri,
+                      (unsigned long long)index, v->height, v->width, v->channels);
+        goto out;
+    }
+    if (bytes > capacity) {
+        rc = stk_fail(STK_EINVAL,
+                      "%s: sample %llu needs %llu bytes (%ux%ux%u) but the buffer holds %zu",
+                      ds->uri, (unsigned long long)index, (unsigned long long)bytes, v->height,
+                      v->width, v->channels, capacity);
+        goto out;
+    }
+
+    if (v->col_stride == (ptrdiff_t)v->channels && v->chan_stride == 1 &&
+        v->row_stride == (ptrdiff_t)v->width * v->channels) {
+        memcpy(pixels, v->pixels, (size_t)bytes); /* already dense HWC */
+    } else {
+        uint8_t *o = pixels;
+        for (uint32_t y = 0; y < v->height; y++) {
+            const uint8_t *row = v->pixels + (ptrdiff_t)y * v->row_stride;
+            for (uint32_t x = 0; x < v->width; x++) {
+                const uint8_t *px = row + (ptrdiff_t)x * v->col_stride;
+                for (uint32_t c = 0; c < v->channels; c++)
+                    *o++ = px[(ptrdiff_t)c * v->chan_stride];
+            }
+        }
+    }
+    if (label)
+        *label = s.label;
+
+out:
+    stk_scratch_free(&scratch);
+    return rc ? rc : (int64_t)bytes;
+}
+
+/* ------------------------------------------------------------------------ */
+/* In-memory reader                                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct stk_memory_impl {
+    const uint8_t *pixels;  /* count * sample_bytes; borrowed or owned_pixels */
+    const int64_t *labels;  /* count labels, or NULL (all 0); borrowed or owned */
+    uint8_t *owned_pixels;  /* owned (malloc) when copied, else NULL */
+    int64_t *owned_labels;  /* owned (malloc) when copied, else NULL */
+    size_t sample_bytes;
+} stk_memory_impl;
+
+static int stk_memory_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
+                           stk_scratch *scratch)
+{
+    const stk_memory_impl *m = ds->impl;
+    (void)scratch;
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    out->image.pixels = m->pixels + index * m->sample_bytes;
+    out->image.height = ds->height;
+    out->image.width = ds->width;
+    out->image.channels = ds->channels;
+    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
+    out->image.col_stride = ds->channels;
+    out->image.chan_stride = 1;
+    out->label = m->labels ? m->labels[index] : 0;
+    return 0;
+}
+
+static void stk_memory_close(stk_dataset *ds)
+{
+    stk_memory_impl *m = ds->impl;
+    if (!m)
+        return;
+    free(m->owned_pixels);
+    free(m->owned_labels);
+    free(m);
+    ds->impl = NULL;
+}
+
+static const stk_dataset_vtable stk_memory_vt = {"memory", stk_memory_read, stk_memory_close};
+
+int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels, uint64_t count,
+                            uint32_t height, uint32_t width, uint32_t channels, int copy,
+                            stk_dataset **out)
+{
+    stk_dataset *ds = NULL;
+    stk_memory_impl *m = NULL;
+    uint64_t sample, total, lbytes;
+    int64_t maxl = -1;
+    int rc;
+
+    if (!out)
+        return stk_fail(STK_EINVAL, "stk_dataset_from_memory: out is NULL");
+    *out = NULL;
+    if (!pixels)
+        return stk_fail(STK_EINVAL, "stk_dataset_from_memory: pixels is NULL");
+    if (count == 0 || height == 0 || width == 0 || channels == 0)
+        return stk_fail(STK_EINVAL,
+                        "stk_dataset_from_memory: count %llu and shape %ux%ux%u must all be "
+                        "nonzero",
+                        (unsigned long long)count, height, width, channels);
+    if (!stk_mul_ok(height, width, &sample) || !stk_mul_ok(sample, channels, &sample) ||
+        !stk_mul_ok(sample, count, &total) || total > SIZE_MAX ||
+        !stk_mul_ok(count, sizeof(int64_t), &lbytes) || lbytes > SIZE_MAX)
+        return stk_fail(STK_EINVAL,
+                        "stk_dataset_from_memory: %llu samples of %ux%ux%u overflow the "
+                        "address space",
+                        (unsigned long long)count, height, width, channels);
+
+    ds = stk_dataset_alloc(&stk_memory_vt, "memory");
+    if (!ds)
+        return STK_ENOMEM;
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        rc = stk_fail(STK_ENOMEM, "out of memory creating a memory dataset");
+        goto fail;
+    }
+    ds->impl = m;
+    m->sample_bytes = (size_t)sample;
+    m->pixels = pixels;
+    m->labels = labels;
+    if (copy) {
+        m->owned_pixels = malloc((size_t)total);
+        if (!m->owned_pixels) {
+            rc = stk_fail(STK_ENOMEM, "out of memory copying %llu bytes of pixels",
+                          (unsigned long long)total);
+            goto fail;
+        }
+        memcpy(m->owned_pixels, pixels, (size_t)total);
+        m->pixels = m->owned_pixels;
+        if (labels) {
+            m->owned_labels = malloc((size_t)lbytes);
+            if (!m->owned_labels) {
+                rc = stk_fail(STK_ENOMEM, "out of memory copying %llu labels",
+                              (unsigned long long)count);
+                goto fail;
+            }
+            memcpy(m->owned_labels, labels, (size_t)lbytes);
+            m->labels = m->owned_labels;
+        }
+    }
+
+    /* num_classes: max + 1 when every label is a plausible class index. */
+    if (m->labels) {
+        for (uint64_t i = 0; i < count; i++) {
+            if (m->labels[i] < 0) {
+                maxl = -1;
+                break;
+            }
+            if (m->labels[i] > maxl)
+                maxl = m->labels[i];
+        }
+    }
+    ds->count = count;
+    ds->height = height;
+    ds->width = width;
+    ds->channels = channels;
+    ds->num_classes = maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    *out = ds;
+    return 0;
+
+fail:
+    stk_dataset_close(ds);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* URI dispatch                                                             */
+/* ------------------------------------------------------------------------ */
+
+enum stk_uri_kind { STK_URI_CIFAR10, STK_URI_CIFAR100, STK_URI_IDX, STK_URI_MNIST };
+
+static const struct {
+    const char *prefix;
+    int kind;
+} stk_uri_prefixes[] = {
+    {"cifar10:", STK_URI_CIFAR10},
+    {"cifar100:", STK_URI_CIFAR100},
+    {"idx:", STK_URI_IDX},
+    {"mnist:", STK_URI_MNIST},
+    {"fashion-mnist:", STK_URI_MNIST},
+};
+
+#define STK_PREFIX_LIST "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:"
+#define STK_DETECT_DIR_LIST                                                                  \
+    "data_batch_1.bin or test_batch.bin (CIFAR-10), train.bin or test.bin (CIFAR-100), "     \
+    "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout), also in "  \
+    "cifar-10-batches-bin/ or cifar-100-binary/"
+#define STK_DETECT_LIST                                                                      \
+    "a directory with " STK_DETECT_DIR_LIST ", or an IDX file named *images-idx3-ubyte[.gz]"
+
+static const char *const stk_split_values[] = {"train", "test", NULL};
+
+/* Split "PATH?QUERY" into a malloc'd copy with the '?' replaced by NUL;
+ * *query points into the copy (NULL without '?'). */
+static char *stk_split_query(const char *rest, char **query)
+{
+    char *copy = stk_strdup(rest);
+    char *q;
+    *query = NULL;
+    if (!copy)
+        return NULL;
+    q = strchr(copy, '?');
+    if (q) {
+        *q = '\0';
+        *query = q + 1;
+    }
+    return copy;
+}
+
+/* First of dir/name and dir/name.gz that exists; malloc'd, or NULL with
+ * *rc = 0 when neither exists (or *rc = STK_ENOMEM). */
+static char *stk_find_plain_or_gz(const char *dir, const char *name, int *rc)
+{
+    char gzname[64];
+    char *p;
+    *rc = 0;
+    p = stk_path_join(dir, name);
+    if (!p) {
+        *rc = STK_ENOMEM;
+        return NULL;
+    }
+    if (stk_path_exists(p))
+        return p;
+    free(p);
+    strcpy(gzname, name);
+    strcat(gzname, ".gz");
+    p = stk_path_join(dir, gzname);
+    if (!p) {
+        *rc = STK_ENOMEM;
+        return NULL;
+    }
+    if (stk_path_exists(p))
+        return p;
+    free(p);
+    return NULL;
+}
+
+/* A directory in the MNIST layout (train-* / t10k-* IDX files). */
+static int stk_open_mnist_dir(const char *uri, const char *what, const char *dir,
+                              const char *query, const stk_dataset_options *opts,
+                              stk_dataset **out)
+{
+    stk_query_key key = {"split", stk_split_values, -1};
+    const char *pre;
+    char iname[48], lname[48];
+    char *ipath = NULL, *lpath = NULL;
+    int rc;
+
+    rc = stk_query_parse(uri, what, query, &key, 1);
+    if (rc)
+        return rc;
+    if (!*dir)
+        return stk_fail(STK_EINVAL, "%s: empty directory in URI '%s'", what, uri);
+    if (!stk_path_is_dir(dir))
+        return stk_fail(stk_path_exists(dir) ? STK_EINVAL : STK_ENOENT,
+                        "%s: %s: %s (expected a directory with train-images-idx3-ubyte[.gz] "
+                        "and the other MNIST-layout files)",
+                        what, dir, stk_path_exists(dir) ? "not a directory" : "no such directory");
+    pre = key.value == 1 ? "t10k" : "train";
+    strcpy(iname, pre);
+    strcat(iname, "-images-idx3-ubyte");
+    strcpy(lname, pre);
+    strcat(lname, "-labels-idx1-ubyte");
+    ipath = stk_find_plain_or_gz(dir, iname, &rc);
+    if (rc)
+        goto out;
+    if (!ipath) {
+        rc = stk_fail(STK_ENOENT, "%s: %s: no %s or %s.gz in this directory", what, dir, iname,
+                      iname);
+        goto out;
+    }
+    lpath = stk_find_plain_or_gz(dir, lname, &rc);
+    if (rc)
+        goto out;
+    if (!lpath) {
+        rc = stk_fail(STK_ENOENT, "%s: %s: no %s or %s.gz in this directory", what, dir, lname,
+                      lname);
+        goto out;
+    }
+    rc = stk_idx_open(uri, ipath, lpath, opts, out);
+out:
+    free(ipath);
+    free(lpath);
+    return rc;
+}
+
+/* "idx:IMAGES,LABELS" — exactly one comma; no query keys exist. */
+static int stk_open_idx_pair(const char *uri, const char *rest, const stk_dataset_options *opts,
+                             stk_dataset **out)
+{
+    char *query = NULL;
+    char *copy = stk_split_query(rest, &query);
+    char *comma;
+    int rc;
+
+    if (!copy)
+        return STK_ENOMEM;
+    rc = stk_query_parse(uri, "idx", query, NULL, 0);
+    if (rc)
+        goto out;
+    comma = strchr(copy, ',');
+    if (!comma || strchr(comma + 1, ',')) {
+        rc = stk_fail(STK_EINVAL,
+                      "idx: URI '%s' must name exactly two files, IMAGES,LABELS, joined by one "
+                      "','",
+                      uri);
+        goto out;
+    }
+    *comma = '\0';
+    rc = stk_idx_open(uri, copy, comma + 1, opts, out);
+out:
+    free(copy);
+    return rc;
+}
+
+static const char *stk_basename(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Labels file of an IDX images file: the last "images-idx3" (or
+ * "images.idx3") in the basename becomes "labels-idx1" ("labels.idx1"); if
+ * that does not exist, the same name with ".gz" added or removed. Returns 1
+ * and a malloc'd *labels when the name matches the pattern, 0 when it does
+ * not, or a negative code. */
+static int stk_idx_labels_for(const char *images, char **labels)
+{
+    static const char *const pats[][2] = {{"images-idx3", "labels-idx1"},
+                                          {"images.idx3", "labels.idx1"}};
+    const char *base = stk_basename(images);
+    *labels = NULL;
+    for (size_t k = 0; k < 2; k++) {
+        const char *hit = NULL, *s = base;
+        size_t n = strlen(images), plen = strlen(pats[k][0]);
+        char *cand;
+        while ((s = strstr(s, pats[k][0])) != NULL)
+            hit = s++;
+        if (!hit || strncmp(hit + plen, "-ubyte", 6) != 0)
+            continue;
+        /* room for the name + ".gz" */
+        cand = malloc(n + 4);
+        if (!cand)
+            return stk_fail(STK_ENOMEM, "out of memory");
+        memcpy(cand, images, n + 1);
+        memcpy(cand + (hit - images), pats[k][1], plen); /* same length */
+        if (!stk_path_exists(cand)) {
+            if (n > 3 && strcmp(cand + n - 3, ".gz") == 0)
+                cand[n - 3] = '\0';
+            else
+                strcat(cand, ".gz");
+            if (!stk_path_exists(cand)) {
+                /* report the plain replacement */
+                memcpy(cand, images, n + 1);
+                memcpy(cand + (hit - images), pats[k][1], plen);
+                stk_fail(STK_ENOENT,
+                         "%s: detected an IDX images file, but its labels file %s (or with "
+                         ".gz added/removed) does not exist",
+                         images, cand);
+                free(cand);
+                return STK_ENOENT;
+            }
+        }
+        *labels = cand;
+        return 1;
+    }
+    return 0;
+}
+
+static int stk_is_cifar10_file_name(const char *base)
+{
+    return strcmp(base, "test_batch.bin") == 0 ||
+           (strncmp(base, "data_batch_", 11) == 0 && base[11] >= '1' && base[11] <= '9' &&
+            strcmp(base + 12, ".bin") == 0);
+}
+
+static int stk_dir_has(const char *dir, const char *name)
+{
+    char *p = stk_path_join(dir, name);
+    int r;
+    if (!p)
+        return STK_ENOMEM;
+    r = stk_path_exists(p);
+    free(p);
+    return r;
+}
+
+/* A path with no prefix. */
+static int stk_open_detect(const char *uri, const char *path, const char *query,
+                           const stk_dataset_options *opts, stk_dataset **out)
+{
+    if (stk_path_is_dir(path)) {
+        static const char *const c10[] = {"data_batch_1.bin", "test_batch.bin",
+                                          "cifar-10-batches-bin/data_batch_1.bin",
+                                          "cifar-10-batches-bin/test_batch.bin"};
+        static const char *const c100[] = {"train.bin", "test.bin", "cifar-100-binary/train.bin",
+                                           "cifar-100-binary/test.bin"};
+        static const char *const mn[] = {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                                         "t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"};
+        int r;
+        for (size_t i = 0; i < 4; i++) {
+            if ((r = stk_dir_has(path, c10[i])) < 0)
+                return r;
+            if (r)
+                return stk_cifar_open(uri, path, query, 0, opts, out);
+        }
+        for (size_t i = 0; i < 4; i++) {
+            if ((r = stk_dir_has(path, c100[i])) < 0)
+                return r;
+            if (r)
+                return stk_cifar_open(uri, path, query, 1, opts, out);
+        }
+        for (size_t i = 0; i < 4; i++) {
+            if ((r = stk_dir_has(path, mn[i])) < 0)
+                return r;
+            if (r)
+                return stk_open_mnist_dir(uri, "mnist", path, query, opts, out);
+        }
+        return stk_fail(STK_ENOENT, "%s: no dataset detected in this directory (looked for %s)",
+                        path, STK_DETECT_DIR_LIST);
+    }
+    if (stk_path_exists(path)) {
+        const char *base = stk_basename(path);
+        char *labels = NULL;
+        int r = stk_idx_labels_for(path, &labels);
+        if (r < 0)
+            return r;
+        if (r > 0) {
+            r = stk_query_parse(uri, "idx", query, NULL, 0);
+            if (r == 0)
+                r = stk_idx_open(uri, path, labels, opts, out);
+            free(labels);
+            return r;
+        }
+        if (stk_is_cifar10_file_name(base))
+            return stk_cifar_open(uri, path, query, 0, opts, out);
+        if (strcmp(base, "train.bin") == 0 || strcmp(base, "test.bin") == 0)
+            return stk_cifar_open(uri, path, query, 1, opts, out);
+        return stk_fail(STK_EINVAL,
+                        "%s: cannot detect the dataset format from this file name (looked for "
+                        "*images-idx3-ubyte[.gz], data_batch_N.bin, test_batch.bin, train.bin, "
+                        "test.bin); name the format with a prefix: " STK_PREFIX_LIST,
+                        path);
+    }
+    return stk_fail(STK_ENOENT, "%s: no such file or directory (expected %s)", path,
+                    STK_DETECT_LIST);
+}
+
+/* "abc:" at the start, with a scheme-like name before the colon. */
+static int stk_looks_like_scheme(const char *uri, size_t *len)
+{
+    size_t i = 0;
+    while ((uri[i] >= 'a' && uri[i] <= 'z') || (uri[i] >= 'A' && uri[i] <= 'Z') ||
+           (uri[i] >= '0' && uri[i] <= '9') || uri[i] == '-' || uri[i] == '_' || uri[i] == '+' ||
+           uri[i] == '.')
+        i++;
+    *len = i;
+    return i >= 2 && uri[i] == ':';
+}
+
+int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_dataset **out)
+{
+    size_t slen;
+    char *copy, *query;
+    int rc;
+
+    if (!out)
+        return stk_fail(STK_EINVAL, "stk_dataset_open: out is NULL");
+    *out = NULL;
+    if (!uri || !*uri)
+        return stk_fail(STK_EINVAL, "stk_dataset_open: empty URI");
+
+    for (size_t i = 0; i < sizeof stk_uri_prefixes / sizeof stk_uri_prefixes[0]; i++) {
+        size_t plen = strlen(stk_uri_prefixes[i].prefix);
+        const char *rest = uri + plen;
+        int kind = stk_uri_prefixes[i].kind;
+        if (strncmp(uri, stk_uri_prefixes[i].prefix, plen) != 0)
+            continue;
+        if (kind == STK_URI_IDX)
+            return stk_open_idx_pair(uri, rest, opts, out);
+        copy = stk_split_query(rest, &query);
+        if (!copy)
+            return STK_ENOMEM;
+        if (kind == STK_URI_MNIST) {
+            char what[32];
+            memcpy(what, uri, plen - 1);
+            what[plen - 1] = '\0';
+            rc = stk_open_mnist_dir(uri, what, copy, query, opts, out);
+        } else {
+            rc = stk_cifar_open(uri, copy, query, kind == STK_URI_CIFAR100, opts, out);
+        }
+        free(copy);
+        return rc;
+    }
+
+    /* No known prefix: a path, unless it is neither a path nor free of a
+     * scheme-like prefix. */
+    if (stk_path_exists(uri))
+        return stk_open_detect(uri, uri, NULL, opts, out);
+    if (stk_looks_like_scheme(uri, &slen))
+        return stk_fail(STK_EINVAL,
+                        "unknown dataset URI prefix '%.*s:' in '%s' (known prefixes: "
+                        STK_PREFIX_LIST "; or a path to detect)",
+                        (int)(slen > 64 ? 64 : slen), uri, uri);
+    copy = stk_split_query(uri, &query);
+    if (!copy)
+        return STK_ENOMEM;
+    rc = stk_open_detect(uri, copy, query, opts, out);
+    free(copy);
+    return rc;
+}

@@ -1,0 +1,913 @@
+/*
+ * spec.c — the pipeline spec language: lexer, parser, error messages, and
+ * the public stk_spec_check.
+ *
+ * The grammar (docs/pipeline.md has the whole reference):
+ *
+ *   spec     := ws | stage ( '|' stage )*
+ *   stage    := ws name ( ws+ argument )* ws
+ *   argument := value | key '=' value
+ *   value    := item ( ',' item )*
+ *   item     := number | word
+ *
+ * Whitespace is free around '|', ',' and '=': the lexer joins "0.5, 0.5"
+ * and "fill = 3" into one argument. Words (op names, keys, presets, dtypes,
+ * modes) match case-insensitively. Numbers use the C syntax of decimal
+ * floating constants ([+-] digits [. digits] [e [+-] digits]); they are
+ * converted by strtod_l in the "C" locale, so a host program that set
+ * LC_NUMERIC to a comma-decimal locale still parses "0.5" as one half.
+ *
+ * The lexer works on byte offsets into the original text and never copies
+ * it, so every error can point at the offending byte: stk_spec_fail prints
+ * the spec (whitespace shown as spaces, a 100-byte window around the column
+ * when it is long) and a caret under the column.
+ *
+ * The parser checks everything that does not depend on the image shape;
+ * stk_plan_compile checks the rest with the columns stored in each op.
+ */
+#include "pipeline/spec.h"
+
+#include "core/error.h"
+#include "ops/plan.h"
+
+#include <locale.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---------------------------------------------------------------------- */
+/* Error messages                                                          */
+/* ---------------------------------------------------------------------- */
+
+#define SHOW_MAX 100 /* bytes of spec shown around the column */
+
+int stk_spec_fail(const char *spec, int column, const char *fmt, ...)
+{
+    char what[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+
+    size_t len = strlen(spec);
+    if (column < 1)
+        column = 1;
+    if ((size_t)column > len + 1)
+        column = (int)(len + 1);
+    size_t at = (size_t)column - 1, start = 0, end = len;
+    if (len > SHOW_MAX) {
+        start = at > SHOW_MAX / 2 ? at - SHOW_MAX / 2 : 0;
+        end = start + SHOW_MAX < len ? start + SHOW_MAX : len;
+    }
+    char line[SHOW_MAX + 8], under[SHOW_MAX + 8];
+    size_t n = 0;
+    if (start > 0) {
+        memcpy(line, "...", 3);
+        n = 3;
+    }
+    size_t caret = n + (at - start);
+    for (size_t i = start; i < end; i++) {
+        unsigned char ch = (unsigned char)spec[i];
+        line[n++] = (ch < 0x20 || ch == 0x7f) ? ' ' : (char)ch;
+    }
+    if (end < len) {
+        memcpy(line + n, "...", 3);
+        n += 3;
+    }
+    line[n] = '\0';
+    memset(under, ' ', caret);
+    under[caret] = '\0';
+    return stk_fail(STK_ESPEC, "pipeline spec, column %d: %s\n  %s\n  %s^", column, what, line,
+                    under);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lexer                                                                   */
+/* ---------------------------------------------------------------------- */
+
+#define MAX_ARGS 16
+#define TOK_SHOW 40 /* bytes of a token quoted in a message */
+
+/* A token: bytes [a, b) of the text (may contain whitespace next to ',' or
+ * '='); eq is the offset of its first '=', or -1. */
+typedef struct tok {
+    int a, b, eq;
+} tok;
+
+typedef struct stage {
+    tok name;
+    int nargs;
+    tok args[MAX_ARGS];
+    int after_name; /* offset of the first non-space byte after the name */
+    int end;        /* offset of the '|' ending the stage, or the length */
+} stage;
+
+typedef struct parser {
+    const char *s;
+    int len;
+    stk_spec *spec;
+} parser;
+
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static int perr(const parser *P, int off, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int perr(const parser *P, int off, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return stk_spec_fail(P->s, off + 1, "%s", msg);
+}
+
+/* printf arguments quoting bytes [a, b): "%.*s" */
+#define TOKARG(P, a, b) ((b) - (a) > TOK_SHOW ? TOK_SHOW : (b) - (a)), (P)->s + (a)
+
+static int skip_ws(const parser *P, int i, int b)
+{
+    while (i < b && is_ws(P->s[i]))
+        i++;
+    return i;
+}
+
+static int trim_end(const parser *P, int a, int b)
+{
+    while (b > a && is_ws(P->s[b - 1]))
+        b--;
+    return b;
+}
+
+/* Read the stage starting at offset i. */
+static int lex_stage(const parser *P, int i, stage *st)
+{
+    const char *s = P->s;
+    int have_name = 0;
+    st->nargs = 0;
+    st->name.a = st->name.b = i;
+    st->name.eq = -1;
+    st->after_name = i;
+    st->end = i;
+    for (;;) {
+        i = skip_ws(P, i, P->len);
+        if (!have_name)
+            st->name.a = st->name.b = i;
+        else if (st->nargs == 0)
+            st->after_name = i;
+        if (i >= P->len || s[i] == '|')
+            break;
+        tok t = {i, i, -1};
+        for (;;) {
+            while (i < P->len && !is_ws(s[i]) && s[i] != '|') {
+                if (s[i] == '=' && t.eq < 0)
+                    t.eq = i;
+                i++;
+            }
+            /* Join across whitespace next to ',' or '=' ("0.5, 0.5",
+             * "fill = 3"), but never onto the op name. */
+            int j = skip_ws(P, i, P->len);
+            int join = have_name && j > i && j < P->len && s[j] != '|' &&
+                       (s[i - 1] == ',' || s[i - 1] == '=' || s[j] == ',' || s[j] == '=');
+            if (!join)
+                break;
+            i = j;
+        }
+        t.b = i;
+        if (!have_name) {
+            st->name = t;
+            have_name = 1;
+        } else {
+            if (st->nargs == MAX_ARGS)
+                return perr(P, t.a, "too many arguments to '%.*s' (at most %d)",
+                            TOKARG(P, st->name.a, st->name.b), MAX_ARGS);
+            st->args[st->nargs++] = t;
+        }
+    }
+    st->end = i;
+    if (!have_name)
+        return 0;
+    return 1;
+}
+
+static int tok_is(const parser *P, int a, int b, const char *word)
+{
+    size_t n = strlen(word);
+    return (size_t)(b - a) == n && strncasecmp(P->s + a, word, n) == 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Numbers and lists                                                       */
+/* ---------------------------------------------------------------------- */
+
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void c_locale_init(void) { c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0); }
+
+/* Is [a, b) a decimal floating constant? */
+static int number_syntax(const char *s, int a, int b)
+{
+    int i = a, digits = 0;
+    if (i < b && (s[i] == '+' || s[i] == '-'))
+        i++;
+    while (i < b && s[i] >= '0' && s[i] <= '9')
+        i++, digits++;
+    if (i < b && s[i] == '.') {
+        i++;
+        while (i < b && s[i] >= '0' && s[i] <= '9')
+            i++, digits++;
+    }
+    if (!digits)
+        return 0;
+    if (i < b && (s[i] == 'e' || s[i] == 'E')) {
+        int ed = 0;
+        i++;
+        if (i < b && (s[i] == '+' || s[i] == '-'))
+            i++;
+        while (i < b && s[i] >= '0' && s[i] <= '9')
+            i++, ed++;
+        if (!ed)
+            return 0;
+    }
+    return i == b;
+}
+
+/* Parse the number at [a, b). `ctx` completes "expected a number <ctx>". */
+static int parse_number(const parser *P, int a, int b, double *out, const char *ctx)
+{
+    char buf[64];
+    if (!number_syntax(P->s, a, b))
+        return perr(P, a, "expected a number %s, got '%.*s'", ctx, TOKARG(P, a, b));
+    if (b - a >= (int)sizeof buf)
+        return perr(P, a, "number too long %s: '%.*s'", ctx, TOKARG(P, a, b));
+    memcpy(buf, P->s + a, (size_t)(b - a));
+    buf[b - a] = '\0';
+    pthread_once(&c_locale_once, c_locale_init);
+    double v = c_locale ? strtod_l(buf, NULL, c_locale) : strtod(buf, NULL);
+    if (!isfinite(v))
+        return perr(P, a, "number out of range %s: '%.*s'", ctx, TOKARG(P, a, b));
+    *out = v;
+    return 0;
+}
+
+typedef struct numlist {
+    int n;
+    double v[STK_SPEC_MAX_LIST];
+    int a[STK_SPEC_MAX_LIST], b[STK_SPEC_MAX_LIST]; /* offsets of each item */
+} numlist;
+
+/* Parse a comma list of numbers in [a, b). */
+static int parse_list(const parser *P, int a, int b, numlist *L, const char *ctx)
+{
+    int i = a;
+    L->n = 0;
+    for (;;) {
+        i = skip_ws(P, i, b);
+        int e = i;
+        while (i < b && P->s[i] != ',' && !is_ws(P->s[i]))
+            i++;
+        if (e == i) {
+            if (L->n)
+                return perr(P, e, "expected a number after ',' %s", ctx);
+            return perr(P, e, "expected a number %s", ctx);
+        }
+        if (L->n == STK_SPEC_MAX_LIST)
+            return perr(P, e, "too many values %s (at most %d)", ctx, STK_SPEC_MAX_LIST);
+        int rc = parse_number(P, e, i, &L->v[L->n], ctx);
+        if (rc < 0)
+            return rc;
+        L->a[L->n] = e;
+        L->b[L->n] = i;
+        L->n++;
+        i = skip_ws(P, i, b);
+        if (i >= b)
+            return 0;
+        /* The lexer only joins across whitespace next to ',' or '=', so
+         * anything else here is part of an item. */
+        if (P->s[i] != ',')
+            return perr(P, i, "expected ',' %s, got '%.*s'", ctx, TOKARG(P, i, b));
+        i++;
+    }
+}
+
+/* A list of whole numbers in [lo, hi] whose length is one of `counts`
+ * (a bit mask: bit k set allows k items; 0 allows any length). `out` must
+ * hold the largest allowed length. */
+static int parse_ints(const parser *P, int a, int b, unsigned counts, uint32_t lo, uint32_t hi,
+                      uint32_t *out, int *n, const char *ctx, const char *count_msg)
+{
+    numlist L;
+    int rc = parse_list(P, a, b, &L, ctx);
+    if (rc < 0)
+        return rc;
+    for (int k = 0; k < L.n; k++) {
+        double v = L.v[k];
+        if (v != floor(v) || v < (double)lo || v > (double)hi)
+            return perr(P, L.a[k], "expected a whole number from %u to %u %s, got '%.*s'", lo, hi,
+                        ctx, TOKARG(P, L.a[k], L.b[k]));
+    }
+    if (counts && (L.n >= 32 || !(counts & (1u << L.n))))
+        return perr(P, a, "%s, got %d value%s", count_msg, L.n, L.n == 1 ? "" : "s");
+    for (int k = 0; k < L.n; k++) /* out has room for the largest allowed count */
+        out[k] = (uint32_t)L.v[k];
+    *n = L.n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Stage helpers                                                           */
+/* ---------------------------------------------------------------------- */
+
+/* Split an argument into key and value ranges. Returns 0 for a positional
+ * argument. */
+static int split_key(const parser *P, const tok *t, int *ka, int *kb, int *va, int *vb)
+{
+    if (t->eq < 0)
+        return 0;
+    *ka = t->a;
+    *kb = trim_end(P, t->a, t->eq);
+    *va = skip_ws(P, t->eq + 1, t->b);
+    *vb = t->b;
+    if (*ka == *kb)
+        return perr(P, t->a, "expected a key before '='");
+    if (*va == *vb)
+        return perr(P, t->eq + 1, "expected a value after '%.*s='", TOKARG(P, *ka, *kb));
+    return 1;
+}
+
+static int unexpected(const parser *P, const stage *st, const tok *t)
+{
+    return perr(P, t->a, "unexpected argument '%.*s' to '%.*s'", TOKARG(P, t->a, t->b),
+                TOKARG(P, st->name.a, st->name.b));
+}
+
+static int unknown_key(const parser *P, const stage *st, int ka, int kb, const char *known)
+{
+    if (!known)
+        return perr(P, ka, "'%.*s' takes no key=value arguments, got '%.*s='",
+                    TOKARG(P, st->name.a, st->name.b), TOKARG(P, ka, kb));
+    return perr(P, ka, "unknown key '%.*s' for '%.*s' (known: %s)", TOKARG(P, ka, kb),
+                TOKARG(P, st->name.a, st->name.b), known);
+}
+
+static int twice(const parser *P, int ka, int kb)
+{
+    return perr(P, ka, "'%.*s' is given twice", TOKARG(P, ka, kb));
+}
+
+static stk_spec_op *new_op(parser *P, stk_op_kind kind, int col_off, int *rc)
+{
+    stk_spec *sp = P->spec;
+    if (sp->nops == STK_SPEC_MAX_OPS) {
+        *rc = perr(P, col_off, "too many stages (at most %d)", STK_SPEC_MAX_OPS);
+        return NULL;
+    }
+    stk_spec_op *op = &sp->ops[sp->nops++];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->col = col_off + 1;
+    op->arg_col = col_off + 1;
+    return op;
+}
+
+#define PAD_COUNT_MSG "padding takes 1 (all sides), 2 (left/right,top/bottom) or 4 " \
+                      "(left,top,right,bottom) sizes"
+
+static int parse_pad_sizes(const parser *P, int a, int b, stk_spec_op *op, const char *ctx)
+{
+    uint32_t v[4];
+    int n, rc = parse_ints(P, a, b, (1u << 1) | (1u << 2) | (1u << 4), 0, STK_SPEC_MAX_SIZE, v,
+                           &n, ctx, PAD_COUNT_MSG);
+    if (rc < 0)
+        return rc;
+    if (n == 1) {
+        op->u.pad.left = op->u.pad.top = op->u.pad.right = op->u.pad.bottom = v[0];
+    } else if (n == 2) {
+        op->u.pad.left = op->u.pad.right = v[0];
+        op->u.pad.top = op->u.pad.bottom = v[1];
+    } else {
+        op->u.pad.left = v[0];
+        op->u.pad.top = v[1];
+        op->u.pad.right = v[2];
+        op->u.pad.bottom = v[3];
+    }
+    op->arg_col = a + 1;
+    return 0;
+}
+
+static int parse_fill(const parser *P, int a, int b, stk_spec_op *op)
+{
+    uint32_t v[STK_SPEC_MAX_LIST];
+    int n, rc = parse_ints(P, a, b, 0, 0, 255, v, &n, "in fill=", "fill takes 1 value or 1 per channel");
+    if (rc < 0)
+        return rc;
+    op->u.pad.nfill = (uint32_t)n;
+    for (int k = 0; k < n; k++)
+        op->u.pad.fill[k] = (uint8_t)v[k];
+    op->u.pad.fill_col = a + 1;
+    return 0;
+}
+
+static int parse_mode(const parser *P, int a, int b, stk_pad_mode *mode)
+{
+    static const struct {
+        const char *name;
+        stk_pad_mode mode;
+    } modes[] = {{"constant", STK_PAD_CONSTANT},
+                 {"edge", STK_PAD_EDGE},
+                 {"reflect", STK_PAD_REFLECT},
+                 {"symmetric", STK_PAD_SYMMETRIC}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (tok_is(P, a, b, modes[i].name)) {
+            *mode = modes[i].mode;
+            return 0;
+        }
+    }
+    return perr(P, a, "unknown padding mode '%.*s' (known: constant, edge, reflect, symmetric)",
+                TOKARG(P, a, b));
+}
+
+/* The column to blame for a missing argument: just after the op name. */
+static int missing_at(const stage *st) { return st->after_name; }
+
+/* ---------------------------------------------------------------------- */
+/* Ops                                                                     */
+/* ---------------------------------------------------------------------- */
+
+static int parse_pad(parser *P, const stage *st)
+{
+    int rc = 0, have_size = 0, have_fill = 0, have_mode = 0;
+    stk_spec_op *op = new_op(P, STK_OP_PAD, st->name.a, &rc);
+    if (!op)
+        return rc;
+    op->u.pad.mode = STK_PAD_CONSTANT;
+    op->u.pad.nfill = 1;
+    op->u.pad.fill_col = op->col;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            if (have_size)
+                return unexpected(P, st, t);
+            rc = parse_pad_sizes(P, t->a, t->b, op, "after 'pad'");
+            have_size = 1;
+        } else if (tok_is(P, ka, kb, "fill")) {
+            if (have_fill++)
+                return twice(P, ka, kb);
+            rc = parse_fill(P, va, vb, op);
+        } else if (tok_is(P, ka, kb, "mode") || tok_is(P, ka, kb, "padding_mode")) {
+            if (have_mode++)
+                return twice(P, ka, kb);
+            rc = parse_mode(P, va, vb, &op->u.pad.mode);
+        } else {
+            return unknown_key(P, st, ka, kb, "fill, mode");
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (!have_size)
+        return perr(P, missing_at(st),
+                    "expected padding sizes after 'pad' (N, LR,TB or L,T,R,B)");
+    return 0;
+}
+
+/* `H` or `H,W` (square when one value). */
+static int parse_crop_size(const parser *P, const tok *t, stk_spec_op *op, const char *ctx)
+{
+    uint32_t v[2];
+    int n, rc = parse_ints(P, t->a, t->b, (1u << 1) | (1u << 2), 1, STK_SPEC_MAX_SIZE, v, &n, ctx,
+                           "a crop size is H or H,W");
+    if (rc < 0)
+        return rc;
+    op->u.crop.height = v[0];
+    op->u.crop.width = n == 2 ? v[1] : v[0];
+    op->arg_col = t->a + 1;
+    return 0;
+}
+
+static int parse_crop(parser *P, const stage *st, int random)
+{
+    const char *name = random ? "random_crop" : "center_crop";
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "after '%s'", name);
+    int rc = 0, size_at = -1;
+    int pad_at = -1, pka = 0, fill_at = -1, fka = 0, fkb = 0, mode_at = -1, mka = 0,
+        mkb = 0;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            if (size_at >= 0)
+                return unexpected(P, st, t);
+            size_at = i;
+        } else if (random && tok_is(P, ka, kb, "padding")) {
+            if (pad_at >= 0)
+                return twice(P, ka, kb);
+            pad_at = i, pka = ka;
+        } else if (random && tok_is(P, ka, kb, "fill")) {
+            if (fill_at >= 0)
+                return twice(P, ka, kb);
+            fill_at = i, fka = ka, fkb = kb;
+        } else if (random && (tok_is(P, ka, kb, "mode") || tok_is(P, ka, kb, "padding_mode"))) {
+            if (mode_at >= 0)
+                return twice(P, ka, kb);
+            mode_at = i, mka = ka, mkb = kb;
+        } else {
+            return unknown_key(P, st, ka, kb, random ? "padding, fill, mode" : NULL);
+        }
+    }
+    if (size_at < 0)
+        return perr(P, missing_at(st), "expected a crop size after '%s' (H or H,W)", name);
+    if (pad_at < 0 && fill_at >= 0)
+        return perr(P, fka, "'%.*s=' needs padding=", TOKARG(P, fka, fkb));
+    if (pad_at < 0 && mode_at >= 0)
+        return perr(P, mka, "'%.*s=' needs padding=", TOKARG(P, mka, mkb));
+
+    if (pad_at >= 0) { /* random_crop ... padding=N  ==  pad N | random_crop ... */
+        stk_spec_op *pad = new_op(P, STK_OP_PAD, pka, &rc);
+        if (!pad)
+            return rc;
+        pad->u.pad.mode = STK_PAD_CONSTANT;
+        pad->u.pad.nfill = 1;
+        pad->u.pad.fill_col = pad->col;
+        int ka, kb, va, vb;
+        split_key(P, &st->args[pad_at], &ka, &kb, &va, &vb);
+        if ((rc = parse_pad_sizes(P, va, vb, pad, "in padding=")) < 0)
+            return rc;
+        if (fill_at >= 0) {
+            split_key(P, &st->args[fill_at], &ka, &kb, &va, &vb);
+            if ((rc = parse_fill(P, va, vb, pad)) < 0)
+                return rc;
+        }
+        if (mode_at >= 0) {
+            split_key(P, &st->args[mode_at], &ka, &kb, &va, &vb);
+            if ((rc = parse_mode(P, va, vb, &pad->u.pad.mode)) < 0)
+                return rc;
+        }
+    }
+    stk_spec_op *op =
+        new_op(P, random ? STK_OP_RANDOM_CROP : STK_OP_CENTER_CROP, st->name.a, &rc);
+    if (!op)
+        return rc;
+    return parse_crop_size(P, &st->args[size_at], op, ctx);
+}
+
+static int parse_flip(parser *P, const stage *st, stk_op_kind kind)
+{
+    int rc = 0, have_p = 0;
+    stk_spec_op *op = new_op(P, kind, st->name.a, &rc);
+    if (!op)
+        return rc;
+    op->u.flip.p = 0.5;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            va = t->a;
+            vb = t->b;
+        } else if (!tok_is(P, ka, kb, "p")) {
+            return unknown_key(P, st, ka, kb, "p");
+        }
+        if (have_p++)
+            return keyed ? twice(P, ka, kb) : unexpected(P, st, t);
+        char ctx[64];
+        snprintf(ctx, sizeof ctx, "after '%.*s'", TOKARG(P, st->name.a, st->name.b));
+        double p;
+        if ((rc = parse_number(P, va, vb, &p, ctx)) < 0)
+            return rc;
+        if (!(p >= 0.0 && p <= 1.0))
+            return perr(P, va, "flip probability must be from 0 to 1, got '%.*s'",
+                        TOKARG(P, va, vb));
+        op->u.flip.p = p;
+        op->arg_col = va + 1;
+    }
+    return 0;
+}
+
+static const struct preset {
+    const char *name;
+    int n;
+    double mean[3], std[3];
+} presets[] = {
+    {"cifar10", 3, {0.4914, 0.4822, 0.4465}, {0.2470, 0.2435, 0.2616}},
+    {"imagenet", 3, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}},
+    {"mnist", 1, {0.1307}, {0.3081}},
+    {"fashion-mnist", 1, {0.2860}, {0.3530}},
+    {"fashion_mnist", 1, {0.2860}, {0.3530}},
+};
+#define PRESET_NAMES "cifar10, imagenet, mnist, fashion-mnist"
+
+static int set_values(const parser *P, const numlist *L, double *dst, uint32_t *n, int is_std)
+{
+    for (int k = 0; k < L->n; k++) {
+        if (is_std && !(L->v[k] > 0.0))
+            return perr(P, L->a[k], "std must be > 0, got '%.*s'", TOKARG(P, L->a[k], L->b[k]));
+        dst[k] = L->v[k];
+    }
+    *n = (uint32_t)L->n;
+    return 0;
+}
+
+static int parse_normalize(parser *P, const stage *st)
+{
+    int rc = 0, npos = 0, pos[2] = {0, 0}, mean_at = -1, std_at = -1;
+    stk_spec_op *op = new_op(P, STK_OP_NORMALIZE, st->name.a, &rc);
+    if (!op)
+        return rc;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            if (npos == 2)
+                return unexpected(P, st, t);
+            pos[npos++] = i;
+        } else if (tok_is(P, ka, kb, "mean")) {
+            if (mean_at >= 0)
+                return twice(P, ka, kb);
+            mean_at = i;
+        } else if (tok_is(P, ka, kb, "std")) {
+            if (std_at >= 0)
+                return twice(P, ka, kb);
+            std_at = i;
+        } else {
+            return unknown_key(P, st, ka, kb, "mean, std");
+        }
+    }
+    numlist L;
+    if (npos && (mean_at >= 0 || std_at >= 0)) {
+        const tok *t = &st->args[mean_at >= 0 ? mean_at : std_at];
+        return perr(P, t->a, "give normalize either MEAN STD or mean= std=, not both");
+    }
+    if (npos >= 1) {
+        const tok *t = &st->args[pos[0]];
+        char c0 = P->s[t->a];
+        if ((c0 >= 'a' && c0 <= 'z') || (c0 >= 'A' && c0 <= 'Z')) { /* a preset */
+            if (npos == 2)
+                return unexpected(P, st, &st->args[pos[1]]);
+            for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++) {
+                if (tok_is(P, t->a, t->b, presets[k].name)) {
+                    op->u.normalize.nmean = op->u.normalize.nstd = (uint32_t)presets[k].n;
+                    memcpy(op->u.normalize.mean, presets[k].mean, sizeof presets[k].mean);
+                    memcpy(op->u.normalize.std, presets[k].std, sizeof presets[k].std);
+                    op->u.normalize.mean_col = op->u.normalize.std_col = t->a + 1;
+                    op->arg_col = t->a + 1;
+                    return 0;
+                }
+            }
+            return perr(P, t->a, "unknown normalize preset '%.*s' (known: " PRESET_NAMES ")",
+                        TOKARG(P, t->a, t->b));
+        }
+        if ((rc = parse_list(P, t->a, t->b, &L, "in the normalize mean")) < 0)
+            return rc;
+        set_values(P, &L, op->u.normalize.mean, &op->u.normalize.nmean, 0);
+        op->u.normalize.mean_col = op->arg_col = t->a + 1;
+        if (npos < 2)
+            return perr(P, st->end, "expected the std values after the normalize mean");
+        t = &st->args[pos[1]];
+        if ((rc = parse_list(P, t->a, t->b, &L, "in the normalize std")) < 0)
+            return rc;
+        if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
+            return rc;
+        op->u.normalize.std_col = t->a + 1;
+        return 0;
+    }
+    if (mean_at < 0 && std_at < 0)
+        return perr(P, missing_at(st),
+                    "expected a preset (" PRESET_NAMES ") or MEAN STD after 'normalize'");
+    if (mean_at < 0 || std_at < 0)
+        return perr(P, st->args[mean_at >= 0 ? mean_at : std_at].a,
+                    "normalize needs both mean= and std=");
+    int ka, kb, va, vb;
+    split_key(P, &st->args[mean_at], &ka, &kb, &va, &vb);
+    if ((rc = parse_list(P, va, vb, &L, "in mean=")) < 0)
+        return rc;
+    set_values(P, &L, op->u.normalize.mean, &op->u.normalize.nmean, 0);
+    op->u.normalize.mean_col = op->arg_col = va + 1;
+    split_key(P, &st->args[std_at], &ka, &kb, &va, &vb);
+    if ((rc = parse_list(P, va, vb, &L, "in std=")) < 0)
+        return rc;
+    if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
+        return rc;
+    op->u.normalize.std_col = va + 1;
+    return 0;
+}
+
+static int parse_to(parser *P, const stage *st)
+{
+    static const struct {
+        const char *name;
+        stk_dtype dtype;
+    } dtypes[] = {{"u8", STK_U8},        {"uint8", STK_U8},     {"f16", STK_F16},
+                  {"float16", STK_F16},  {"half", STK_F16},     {"f32", STK_F32},
+                  {"float32", STK_F32},  {"float", STK_F32}};
+    int rc = 0;
+    stk_spec_op *op = new_op(P, STK_OP_TO, st->name.a, &rc);
+    if (!op)
+        return rc;
+    if (st->nargs == 0)
+        return perr(P, missing_at(st), "expected a dtype after 'to' (u8, f16 or f32)");
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (keyed)
+            return unknown_key(P, st, ka, kb, NULL);
+        if (i >= 2)
+            return unexpected(P, st, t);
+    }
+    const tok *t = &st->args[0];
+    size_t k;
+    for (k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
+        if (tok_is(P, t->a, t->b, dtypes[k].name))
+            break;
+    if (k == sizeof dtypes / sizeof dtypes[0])
+        return perr(P, t->a, "unknown dtype '%.*s' (known: u8, f16, f32)", TOKARG(P, t->a, t->b));
+    op->u.to.dtype = dtypes[k].dtype;
+    op->arg_col = t->a + 1;
+    op->u.to.layout = op->u.to.dtype == STK_U8 ? STK_HWC : STK_CHW;
+    if (st->nargs == 2) {
+        t = &st->args[1];
+        if (tok_is(P, t->a, t->b, "hwc"))
+            op->u.to.layout = STK_HWC;
+        else if (tok_is(P, t->a, t->b, "chw"))
+            op->u.to.layout = STK_CHW;
+        else
+            return perr(P, t->a, "unknown layout '%.*s' (known: hwc, chw)", TOKARG(P, t->a, t->b));
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Op names                                                                */
+/* ---------------------------------------------------------------------- */
+
+static const char *const op_names[] = {"pad",  "random_crop", "center_crop", "flip",
+                                       "hflip", "vflip",      "normalize",   "to"};
+#define OP_NAMES "pad, random_crop, center_crop, flip, hflip, vflip, normalize, to"
+
+/* Levenshtein distance of [a, b) to word, capped at 9. */
+static int edit_distance(const parser *P, int a, int b, const char *word)
+{
+    int n = b - a, m = (int)strlen(word);
+    if (n > 24 || m > 24)
+        return 9;
+    int d[25][25];
+    for (int i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= n; i++) {
+        for (int j = 1; j <= m; j++) {
+            char x = P->s[a + i - 1];
+            if (x >= 'A' && x <= 'Z')
+                x = (char)(x - 'A' + 'a');
+            int cost = x != word[j - 1];
+            int best = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m] < 9 ? d[n][m] : 9;
+}
+
+static int unknown_op(const parser *P, const stage *st)
+{
+    int a = st->name.a, b = st->name.b, best = 3;
+    const char *guess = NULL;
+    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++) {
+        int d = edit_distance(P, a, b, op_names[i]);
+        if (d < best) {
+            best = d;
+            guess = op_names[i];
+        }
+    }
+    if (guess)
+        return perr(P, a, "unknown op '%.*s' (did you mean '%s'?); known ops: " OP_NAMES,
+                    TOKARG(P, a, b), guess);
+    return perr(P, a, "unknown op '%.*s'; known ops: " OP_NAMES, TOKARG(P, a, b));
+}
+
+static int parse_stage(parser *P, const stage *st)
+{
+    int a = st->name.a, b = st->name.b;
+    if (tok_is(P, a, b, "pad"))
+        return parse_pad(P, st);
+    if (tok_is(P, a, b, "random_crop"))
+        return parse_crop(P, st, 1);
+    if (tok_is(P, a, b, "center_crop"))
+        return parse_crop(P, st, 0);
+    if (tok_is(P, a, b, "flip") || tok_is(P, a, b, "hflip"))
+        return parse_flip(P, st, STK_OP_HFLIP);
+    if (tok_is(P, a, b, "vflip"))
+        return parse_flip(P, st, STK_OP_VFLIP);
+    if (tok_is(P, a, b, "normalize"))
+        return parse_normalize(P, st);
+    if (tok_is(P, a, b, "to"))
+        return parse_to(P, st);
+    return unknown_op(P, st);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Spec                                                                    */
+/* ---------------------------------------------------------------------- */
+
+int stk_spec_parse(const char *text, stk_spec *out)
+{
+    if (!text || !out)
+        return stk_fail(STK_EINVAL, "pipeline spec is NULL");
+    size_t tl = strlen(text);
+    if (tl > 65536)
+        return stk_fail(STK_ESPEC, "pipeline spec is too long (%zu bytes, at most 65536)", tl);
+    memset(out, 0, sizeof *out);
+    out->text = text;
+    parser P = {text, (int)tl, out};
+
+    int i = skip_ws(&P, 0, P.len), to_at = -1, norm_at = -1;
+    if (i < P.len) {
+        for (;;) {
+            stage st;
+            int rc = lex_stage(&P, i, &st);
+            if (rc < 0)
+                return rc;
+            if (rc == 0) {
+                if (st.end < P.len)
+                    return perr(&P, st.end, "expected an op before '|'");
+                return perr(&P, st.end, "expected an op after '|'");
+            }
+            if (to_at >= 0)
+                return perr(&P, st.name.a,
+                            "'%.*s' comes after 'to', but 'to' must be the last stage",
+                            TOKARG(&P, st.name.a, st.name.b));
+            int first = out->nops;
+            if ((rc = parse_stage(&P, &st)) < 0)
+                return rc;
+            for (int k = first; k < out->nops; k++) {
+                stk_spec_op *op = &out->ops[k];
+                if (op->kind == STK_OP_NORMALIZE) {
+                    if (norm_at >= 0)
+                        return stk_spec_fail(text, op->col,
+                                             "normalize is given twice; give it once");
+                    norm_at = k;
+                } else if (op->kind == STK_OP_PAD && norm_at >= 0) {
+                    return stk_spec_fail(text, op->col,
+                                         "pad must come before normalize (fill values are "
+                                         "pixel values 0-255)");
+                } else if (op->kind == STK_OP_TO) {
+                    to_at = k;
+                }
+            }
+            if (st.end >= P.len)
+                break;
+            i = st.end + 1; /* past '|' */
+        }
+    }
+    out->has_normalize = norm_at >= 0;
+    if (to_at >= 0) {
+        const stk_spec_op *to = &out->ops[to_at];
+        if (to->u.to.dtype == STK_U8 && norm_at >= 0)
+            return stk_spec_fail(text, to->arg_col,
+                                 "u8 output cannot hold normalized values; use f16 or f32");
+        out->dtype = to->u.to.dtype;
+        out->layout = to->u.to.layout;
+    } else if (norm_at >= 0) {
+        out->dtype = STK_F32;
+        out->layout = STK_CHW;
+    } else {
+        out->dtype = STK_U8;
+        out->layout = STK_HWC;
+    }
+    return 0;
+}
+
+int stk_spec_check(const char *spec, uint32_t height, uint32_t width, uint32_t channels,
+                   int64_t out_shape[3], stk_dtype *dtype, stk_layout *layout)
+{
+    stk_plan *p = NULL;
+    int rc = stk_plan_compile(spec, height, width, channels, &p);
+    if (rc < 0)
+        return rc;
+    stk_plan_output(p, out_shape, dtype, layout, NULL);
+    stk_plan_free(p);
+    return 0;
+}
