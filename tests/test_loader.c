@@ -538,6 +538,14 @@ static void test_interrupt_leaves_loader_usable(void **state)
     stk_loader_interrupt(l);
     stk_batch b;
     assert_int_equal(stk_loader_next(l, &b), STK_EINTR);
+    /* A source taking 200 ms a sample cannot fill a batch of 10 within 1 ms;
+     * the timed-out loader carries on. */
+    stk_dataset *glacial = wrap(f.ds, 200000, 0);
+    stk_loader *g = make_loader(glacial, "to u8", (stk_loader_options){.batch_size = 10, .threads = 2});
+    assert_int_equal(stk_loader_next_timeout(g, &b, 1), STK_ETIMEDOUT);
+    assert_non_null(strstr(stk_errmsg(), "1 ms"));
+    stk_loader_destroy(g);
+    stk_dataset_close(glacial);
     run out = {0};
     assert_int_equal(drain(l, &out, 0), 0);
     assert_int_equal(out.rows, 100);

@@ -80,6 +80,7 @@ enum stk_error {
     STK_ETHREAD = -12,     /* a thread could not be created */
     STK_EEXHAUSTED = -13,  /* every batch buffer is lent out; release one */
     STK_EINTR = -14,       /* interrupted by the caller (stk_loader_interrupt) */
+    STK_ETIMEDOUT = -15,   /* a wait with a timeout expired */
 };
 
 /* Static name and one-line description of a code ("STK_EFORMAT: malformed
@@ -267,6 +268,11 @@ typedef struct stk_batch {
  * stk_loader_release(). One consumer thread at a time.
  */
 STK_API int stk_loader_next(stk_loader *l, stk_batch *batch);
+
+/* stk_loader_next that gives up after `timeout_ms` milliseconds with
+ * STK_ETIMEDOUT (the loader is unchanged; call again). timeout_ms < 0 waits
+ * forever. Lets a binding poll for signals (Ctrl-C) while it waits. */
+STK_API int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms);
 
 /* Give a lent batch back. May be called from any thread. Releasing the same
  * batch twice is detected and ignored (returns STK_ESTATE). */

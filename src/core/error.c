@@ -33,6 +33,7 @@ static const struct {
     {STK_ETHREAD, "STK_ETHREAD: cannot create thread"},
     {STK_EEXHAUSTED, "STK_EEXHAUSTED: every batch buffer is lent out"},
     {STK_EINTR, "STK_EINTR: interrupted"},
+    {STK_ETIMEDOUT, "STK_ETIMEDOUT: timed out"},
 };
 
 const char *stk_strerror(int code)

@@ -51,11 +51,13 @@
 #include "ops/plan.h"
 #include "pipeline/sampler.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_BATCH_SIZE 256
 #define DEFAULT_THREADS 2
@@ -481,7 +483,11 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
 
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
-    pthread_cond_init(&l->ready_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* timed waits immune to clock jumps */
+    pthread_cond_init(&l->ready_cv, &ca);
+    pthread_condattr_destroy(&ca);
     for (uint32_t i = 0; i < l->opt.threads; i++) {
         worker *w = &l->workers[i];
         w->loader = l;
@@ -605,10 +611,25 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
 
 int stk_loader_next(stk_loader *l, stk_batch *batch)
 {
+    return stk_loader_next_timeout(l, batch, -1);
+}
+
+int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
+{
     if (!l || !batch)
         return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
     int rc;
     double waited = 0;
+    struct timespec deadline = {0};
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
     pthread_mutex_lock(&l->mu);
     for (;;) {
         if (l->interrupted) {
@@ -642,8 +663,16 @@ int stk_loader_next(stk_loader *l, stk_batch *batch)
         if (!s && (rc = starved_locked(l)) < 0)
             break;
         double t0 = stk_now();
-        pthread_cond_wait(&l->ready_cv, &l->mu);
+        int wrc = 0;
+        if (timeout_ms >= 0)
+            wrc = pthread_cond_timedwait(&l->ready_cv, &l->mu, &deadline);
+        else
+            pthread_cond_wait(&l->ready_cv, &l->mu);
         waited += stk_now() - t0;
+        if (wrc == ETIMEDOUT) {
+            rc = stk_fail(STK_ETIMEDOUT, "loader: no batch within %lld ms", (long long)timeout_ms);
+            break;
+        }
     }
     l->wait_s += waited;
     pthread_mutex_unlock(&l->mu);
