@@ -6,11 +6,15 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config          # toolchain (CMake >= 3.25)
   zlib1g-dev                                # IDX .gz reading
+  libjpeg62-turbo-dev libspng-dev           # JPEG (libjpeg-turbo) and PNG decoding
+  libzstd-dev                               # raw-pixel shard compression
+  clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   libxxhash-dev                             # CLI --digest
   libcmocka-dev                             # C unit tests
   dataset-fashion-mnist                     # the demo's data
   python3 python3-numpy python3-pytest      # Python tests (Debian's /usr/bin/python3)
   python3-torch python3-torchvision python3-pil python3-psutil python3-xxhash
+  python3-dev python3-setuptools python3-pip python3-venv python3-h5py   # extension build, benchmarks
 )
 
 missing=()

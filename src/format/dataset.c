@@ -80,6 +80,11 @@ void stk_dataset_close(stk_dataset *ds)
         return;
     if (ds->impl && ds->vt && ds->vt->close)
         ds->vt->close(ds);
+    if (ds->class_names) {
+        for (uint32_t i = 0; i < ds->num_classes; i++)
+            free(ds->class_names[i]);
+        free(ds->class_names);
+    }
     free(ds->uri);
     free(ds);
 }

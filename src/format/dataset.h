@@ -19,7 +19,12 @@
 #include "stoker/stoker.h"
 
 typedef struct stk_sample {
+    /* Decoded pixels; image.pixels is NULL when the sample is encoded. */
     stk_image_view image;
+    /* Encoded image bytes (JPEG/PNG...) when image.pixels is NULL; lent like
+     * the view. */
+    const uint8_t *encoded;
+    size_t encoded_size;
     int64_t label;
 } stk_sample;
 
@@ -40,6 +45,8 @@ struct stk_dataset {
     uint64_t count;        /* samples */
     uint32_t height, width, channels; /* fixed sample shape (0 = varies) */
     uint32_t num_classes;  /* 0 = unknown */
+    char **class_names;    /* num_classes names (label -> name), or NULL;
+                              owned: freed by stk_dataset_close with each name */
     void *impl;            /* owned by the reader */
 };
 

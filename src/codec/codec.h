@@ -1,0 +1,74 @@
+/*
+ * codec.h — decoding encoded images (internal). The only module that
+ * includes codec headers (libjpeg-turbo's jpeglib.h, libspng's spng.h).
+ *
+ * Everything here treats its input as hostile: the header is read and the
+ * dimensions checked against the limits before any pixel buffer is
+ * allocated, every libjpeg error and warning (a truncated stream is only a
+ * warning to libjpeg) becomes STK_EDATA with the decoder's reason, and
+ * nothing longjmps across stoker frames.
+ *
+ * Output is always 8-bit RGB, HWC interleaved: grayscale is replicated,
+ * CMYK/YCCK (including Adobe's inverted CMYK) converted, alpha dropped,
+ * 16-bit PNG reduced to 8 bits, palettes expanded. EXIF orientation is
+ * ignored, as torchvision/PIL do by default.
+ */
+#ifndef STK_CODEC_CODEC_H
+#define STK_CODEC_CODEC_H
+
+#include "core/image.h"
+#include "core/util.h"
+#include "stoker/stoker.h"
+
+typedef enum stk_image_format {
+    STK_IMAGE_UNKNOWN = 0,
+    STK_IMAGE_JPEG = 1,
+    STK_IMAGE_PNG = 2,
+} stk_image_format;
+
+typedef struct stk_image_info {
+    stk_image_format format;
+    uint32_t width, height;
+    uint32_t components; /* as stored: 1 gray, 3 color, 4 CMYK/RGBA, 2 gray+alpha */
+    int progressive;     /* JPEG only */
+    int cmyk;            /* JPEG stored as CMYK or YCCK */
+} stk_image_info;
+
+typedef struct stk_codec_limits {
+    uint64_t max_pixels; /* width * height; 0 = STK_DEFAULT_MAX_PIXELS */
+} stk_codec_limits;
+
+/* Sniff the format from magic bytes ("\xFF\xD8\xFF" JPEG, PNG signature). */
+stk_image_format stk_image_sniff(const uint8_t *data, size_t size);
+const char *stk_image_format_name(stk_image_format f);
+
+/* Read only the header. STK_EDATA (bad/unknown/truncated header),
+ * STK_ELIMIT (over max_pixels) with the reason in stk_errmsg(). */
+int stk_image_probe(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                    stk_image_info *info);
+
+/* A rectangle in full-resolution pixel coordinates. */
+typedef struct stk_rect {
+    uint32_t x, y, width, height;
+} stk_rect;
+
+/*
+ * Decode to RGB8 HWC into `out` (grown as needed) and describe it in *view.
+ *
+ * region: NULL for the whole image, else the part wanted (full-resolution
+ *   coordinates, inside the image). JPEG decodes only the rows and the
+ *   iMCU-aligned columns that cover it (jpeg_crop_scanline /
+ *   jpeg_skip_scanlines); *view is then exactly the region (scaled).
+ * scale_denom: 1, 2, 4 or 8 — JPEG DCT scaling (output is ceil(size/denom));
+ *   PNG accepts only 1. With scaling, the region is scaled the same way:
+ *   the view covers floor(x/d) .. ceil((x+w)/d).
+ *
+ * Errors: STK_EDATA with the decoder's reason for corrupt or truncated data,
+ * STK_ELIMIT over the pixel limit, STK_EINVAL for a bad region/scale,
+ * STK_ENOMEM.
+ */
+int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                     const stk_rect *region, unsigned scale_denom, stk_scratch *out,
+                     stk_image_view *view);
+
+#endif
