@@ -19,6 +19,10 @@
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_order(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
 
 /* Strict unsigned parse of the whole string; prints a usage error naming
  * `what` and returns false on failure. */

@@ -21,6 +21,10 @@ static const char usage[] =
     "  bench DATASET --pipeline SPEC   measure a pipeline: samples/s, MB/s, per-stage times,\n"
     "                                  peak RSS; --digest hashes every batch\n"
     "  order DATASET-or-SIZE           print the sample indices one rank sees in an epoch\n"
+    "  pack SRC DEST                   pack a dataset into .stk shards (docs/format.md)\n"
+    "  inspect DATASET                 schema, counts, sizes, label histogram, metadata\n"
+    "  verify DATASET [--decode]       check shard structure and record checksums\n"
+    "  cat DATASET INDEX [--field F]   write one record's field to stdout\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -90,6 +94,14 @@ int main(int argc, char **argv)
         return cmd_order(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cat"))
+        return cmd_cat(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("stoker %s\n", stk_version_string());
         return 0;
@@ -103,6 +115,14 @@ int main(int argc, char **argv)
                 return cmd_order(2, sub);
             if (!strcmp(argv[2], "demo"))
                 return cmd_demo(2, sub);
+            if (!strcmp(argv[2], "pack"))
+                return cmd_pack(2, sub);
+            if (!strcmp(argv[2], "inspect"))
+                return cmd_inspect(2, sub);
+            if (!strcmp(argv[2], "verify"))
+                return cmd_verify(2, sub);
+            if (!strcmp(argv[2], "cat"))
+                return cmd_cat(2, sub);
             cli_error("no command '%s' (try 'stoker help')", argv[2]);
             return EXIT_USAGE;
         }

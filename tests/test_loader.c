@@ -405,7 +405,7 @@ static int test_ds_read(const stk_dataset *ds, uint64_t index, stk_sample *out, 
 
 static void test_ds_close(stk_dataset *ds) { free(ds->impl); }
 
-static const stk_dataset_vtable test_ds_vt = {"test", test_ds_read, test_ds_close};
+static const stk_dataset_vtable test_ds_vt = {.format = "test", .read = test_ds_read, .close = test_ds_close};
 
 static stk_dataset *wrap(stk_dataset *inner, useconds_t delay, uint64_t bad_every)
 {

@@ -119,6 +119,9 @@ typedef struct stk_dataset_options {
  *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz] and
  *                                       train-labels-idx1-ubyte[.gz] (t10k-* for test)
  *   fashion-mnist:DIR[?split=...]       the same file names as mnist
+ *   stk:PATH[?verify=off|first|always][&io=mmap|pread]
+ *                                       .stk shards: a file, a directory of
+ *                                       *.stk, or a glob (docs/format.md)
  *   PATH                                detected: a directory of one of the
  *                                       layouts above, or an IDX images file
  *                                       (its labels file found by name)
@@ -161,6 +164,117 @@ STK_API void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
  * Returns the number of bytes written, or a negative code. */
 STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
                                  uint8_t *pixels, size_t capacity, int64_t *label);
+
+/* Fields: what a record holds. Every dataset has at least an image field
+ * ("image") and an int64 "label"; .stk shards have the fields of their
+ * schema (docs/format.md). */
+typedef enum stk_field_type {
+    STK_FIELD_BYTES = 1,     /* opaque bytes */
+    STK_FIELD_IMAGE = 2,     /* an encoded image file (JPEG, PNG) */
+    STK_FIELD_RAW_IMAGE = 3, /* uint8 HWC pixels */
+    STK_FIELD_INT64 = 4,     /* fixed-shape int64 (labels) */
+    STK_FIELD_FLOAT32 = 5,   /* fixed-shape float32 */
+    STK_FIELD_STRING = 6,    /* UTF-8 text */
+} stk_field_type;
+
+typedef struct stk_field_info {
+    const char *name;     /* lent: lives with the dataset */
+    stk_field_type type;
+    uint32_t ndim;        /* fixed shape, 0 = scalar (or varies, for images) */
+    uint32_t dims[4];
+    int compressed;       /* raw images stored zstd-compressed */
+} stk_field_info;
+
+STK_API uint32_t stk_dataset_field_count(const stk_dataset *ds);
+/* STK_EINVAL if i is out of range. */
+STK_API int stk_dataset_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *info);
+
+/* The value of field `field` (a name; NULL means the image field) of sample
+ * `index`, in a new malloc'd buffer the caller frees: encoded bytes as
+ * stored, raw images as HWC pixels (decompressed, with the shape in *shape if
+ * not NULL), int64/float32 as little-endian arrays, strings without NUL.
+ * Checksums are verified as the dataset's policy says. Thread-safe. */
+STK_API int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *field,
+                                   void **data, size_t *size, uint32_t shape[3]);
+
+/* The label of sample `index`, read without touching the record where the
+ * format allows (stk: from the index). */
+STK_API int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label);
+
+/* Metadata value for `key` (lent, NUL-terminated), or NULL. The keys of a
+ * packed dataset: class_names, source, created_by (docs/format.md). */
+STK_API const char *stk_dataset_metadata(const stk_dataset *ds, const char *key);
+
+/* Name of class `label` (lent), or NULL when the dataset has no label map. */
+STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label);
+
+/* Shards of a .stk dataset (0 for other formats). */
+typedef struct stk_shard_info {
+    const char *path;     /* lent */
+    uint64_t records;
+    uint64_t first_index; /* global index of its record 0 */
+    uint64_t file_bytes;
+} stk_shard_info;
+STK_API uint32_t stk_dataset_shard_count(const stk_dataset *ds);
+STK_API int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Packing and verifying .stk shards                                         */
+/* ------------------------------------------------------------------------ */
+
+typedef enum stk_pack_mode {
+    STK_PACK_KEEP = 0,   /* encoded images byte for byte (validated by decoding);
+                            raw sources (CIFAR, IDX) as raw pixels */
+    STK_PACK_RAW = 1,    /* decode and store raw pixels (zstd if zstd_level > 0) */
+} stk_pack_mode;
+
+typedef struct stk_pack_options {
+    uint64_t shard_bytes;  /* start a new shard past this size (default 1 GiB) */
+    uint32_t jobs;         /* threads reading/validating (default 2) */
+    stk_pack_mode mode;
+    int zstd_level;        /* raw mode: 0 = uncompressed, 1..19 */
+    int strict;            /* fail on the first unreadable input */
+    int no_validate;       /* keep mode: do not decode to validate */
+    /* Called (from the packing thread) for each input left out. */
+    void (*on_skip)(void *ctx, uint64_t index, const char *reason);
+    /* Called after each block of records, with done <= total. */
+    void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+} stk_pack_options;
+
+typedef struct stk_pack_result {
+    uint64_t records;      /* records written */
+    uint64_t skipped;      /* inputs left out (listed through on_skip) */
+    uint32_t shards;
+    uint64_t bytes;        /* total shard bytes */
+} stk_pack_result;
+
+/* Pack dataset `src` (any URI stk_dataset_open accepts) into shards
+ * DEST_DIR/shard-00000.stk, ... with fields "image" and "label" and the
+ * class names in the metadata. Output is identical for any `jobs`. Fails
+ * with the source's error, STK_EIO, or (strict) the first unreadable
+ * input's STK_EDATA. */
+STK_API int stk_pack(const char *src, const char *dest_dir, const stk_pack_options *opts,
+                     stk_pack_result *result);
+
+typedef struct stk_verify_options {
+    int decode;            /* also decode every image */
+    /* Called for each damaged shard or record: record is UINT64_MAX for
+     * damage to the shard's structure. */
+    void (*on_damage)(void *ctx, const char *shard, uint64_t record, const char *reason);
+    void *ctx;
+} stk_verify_options;
+
+typedef struct stk_verify_result {
+    uint32_t shards, bad_shards;
+    uint64_t records, bad_records;
+} stk_verify_result;
+
+/* Check every shard's structure and every record's checksum (and decode
+ * with opts->decode). Returns 0 when all is well, STK_EDATA when damage was
+ * found (each case reported through on_damage), or another code if the
+ * dataset cannot be listed at all. */
+STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result);
 
 /* ------------------------------------------------------------------------ */
 /* Sampler: the epoch order                                                  */

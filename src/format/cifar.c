@@ -111,8 +111,8 @@ static void stk_cifar_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-static const stk_dataset_vtable stk_cifar10_vt = {"cifar10", stk_cifar_read, stk_cifar_close};
-static const stk_dataset_vtable stk_cifar100_vt = {"cifar100", stk_cifar_read, stk_cifar_close};
+static const stk_dataset_vtable stk_cifar10_vt = {.format = "cifar10", .read = stk_cifar_read, .close = stk_cifar_close};
+static const stk_dataset_vtable stk_cifar100_vt = {.format = "cifar100", .read = stk_cifar_read, .close = stk_cifar_close};
 
 /* ------------------------------------------------------------------------ */
 /* Which files                                                              */

@@ -201,7 +201,7 @@ static void stk_memory_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-static const stk_dataset_vtable stk_memory_vt = {"memory", stk_memory_read, stk_memory_close};
+static const stk_dataset_vtable stk_memory_vt = {.format = "memory", .read = stk_memory_read, .close = stk_memory_close};
 
 int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels, uint64_t count,
                             uint32_t height, uint32_t width, uint32_t channels, int copy,
@@ -292,7 +292,7 @@ fail:
 /* URI dispatch                                                             */
 /* ------------------------------------------------------------------------ */
 
-enum stk_uri_kind { STK_URI_CIFAR10, STK_URI_CIFAR100, STK_URI_IDX, STK_URI_MNIST };
+enum stk_uri_kind { STK_URI_CIFAR10, STK_URI_CIFAR100, STK_URI_IDX, STK_URI_MNIST, STK_URI_STK };
 
 static const struct {
     const char *prefix;
@@ -303,9 +303,10 @@ static const struct {
     {"idx:", STK_URI_IDX},
     {"mnist:", STK_URI_MNIST},
     {"fashion-mnist:", STK_URI_MNIST},
+    {"stk:", STK_URI_STK},
 };
 
-#define STK_PREFIX_LIST "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:"
+#define STK_PREFIX_LIST "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, stk:"
 #define STK_DETECT_DIR_LIST                                                                  \
     "data_batch_1.bin or test_batch.bin (CIFAR-10), train.bin or test.bin (CIFAR-100), "     \
     "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout), also in "  \
@@ -514,6 +515,8 @@ static int stk_dir_has(const char *dir, const char *name)
 static int stk_open_detect(const char *uri, const char *path, const char *query,
                            const stk_dataset_options *opts, stk_dataset **out)
 {
+    if (stk_shards_detect(path))
+        return stk_shards_open(uri, path, query, opts, out);
     if (stk_path_is_dir(path)) {
         static const char *const c10[] = {"data_batch_1.bin", "test_batch.bin",
                                           "cifar-10-batches-bin/data_batch_1.bin",
@@ -606,7 +609,9 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
         copy = stk_split_query(rest, &query);
         if (!copy)
             return STK_ENOMEM;
-        if (kind == STK_URI_MNIST) {
+        if (kind == STK_URI_STK) {
+            rc = stk_shards_open(uri, copy, query, opts, out);
+        } else if (kind == STK_URI_MNIST) {
             char what[32];
             memcpy(what, uri, plen - 1);
             what[plen - 1] = '\0';

@@ -37,6 +37,18 @@ typedef struct stk_dataset_vtable {
     /* Free impl (not the stk_dataset itself). Must accept a partly built
      * impl; called only when impl is not NULL. */
     void (*close)(stk_dataset *ds);
+
+    /* Optional: formats with a schema of their own (.stk). When NULL, the
+     * generic fields "image" and "label" are served through `read`
+     * (src/format/fields.c). */
+    uint32_t (*field_count)(const stk_dataset *ds);
+    int (*field_info)(const stk_dataset *ds, uint32_t i, stk_field_info *info);
+    int (*read_field)(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
+                      size_t *size, uint32_t shape[3]);
+    int (*label)(const stk_dataset *ds, uint64_t index, int64_t *label);
+    const char *(*metadata)(const stk_dataset *ds, const char *key);
+    uint32_t (*shard_count)(const stk_dataset *ds);
+    int (*shard_info)(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -68,5 +80,11 @@ int stk_cifar_open(const char *uri, const char *path, const char *query, int cif
                    const stk_dataset_options *opts, stk_dataset **out);
 int stk_idx_open(const char *uri, const char *images_path, const char *labels_path,
                  const stk_dataset_options *opts, stk_dataset **out);
+/* .stk shards: `path` a file, a directory of *.stk or a glob. */
+int stk_shards_open(const char *uri, const char *path, const char *query,
+                    const stk_dataset_options *opts, stk_dataset **out);
+/* True if `path` looks like .stk shards (a *.stk file, a glob, or a
+ * directory holding *.stk files). */
+int stk_shards_detect(const char *path);
 
 #endif

@@ -112,7 +112,7 @@ static void stk_idx_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-static const stk_dataset_vtable stk_idx_vt = {"idx", stk_idx_read, stk_idx_close};
+static const stk_dataset_vtable stk_idx_vt = {.format = "idx", .read = stk_idx_read, .close = stk_idx_close};
 
 /* ------------------------------------------------------------------------ */
 /* gzip source                                                              */

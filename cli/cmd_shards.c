@@ -1,0 +1,376 @@
+/*
+ * cmd_shards.c — `stoker pack`, `inspect`, `verify` and `cat`: making and
+ * looking into .stk shard datasets (docs/format.md). Built on the public
+ * API only (stk_pack, stk_verify, stk_dataset_* accessors).
+ */
+#include "cli.h"
+
+#include <stoker/stoker.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* pack                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static const char pack_usage[] =
+    "usage: stoker pack SRC DEST [options]\n"
+    "\n"
+    "Pack dataset SRC (an image folder, a list file 'list:FILE' of path<TAB>label lines,\n"
+    "CIFAR, IDX...: any dataset URI) into .stk shards DEST/shard-NNNNN.stk.\n"
+    "Encoded images are kept byte for byte and validated by decoding; inputs that\n"
+    "cannot be read are skipped and listed on stderr (--strict: fail instead).\n"
+    "\n"
+    "options:\n"
+    "  -s, --shard-size SIZE  start a new shard past SIZE bytes (K/M/G suffixes; 1G)\n"
+    "  -j, --jobs N           threads reading and validating (2)\n"
+    "      --raw              store decoded raw pixels instead of encoded bytes\n"
+    "      --zstd LEVEL       with --raw: compress pixels with zstd (1-19)\n"
+    "      --no-validate      keep encoded bytes without decoding them first\n"
+    "      --strict           fail on the first unreadable input\n"
+    "  -q, --quiet            no progress bar\n"
+    "  -h, --help             this text\n";
+
+typedef struct pack_ctx {
+    bool bar;
+    uint64_t skipped;
+} pack_ctx;
+
+static void on_skip(void *ctx, uint64_t index, const char *reason)
+{
+    pack_ctx *c = ctx;
+    c->skipped++;
+    if (c->bar)
+        fputs("\r\033[K", stderr);
+    fprintf(stderr, "skipped: %s\n", reason);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    pack_ctx *c = ctx;
+    if (!c->bar)
+        return;
+    int width = 40, filled = total ? (int)(width * done / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %llu/%llu", filled, "########################################",
+            width - filled, "", (unsigned long long)done, (unsigned long long)total);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static bool parse_size(const char *text, uint64_t *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30, end++;
+    if (end == text || *end || v <= 0 || v * (double)mul > 1e18) {
+        cli_error("--shard-size: expected a size like 512M or 1G, got '%s'", text);
+        return false;
+    }
+    *out = (uint64_t)(v * (double)mul);
+    return true;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"shard-size", required_argument, NULL, 's'}, {"jobs", required_argument, NULL, 'j'},
+        {"raw", no_argument, NULL, 'r'},              {"zstd", required_argument, NULL, 'z'},
+        {"no-validate", no_argument, NULL, 'n'},      {"strict", no_argument, NULL, 'S'},
+        {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    stk_pack_options o = {0};
+    pack_ctx ctx = {.bar = isatty(STDERR_FILENO)};
+    uint32_t zstd = 0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":s:j:qh", options, NULL)) != -1) {
+        switch (c) {
+        case 's': if (!parse_size(optarg, &o.shard_bytes)) return EXIT_USAGE; break;
+        case 'j': if (!cli_parse_u32(optarg, "--jobs", &o.jobs)) return EXIT_USAGE; break;
+        case 'r': o.mode = STK_PACK_RAW; break;
+        case 'z': if (!cli_parse_u32(optarg, "--zstd", &zstd)) return EXIT_USAGE; break;
+        case 'n': o.no_validate = 1; break;
+        case 'S': o.strict = 1; break;
+        case 'q': ctx.bar = false; break;
+        case 'h': fputs(pack_usage, stdout); return 0;
+        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        }
+    }
+    if (optind + 2 != argc) {
+        cli_error("pack: expected SRC and DEST (see 'stoker pack --help')");
+        return EXIT_USAGE;
+    }
+    if (zstd && o.mode != STK_PACK_RAW) {
+        cli_error("--zstd needs --raw (encoded images are kept as they are)");
+        return EXIT_USAGE;
+    }
+    if (zstd > 19) {
+        cli_error("--zstd: level %u is not in 1..19", zstd);
+        return EXIT_USAGE;
+    }
+    o.zstd_level = (int)zstd;
+    o.on_skip = on_skip;
+    o.on_progress = on_progress;
+    o.ctx = &ctx;
+    stk_pack_result r;
+    int rc = stk_pack(argv[optind], argv[optind + 1], &o, &r);
+    if (rc < 0) {
+        if (ctx.bar)
+            fputs("\n", stderr);
+        cli_error("pack: %s", stk_errmsg());
+        return rc == STK_EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    printf("packed %llu records into %u shard%s (%.1f MB) in %s; skipped %llu unreadable "
+           "input%s%s\n",
+           (unsigned long long)r.records, r.shards, r.shards == 1 ? "" : "s", (double)r.bytes / 1e6,
+           argv[optind + 1], (unsigned long long)r.skipped, r.skipped == 1 ? "" : "s",
+           r.skipped ? " (listed on stderr)" : "");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* inspect                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const char inspect_usage[] =
+    "usage: stoker inspect DATASET\n"
+    "\n"
+    "Print a dataset's format, sample count, shards and sizes, schema, label\n"
+    "histogram and metadata.\n";
+
+static const char *type_name(stk_field_type t)
+{
+    switch (t) {
+    case STK_FIELD_BYTES: return "bytes";
+    case STK_FIELD_IMAGE: return "image (encoded)";
+    case STK_FIELD_RAW_IMAGE: return "raw_image (uint8 HWC)";
+    case STK_FIELD_INT64: return "int64";
+    case STK_FIELD_FLOAT32: return "float32";
+    case STK_FIELD_STRING: return "string";
+    }
+    return "?";
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        fputs(inspect_usage, stdout);
+        return 0;
+    }
+    if (argc != 2) {
+        cli_error("inspect: expected one DATASET (see 'stoker inspect --help')");
+        return EXIT_USAGE;
+    }
+    stk_dataset *ds;
+    if (stk_dataset_open(argv[1], NULL, &ds) < 0) {
+        cli_error("%s", stk_errmsg());
+        return EXIT_RUNTIME;
+    }
+    stk_dataset_info info;
+    stk_dataset_info_get(ds, &info);
+    printf("dataset:  %s\nformat:   %s\nsamples:  %llu\n", info.uri, info.format,
+           (unsigned long long)info.count);
+    if (info.height)
+        printf("shape:    %ux%ux%u (HxWxC)\n", info.height, info.width, info.channels);
+    uint32_t nshards = stk_dataset_shard_count(ds);
+    if (nshards) {
+        uint64_t bytes = 0;
+        printf("shards:   %u\n", nshards);
+        for (uint32_t i = 0; i < nshards; i++) {
+            stk_shard_info si;
+            stk_dataset_shard_info(ds, i, &si);
+            bytes += si.file_bytes;
+            if (i < 20 || i + 1 == nshards)
+                printf("  %s: %llu records, %.1f MB\n", si.path, (unsigned long long)si.records,
+                       (double)si.file_bytes / 1e6);
+            else if (i == 20)
+                printf("  ...\n");
+        }
+        printf("size:     %.1f MB, %.1f KB per record\n", (double)bytes / 1e6,
+               (double)bytes / 1e3 / (double)info.count);
+    }
+    printf("fields:\n");
+    for (uint32_t i = 0; i < stk_dataset_field_count(ds); i++) {
+        stk_field_info f;
+        if (stk_dataset_field_info(ds, i, &f) < 0)
+            continue;
+        printf("  %-12s %s", f.name, type_name(f.type));
+        if (f.ndim) {
+            printf(" [");
+            for (uint32_t d = 0; d < f.ndim; d++)
+                printf("%s%u", d ? "x" : "", f.dims[d]);
+            printf("]");
+        }
+        printf("%s\n", f.compressed ? ", zstd" : "");
+    }
+    /* Label histogram (labels come from the index for .stk: no record read). */
+    uint64_t counts[1024] = {0}, other = 0;
+    int64_t max_label = -1;
+    int rc = 0;
+    for (uint64_t i = 0; i < info.count; i++) {
+        int64_t label;
+        if ((rc = stk_dataset_label(ds, i, &label)) < 0)
+            break;
+        if (label >= 0 && label < 1024)
+            counts[label]++;
+        else
+            other++;
+        if (label > max_label)
+            max_label = label;
+    }
+    if (rc < 0) {
+        cli_error("%s", stk_errmsg());
+    } else {
+        printf("labels:   %lld classes\n", (long long)(max_label + 1));
+        for (int64_t l = 0; l <= max_label && l < 1024; l++) {
+            const char *name = stk_dataset_class_name(ds, (uint32_t)l);
+            printf("  %4lld %-24s %llu\n", (long long)l, name ? name : "",
+                   (unsigned long long)counts[l]);
+        }
+        if (other)
+            printf("  (%llu samples with labels outside 0..1023)\n", (unsigned long long)other);
+    }
+    static const char *const keys[] = {"source", "created_by"};
+    for (size_t k = 0; k < 2; k++) {
+        const char *v = stk_dataset_metadata(ds, keys[k]);
+        if (v)
+            printf("%-9s %s\n", keys[k], v);
+    }
+    stk_dataset_close(ds);
+    return rc < 0 ? EXIT_RUNTIME : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* verify                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static const char verify_usage[] =
+    "usage: stoker verify DATASET [--decode]\n"
+    "\n"
+    "Check every shard's structure and every record's checksum; with --decode,\n"
+    "also decode every image. Each damaged shard or record is printed with its\n"
+    "shard file and record number; the exit status is 1 if anything is damaged.\n";
+
+static void on_damage(void *ctx, const char *shard, uint64_t record, const char *reason)
+{
+    (void)ctx;
+    if (record == UINT64_MAX)
+        printf("DAMAGED %s: %s\n", shard, reason);
+    else
+        printf("DAMAGED %s record %llu: %s\n", shard, (unsigned long long)record, reason);
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    stk_verify_options o = {.on_damage = on_damage};
+    const char *uri = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--decode"))
+            o.decode = 1;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(verify_usage, stdout);
+            return 0;
+        } else if (argv[i][0] == '-') {
+            cli_error("unknown option '%s' (see --help)", argv[i]);
+            return EXIT_USAGE;
+        } else if (!uri)
+            uri = argv[i];
+        else {
+            cli_error("verify: unexpected argument '%s'", argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (!uri) {
+        cli_error("verify: expected a DATASET of .stk shards");
+        return EXIT_USAGE;
+    }
+    stk_verify_result r = {0};
+    int rc = stk_verify(uri, &o, &r);
+    if (rc < 0 && rc != STK_EDATA) {
+        cli_error("%s", stk_errmsg());
+        return EXIT_RUNTIME;
+    }
+    printf("%s: %u shards, %llu records checked%s; %u damaged shards, %llu damaged records\n",
+           rc == 0 ? "OK" : "FAILED", r.shards, (unsigned long long)r.records,
+           o.decode ? " and decoded" : "", r.bad_shards, (unsigned long long)r.bad_records);
+    return rc == 0 ? 0 : EXIT_RUNTIME;
+}
+
+/* ------------------------------------------------------------------------ */
+/* cat                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static const char cat_usage[] =
+    "usage: stoker cat DATASET INDEX [--field NAME] [-o FILE]\n"
+    "\n"
+    "Write one record's field to stdout (or FILE): encoded images as stored,\n"
+    "raw images as HWC bytes (shape on stderr), numbers as little-endian arrays.\n"
+    "The default field is the image.\n";
+
+int cmd_cat(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"field", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    const char *field = NULL, *output = NULL;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":f:o:h", options, NULL)) != -1) {
+        switch (c) {
+        case 'f': field = optarg; break;
+        case 'o': output = optarg; break;
+        case 'h': fputs(cat_usage, stdout); return 0;
+        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        }
+    }
+    if (optind + 2 != argc) {
+        cli_error("cat: expected DATASET and INDEX (see 'stoker cat --help')");
+        return EXIT_USAGE;
+    }
+    uint64_t index;
+    if (!cli_parse_u64(argv[optind + 1], "INDEX", &index))
+        return EXIT_USAGE;
+    stk_dataset *ds;
+    if (stk_dataset_open(argv[optind], NULL, &ds) < 0) {
+        cli_error("%s", stk_errmsg());
+        return EXIT_RUNTIME;
+    }
+    void *data = NULL;
+    size_t size = 0;
+    uint32_t shape[3] = {0};
+    int status = 0;
+    if (stk_dataset_read_field(ds, index, field, &data, &size, shape) < 0) {
+        cli_error("%s", stk_errmsg());
+        status = EXIT_RUNTIME;
+        goto done;
+    }
+    if (shape[0])
+        fprintf(stderr, "raw image %ux%ux%u (HxWxC), %zu bytes\n", shape[0], shape[1], shape[2],
+                size);
+    FILE *f = output ? fopen(output, "wb") : stdout;
+    if (!f || fwrite(data, 1, size, f) != size || (output ? fclose(f) : fflush(f)) != 0) {
+        cli_error("cannot write %s", output ? output : "stdout");
+        status = EXIT_RUNTIME;
+    }
+done:
+    free(data);
+    stk_dataset_close(ds);
+    return status;
+}

@@ -1,0 +1,173 @@
+/*
+ * fields.c — the public field/metadata/shard accessors of a dataset.
+ *
+ * Formats with a schema (.stk) answer through their vtable hooks. Every
+ * other dataset has the same two generic fields, served through its plain
+ * `read`: "image" (raw_image with the dataset's fixed shape, or an encoded
+ * image for file-per-sample sources) and "label" (int64 scalar).
+ */
+#include "core/error.h"
+#include "format/dataset.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { GENERIC_IMAGE = 0, GENERIC_LABEL = 1, GENERIC_FIELDS = 2 };
+
+uint32_t stk_dataset_field_count(const stk_dataset *ds)
+{
+    if (!ds)
+        return 0;
+    return ds->vt->field_count ? ds->vt->field_count(ds) : GENERIC_FIELDS;
+}
+
+int stk_dataset_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *info)
+{
+    if (!ds || !info)
+        return stk_fail(STK_EINVAL, "stk_dataset_field_info: NULL argument");
+    if (ds->vt->field_info)
+        return ds->vt->field_info(ds, i, info);
+    memset(info, 0, sizeof *info);
+    if (i == GENERIC_IMAGE) {
+        info->name = "image";
+        bool fixed = ds->height && ds->width && ds->channels;
+        info->type = fixed ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
+        if (fixed) {
+            info->ndim = 3;
+            info->dims[0] = ds->height;
+            info->dims[1] = ds->width;
+            info->dims[2] = ds->channels;
+        }
+        return 0;
+    }
+    if (i == GENERIC_LABEL) {
+        info->name = "label";
+        info->type = STK_FIELD_INT64;
+        return 0;
+    }
+    return stk_fail(STK_EINVAL, "%s: no field %u (%u fields)", ds->uri, i, GENERIC_FIELDS);
+}
+
+static int find_field(const stk_dataset *ds, const char *name, uint32_t *out)
+{
+    uint32_t n = stk_dataset_field_count(ds);
+    stk_field_info info;
+    for (uint32_t i = 0; i < n; i++) {
+        if (stk_dataset_field_info(ds, i, &info) < 0)
+            return STK_EINVAL;
+        if (name ? !strcmp(info.name, name)
+                 : (info.type == STK_FIELD_IMAGE || info.type == STK_FIELD_RAW_IMAGE)) {
+            *out = i;
+            return 0;
+        }
+    }
+    return stk_fail(STK_EINVAL, "%s: no field named '%s'", ds->uri, name ? name : "(image)");
+}
+
+int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *field, void **data,
+                           size_t *size, uint32_t shape[3])
+{
+    if (!ds || !data || !size)
+        return stk_fail(STK_EINVAL, "stk_dataset_read_field: NULL argument");
+    *data = NULL;
+    *size = 0;
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample %llu is out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    uint32_t f = 0;
+    int rc = find_field(ds, field, &f);
+    if (rc < 0)
+        return rc;
+    if (ds->vt->read_field)
+        return ds->vt->read_field(ds, index, f, data, size, shape);
+
+    stk_scratch scratch = {0};
+    stk_sample s;
+    if ((rc = ds->vt->read(ds, index, &s, &scratch)) < 0)
+        goto done;
+    const void *src;
+    size_t n;
+    if (f == GENERIC_LABEL) {
+        src = &s.label;
+        n = sizeof s.label;
+    } else if (!s.image.pixels) {
+        src = s.encoded;
+        n = s.encoded_size;
+    } else {
+        const stk_image_view *v = &s.image;
+        n = (size_t)v->height * v->width * v->channels;
+        uint8_t *px = malloc(n ? n : 1);
+        if (!px) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto done;
+        }
+        for (uint32_t y = 0; y < v->height; y++)
+            for (uint32_t x = 0; x < v->width; x++)
+                for (uint32_t c = 0; c < v->channels; c++)
+                    px[((size_t)y * v->width + x) * v->channels + c] =
+                        v->pixels[y * v->row_stride + x * v->col_stride + c * v->chan_stride];
+        if (shape) {
+            shape[0] = v->height;
+            shape[1] = v->width;
+            shape[2] = v->channels;
+        }
+        *data = px;
+        *size = n;
+        goto done;
+    }
+    *data = malloc(n ? n : 1);
+    if (!*data) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(*data, src, n);
+    *size = n;
+done:
+    stk_scratch_free(&scratch);
+    return rc;
+}
+
+int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    if (!ds || !label)
+        return stk_fail(STK_EINVAL, "stk_dataset_label: NULL argument");
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample %llu is out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    if (ds->vt->label)
+        return ds->vt->label(ds, index, label);
+    stk_scratch scratch = {0};
+    stk_sample s;
+    int rc = ds->vt->read(ds, index, &s, &scratch);
+    if (rc == 0)
+        *label = s.label;
+    stk_scratch_free(&scratch);
+    return rc;
+}
+
+const char *stk_dataset_metadata(const stk_dataset *ds, const char *key)
+{
+    if (!ds || !key || !ds->vt->metadata)
+        return NULL;
+    return ds->vt->metadata(ds, key);
+}
+
+const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label)
+{
+    if (!ds || !ds->class_names || label >= ds->num_classes)
+        return NULL;
+    return ds->class_names[label];
+}
+
+uint32_t stk_dataset_shard_count(const stk_dataset *ds)
+{
+    return ds && ds->vt->shard_count ? ds->vt->shard_count(ds) : 0;
+}
+
+int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *info)
+{
+    if (!ds || !info || !ds->vt->shard_info)
+        return stk_fail(STK_EINVAL, "%s: not a .stk dataset (it has no shards)",
+                        ds ? ds->uri : "(null)");
+    return ds->vt->shard_info(ds, i, info);
+}

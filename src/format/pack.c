@@ -1,0 +1,464 @@
+/*
+ * pack.c — stk_pack: any dataset stoker can open, into .stk shards.
+ *
+ * How it works: the source is processed in blocks of 64 x jobs samples.
+ * Worker threads claim samples of the block and prepare each record's
+ * payload in their own per-slot buffer — read the sample; in keep mode
+ * validate an encoded image by decoding it fully (a truncated JPEG is only
+ * detectable that way) and keep its bytes as they are; in raw mode decode
+ * and store pixels (prefix + pixels, or prefix + one zstd frame). The
+ * calling thread then writes the block in order. Output is therefore
+ * byte-identical whatever `jobs` is, memory stays at one block of payloads,
+ * and the writer stays single-threaded.
+ *
+ * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
+ * out and reported through on_skip (with strict, it fails the pack) — never
+ * silently dropped. Any other error stops the pack; shards this call already
+ * wrote are removed again, so a failed pack leaves no partial dataset.
+ */
+#include "codec/codec.h"
+#include "core/error.h"
+#include "core/util.h"
+#include "format/dataset.h"
+#include "format/stk_format.h"
+#include "format/stk_writer.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#define BLOCK_PER_JOB 64
+#define DEFAULT_SHARD_BYTES (1ull << 30)
+
+typedef struct item {
+    stk_scratch payload;   /* owned: record bytes for the image field */
+    size_t size;
+    int64_t label;
+    int rc;                /* 0 ok, < 0 failed */
+    char *reason;          /* owned when rc < 0 */
+} item;
+
+typedef struct packer {
+    stk_dataset *ds;       /* owned */
+    const stk_pack_options *opt;
+    bool raw_out;          /* the image field stores raw pixels */
+    bool encoded_src;      /* the source yields encoded images */
+    int zstd_level;
+    item *items;           /* block_cap, owned */
+    uint32_t block_cap;
+
+    pthread_mutex_t mu;
+    pthread_cond_t start_cv, done_cv;
+    /* Guarded by mu. */
+    uint64_t block_start;
+    uint32_t block_count, done;
+    uint64_t generation;
+    bool stopping;
+    _Atomic uint32_t next; /* next item of the block to claim */
+} packer;
+
+typedef struct pack_worker {
+    packer *p;
+    pthread_t thread;
+    stk_scratch read_scratch, pixels; /* owned by the thread */
+    ZSTD_CCtx *zstd;
+} pack_worker;
+
+static void set_reason(item *it, int rc)
+{
+    it->rc = rc;
+    free(it->reason);
+    it->reason = stk_strdup(stk_errmsg());
+}
+
+/* Prefix + pixels (HWC), or prefix + zstd frame, into it->payload. */
+static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *v)
+{
+    uint64_t n = (uint64_t)v->height * v->width * v->channels;
+    size_t bound = p->zstd_level ? ZSTD_compressBound((size_t)n) : (size_t)n;
+    int rc = stk_scratch_reserve(&it->payload, STK_RAW_PREFIX + bound);
+    if (rc < 0)
+        return rc;
+    uint8_t *out = it->payload.data;
+    stk_wr32(out, v->height);
+    stk_wr32(out + 4, v->width);
+    stk_wr32(out + 8, v->channels);
+    uint8_t *px = out + STK_RAW_PREFIX;
+    if (p->zstd_level) {
+        if ((rc = stk_scratch_reserve(&w->pixels, (size_t)n)) < 0)
+            return rc;
+        px = w->pixels.data;
+    }
+    for (uint32_t y = 0; y < v->height; y++) {
+        const uint8_t *row = v->pixels + y * v->row_stride;
+        uint8_t *dst = px + (size_t)y * v->width * v->channels;
+        if (v->col_stride == (ptrdiff_t)v->channels && v->chan_stride == 1) {
+            memcpy(dst, row, (size_t)v->width * v->channels);
+            continue;
+        }
+        for (uint32_t x = 0; x < v->width; x++)
+            for (uint32_t c = 0; c < v->channels; c++)
+                *dst++ = row[x * v->col_stride + c * v->chan_stride];
+    }
+    if (!p->zstd_level) {
+        it->size = STK_RAW_PREFIX + (size_t)n;
+        return 0;
+    }
+    size_t z = ZSTD_compressCCtx(w->zstd, out + STK_RAW_PREFIX, bound, px, (size_t)n, p->zstd_level);
+    if (ZSTD_isError(z))
+        return stk_fail(STK_EIO, "zstd: %s", ZSTD_getErrorName(z));
+    it->size = STK_RAW_PREFIX + z;
+    return 0;
+}
+
+static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
+{
+    stk_sample s;
+    it->rc = 0;
+    it->size = 0;
+    int rc = p->ds->vt->read(p->ds, index, &s, &w->read_scratch);
+    if (rc < 0) {
+        set_reason(it, rc);
+        return;
+    }
+    it->label = s.label;
+    if (s.image.pixels) { /* raw source */
+        if ((rc = store_raw(p, w, it, &s.image)) < 0)
+            set_reason(it, rc);
+        return;
+    }
+    stk_image_view view;
+    if (p->raw_out || !p->opt->no_validate) {
+        rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &w->pixels, &view);
+        if (rc < 0) {
+            stk_fail_prefix(rc, "%s: sample %llu", p->ds->uri, (unsigned long long)index);
+            set_reason(it, rc == STK_ELIMIT ? STK_EDATA : rc);
+            return;
+        }
+    }
+    if (p->raw_out) {
+        /* view points into w->pixels; store_raw with zstd also uses
+         * w->pixels, so copy through the payload first. */
+        if (p->zstd_level) {
+            uint64_t n = (uint64_t)view.height * view.width * view.channels;
+            stk_scratch tmp = {0};
+            if ((rc = stk_scratch_reserve(&tmp, (size_t)n)) < 0) {
+                set_reason(it, rc);
+                return;
+            }
+            memcpy(tmp.data, view.pixels, (size_t)n);
+            view.pixels = tmp.data;
+            rc = store_raw(p, w, it, &view);
+            stk_scratch_free(&tmp);
+        } else {
+            rc = store_raw(p, w, it, &view);
+        }
+        if (rc < 0)
+            set_reason(it, rc);
+        return;
+    }
+    if ((rc = stk_scratch_reserve(&it->payload, s.encoded_size ? s.encoded_size : 1)) < 0) {
+        set_reason(it, rc);
+        return;
+    }
+    memcpy(it->payload.data, s.encoded, s.encoded_size);
+    it->size = s.encoded_size;
+}
+
+static void *pack_worker_main(void *arg)
+{
+    pack_worker *w = arg;
+    packer *p = w->p;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stopping && p->generation == seen)
+            pthread_cond_wait(&p->start_cv, &p->mu);
+        if (p->stopping)
+            break;
+        seen = p->generation;
+        uint64_t start = p->block_start;
+        uint32_t count = p->block_count;
+        pthread_mutex_unlock(&p->mu);
+        uint32_t mine = 0, k;
+        while ((k = atomic_fetch_add(&p->next, 1)) < count) {
+            prepare(p, w, start + k, &p->items[k]);
+            mine++;
+        }
+        pthread_mutex_lock(&p->mu);
+        p->done += mine;
+        if (p->done == count)
+            pthread_cond_signal(&p->done_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static char *join_class_names(const stk_dataset *ds)
+{
+    if (!ds->class_names || !ds->num_classes)
+        return NULL;
+    size_t n = 0;
+    for (uint32_t i = 0; i < ds->num_classes; i++)
+        n += strlen(ds->class_names[i]) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return NULL;
+    char *at = s;
+    for (uint32_t i = 0; i < ds->num_classes; i++) {
+        size_t k = strlen(ds->class_names[i]);
+        memcpy(at, ds->class_names[i], k);
+        at += k;
+        *at++ = i + 1 < ds->num_classes ? '\n' : '\0';
+    }
+    return s;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dest)
+{
+    char path[4096];
+    size_t n = strlen(dest);
+    if (n >= sizeof path)
+        return stk_fail(STK_EINVAL, "%s: destination path too long", dest);
+    memcpy(path, dest, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char keep = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot create: %s", path,
+                            strerror(errno));
+        path[i] = keep;
+    }
+    return 0;
+}
+
+static int dest_ready(const char *dest)
+{
+    int mrc = make_dirs(dest);
+    if (mrc < 0)
+        return mrc;
+    DIR *d = opendir(dest);
+    if (!d)
+        return stk_fail(STK_EIO, "%s: cannot open the destination directory: %s", dest,
+                        strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && !strcmp(e->d_name + n - 4, ".stk")) {
+            rc = stk_fail(STK_EINVAL, "%s: already holds shards (%s); remove them or choose "
+                                      "another destination", dest, e->d_name);
+            break;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
+             stk_pack_result *result)
+{
+    stk_pack_options defaults = {0};
+    const stk_pack_options *o = opts ? opts : &defaults;
+    stk_pack_result res = {0};
+    int rc;
+    if (!src || !dest)
+        return stk_fail(STK_EINVAL, "stk_pack: NULL source or destination");
+    if (o->mode != STK_PACK_KEEP && o->mode != STK_PACK_RAW)
+        return stk_fail(STK_EINVAL, "stk_pack: unknown mode %d", (int)o->mode);
+    if (o->zstd_level < 0 || o->zstd_level > 19 || (o->zstd_level && o->mode != STK_PACK_RAW))
+        return stk_fail(STK_EINVAL, "stk_pack: zstd level %d: use 1..19, with raw mode only",
+                        o->zstd_level);
+    uint32_t jobs = o->jobs ? o->jobs : 2;
+    if (jobs > 256)
+        return stk_fail(STK_EINVAL, "stk_pack: %u jobs is more than 256", jobs);
+    uint64_t shard_bytes = o->shard_bytes ? o->shard_bytes : DEFAULT_SHARD_BYTES;
+
+    packer p = {.opt = o, .zstd_level = o->zstd_level};
+    pack_worker *workers = NULL;
+    stk_shard_writer *w = NULL;
+    char *names = NULL, **written = NULL; /* paths of shards this call made */
+    uint32_t nthreads = 0, nwritten = 0;
+    bool sync_made = false;
+
+    if ((rc = stk_dataset_open(src, NULL, &p.ds)) < 0)
+        return rc;
+    if ((rc = dest_ready(dest)) < 0)
+        goto done;
+    p.encoded_src = !(p.ds->height && p.ds->width && p.ds->channels);
+    p.raw_out = !p.encoded_src || o->mode == STK_PACK_RAW;
+
+    stk_field_def fields[2] = {{.name = "image"}, {.name = "label", .type = STK_FIELD_INT64}};
+    fields[0].type = p.raw_out ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
+    fields[0].compression = p.zstd_level ? 1 : 0;
+    if (!p.encoded_src) {
+        fields[0].ndim = 3;
+        fields[0].dims[0] = p.ds->height;
+        fields[0].dims[1] = p.ds->width;
+        fields[0].dims[2] = p.ds->channels;
+    }
+    names = join_class_names(p.ds);
+    char created_by[64];
+    snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
+    stk_kv meta[3];
+    uint32_t nmeta = 0;
+    meta[nmeta++] = (stk_kv){"source", src, strlen(src)};
+    meta[nmeta++] = (stk_kv){"created_by", created_by, strlen(created_by)};
+    if (names)
+        meta[nmeta++] = (stk_kv){"class_names", names, strlen(names)};
+
+    p.block_cap = BLOCK_PER_JOB * jobs;
+    p.items = calloc(p.block_cap, sizeof *p.items);
+    workers = calloc(jobs, sizeof *workers);
+    if (!p.items || !workers) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto done;
+    }
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.start_cv, NULL);
+    pthread_cond_init(&p.done_cv, NULL);
+    sync_made = true;
+    for (uint32_t i = 0; i < jobs; i++) {
+        workers[i].p = &p;
+        if (p.zstd_level && !(workers[i].zstd = ZSTD_createCCtx())) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto done;
+        }
+        if (pthread_create(&workers[i].thread, NULL, pack_worker_main, &workers[i]) != 0) {
+            rc = stk_fail(STK_ETHREAD, "stk_pack: cannot create thread %u", i + 1);
+            goto done;
+        }
+        nthreads++;
+    }
+
+    char path[4096];
+    for (uint64_t start = 0; start < p.ds->count; start += p.block_cap) {
+        uint32_t count = (uint32_t)(p.ds->count - start < p.block_cap ? p.ds->count - start : p.block_cap);
+        pthread_mutex_lock(&p.mu);
+        p.block_start = start;
+        p.block_count = count;
+        p.done = 0;
+        atomic_store(&p.next, 0);
+        p.generation++;
+        pthread_cond_broadcast(&p.start_cv);
+        while (p.done < count)
+            pthread_cond_wait(&p.done_cv, &p.mu);
+        pthread_mutex_unlock(&p.mu);
+
+        for (uint32_t k = 0; k < count; k++) {
+            item *it = &p.items[k];
+            if (it->rc < 0) {
+                if (it->rc != STK_EDATA || o->strict) {
+                    stk_errmsg_set(it->reason ? it->reason : stk_strerror(it->rc));
+                    rc = it->rc;
+                    goto done;
+                }
+                res.skipped++;
+                if (o->on_skip)
+                    o->on_skip(o->ctx, start + k, it->reason ? it->reason : stk_strerror(it->rc));
+                continue;
+            }
+            if (!w) {
+                int len = snprintf(path, sizeof path, "%s/shard-%05u.stk", dest, res.shards);
+                if (len < 0 || (size_t)len >= sizeof path) {
+                    rc = stk_fail(STK_EINVAL, "%s: destination path too long", dest);
+                    goto done;
+                }
+                char **grown = realloc(written, (nwritten + 1) * sizeof *written);
+                if (!grown) {
+                    rc = stk_fail(STK_ENOMEM, "out of memory");
+                    goto done;
+                }
+                written = grown;
+                if (!(written[nwritten] = stk_strdup(path))) {
+                    rc = STK_ENOMEM;
+                    goto done;
+                }
+                nwritten++;
+                if ((rc = stk_shard_writer_open(path, fields, 2, meta, nmeta, &w)) < 0)
+                    goto done;
+            }
+            stk_field_value values[2] = {{it->payload.data, it->size}, {&it->label, 8}};
+            if ((rc = stk_shard_writer_add(w, values)) < 0)
+                goto done;
+            res.records++;
+            if (stk_shard_writer_bytes(w) >= shard_bytes) {
+                uint64_t bytes = stk_shard_writer_bytes(w);
+                rc = stk_shard_writer_finish(w);
+                w = NULL;
+                if (rc < 0)
+                    goto done;
+                res.shards++;
+                res.bytes += bytes;
+            }
+        }
+        if (o->on_progress)
+            o->on_progress(o->ctx, start + count, p.ds->count);
+    }
+    if (w) {
+        uint64_t bytes = stk_shard_writer_bytes(w);
+        rc = stk_shard_writer_finish(w);
+        w = NULL;
+        if (rc < 0)
+            goto done;
+        struct stat st;
+        res.bytes += stat(path, &st) == 0 ? (uint64_t)st.st_size : bytes;
+        res.shards++;
+    }
+    if (res.records == 0) {
+        rc = stk_fail(STK_EDATA, "%s: no sample could be read; nothing was packed", src);
+        goto done;
+    }
+    rc = 0;
+
+done:
+    if (sync_made) {
+        pthread_mutex_lock(&p.mu);
+        p.stopping = true;
+        pthread_cond_broadcast(&p.start_cv);
+        pthread_mutex_unlock(&p.mu);
+    }
+    for (uint32_t i = 0; i < nthreads; i++)
+        pthread_join(workers[i].thread, NULL);
+    if (workers)
+        for (uint32_t i = 0; i < jobs; i++) {
+            stk_scratch_free(&workers[i].read_scratch);
+            stk_scratch_free(&workers[i].pixels);
+            ZSTD_freeCCtx(workers[i].zstd);
+        }
+    if (sync_made) {
+        pthread_cond_destroy(&p.start_cv);
+        pthread_cond_destroy(&p.done_cv);
+        pthread_mutex_destroy(&p.mu);
+    }
+    stk_shard_writer_abort(w);
+    /* Shards stay only if the whole pack succeeded. */
+    for (uint32_t i = 0; i < nwritten; i++) {
+        if (rc < 0)
+            unlink(written[i]);
+        free(written[i]);
+    }
+    free(written);
+    if (p.items)
+        for (uint32_t i = 0; i < p.block_cap; i++) {
+            stk_scratch_free(&p.items[i].payload);
+            free(p.items[i].reason);
+        }
+    free(p.items);
+    free(workers);
+    free(names);
+    stk_dataset_close(p.ds);
+    if (rc == 0 && result)
+        *result = res;
+    return rc;
+}

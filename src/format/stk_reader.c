@@ -1,0 +1,1009 @@
+/*
+ * stk_reader.c — .stk shards as a dataset: one index space over one or more
+ * shard files, random access in O(1), safe from any number of threads.
+ *
+ * Opening a shard validates everything the format promises before anything
+ * is trusted (docs/format.md, "Reading and validation"): footer, header and
+ * their checksums, the field table, the metadata bounds, the layout
+ * arithmetic, and the index checksum. The index is then used in place — in
+ * the mapping (default) or in one buffer read with pread (?io=pread) — so
+ * opening a shard of a million records costs one hash pass over its index
+ * and no per-record parsing.
+ *
+ * Per read, every value taken from the file is checked before use: the
+ * record offset lies in the data area and is aligned, the field lengths sum
+ * (with overflow checks) to a record that ends before data_end, and raw
+ * image payloads carry a shape whose size matches. Then the checksum policy
+ * applies (?verify=off|first|always; "first" keeps one bit per record).
+ * Record damage is STK_EDATA — skippable by the loader's policy — and names
+ * the shard file, its record and the global sample index.
+ *
+ * Thread safety: after open everything is read-only except the "verified"
+ * bitmap, updated with atomic OR; the pread path reads into the caller's
+ * scratch. No locks on the read path.
+ */
+#include "core/error.h"
+#include "core/util.h"
+#include "format/dataset.h"
+#include "format/stk_format.h"
+#include "format/stk_schema.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <dirent.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+enum { VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS };
+#define MAX_RECORD_BYTES (4ull << 30)
+
+typedef struct shard {
+    char *path;                 /* owned */
+    int fd;                     /* owned; -1 when mapped and closed */
+    const uint8_t *map;         /* owned mapping of the whole file, or NULL (pread) */
+    uint8_t *index_copy;        /* owned: the index, read with pread (pread mode) */
+    uint64_t file_size;
+    uint64_t n, first;          /* records; global index of record 0 */
+    uint64_t data_offset, data_end;
+    const uint8_t *offsets, *lengths, *checksums; /* into the index */
+    const uint8_t *columns[STK_MAX_FIELDS];       /* fixed fields, into the index */
+    _Atomic uint64_t *verified; /* owned bitmap (policy "first") */
+    uint8_t header_fields[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE]; /* to compare schemas */
+} shard;
+
+typedef struct shardset {
+    shard *shards;              /* owned, nshards */
+    uint32_t nshards;
+    stk_field_def fields[STK_MAX_FIELDS];
+    uint8_t storage[STK_MAX_FIELDS];
+    uint64_t fixed_size[STK_MAX_FIELDS];
+    uint32_t var_slot[STK_MAX_FIELDS]; /* position among variable fields */
+    uint32_t nfields, nvar;
+    int image_field, label_field;      /* -1 when absent */
+    char **meta_keys, **meta_values;   /* owned, NUL-terminated, nmeta each */
+    uint32_t nmeta;
+    int verify;
+    bool pread_io;
+    uint64_t max_bytes;
+} shardset;
+
+/* ------------------------------------------------------------------------ */
+/* Opening one shard                                                         */
+/* ------------------------------------------------------------------------ */
+
+static int read_exact(int fd, void *buf, size_t size, uint64_t offset, const char *path)
+{
+    uint8_t *p = buf;
+    while (size) {
+        ssize_t k = pread(fd, p, size, (off_t)offset);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return stk_fail(STK_EIO, "%s: read failed: %s", path, strerror(errno));
+        if (k == 0)
+            return stk_fail(STK_EFORMAT, "%s: unexpected end of file", path);
+        p += k;
+        size -= (size_t)k;
+        offset += (uint64_t)k;
+    }
+    return 0;
+}
+
+static void shard_close(shard *s)
+{
+    if (s->map)
+        munmap((void *)s->map, s->file_size);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->index_copy);
+    free((void *)s->verified);
+    free(s->path);
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+}
+
+/* Parse and check the header; fill the schema (first shard) or compare it
+ * (later shards). `h` holds header_size bytes. */
+static int parse_header(shardset *set, shard *s, const uint8_t *h, uint32_t header_size,
+                        bool first)
+{
+    const char *p = s->path;
+    uint32_t nfields = stk_rd32(h + HDR_FIELD_COUNT), nmeta = stk_rd32(h + HDR_META_COUNT);
+    if (nfields == 0 || nfields > STK_MAX_FIELDS)
+        return stk_fail(STK_EFORMAT, "%s: header: %u fields (1 to %d allowed)", p, nfields,
+                        STK_MAX_FIELDS);
+    if (nmeta > STK_MAX_METADATA)
+        return stk_fail(STK_EFORMAT, "%s: header: %u metadata entries (at most %d)", p, nmeta,
+                        STK_MAX_METADATA);
+    uint64_t fields_end = STK_HEADER_SIZE + (uint64_t)nfields * STK_FIELD_ENTRY_SIZE;
+    if (fields_end > header_size)
+        return stk_fail(STK_EFORMAT, "%s: header: field table runs past the header", p);
+    memcpy(s->header_fields, h + STK_HEADER_SIZE, (size_t)(fields_end - STK_HEADER_SIZE));
+    if (!first) {
+        if (nfields != set->nfields ||
+            memcmp(s->header_fields, set->shards[0].header_fields,
+                   (size_t)nfields * STK_FIELD_ENTRY_SIZE) != 0)
+            return stk_fail(STK_EFORMAT, "%s: its schema differs from the first shard's (%s)", p,
+                            set->shards[0].path);
+        return 0;
+    }
+    set->nfields = nfields;
+    set->image_field = set->label_field = -1;
+    for (uint32_t i = 0; i < nfields; i++) {
+        const uint8_t *e = h + STK_HEADER_SIZE + (size_t)i * STK_FIELD_ENTRY_SIZE;
+        stk_field_def *f = &set->fields[i];
+        memset(f, 0, sizeof *f);
+        size_t len = strnlen((const char *)e + FLD_NAME, STK_FIELD_NAME_MAX);
+        if (len == 0 || len == STK_FIELD_NAME_MAX)
+            return stk_fail(STK_EFORMAT, "%s: header: field %u has no valid name", p, i);
+        memcpy(f->name, e + FLD_NAME, len);
+        f->type = e[FLD_TYPE];
+        f->compression = e[FLD_COMPRESSION];
+        f->ndim = e[FLD_NDIM];
+        for (unsigned d = 0; d < 4; d++)
+            f->dims[d] = stk_rd32(e + FLD_DIMS + 4 * d);
+        uint32_t elem;
+        const char *why = "";
+        if (stk_field_layout(f, &set->storage[i], &elem, &set->fixed_size[i], &why) < 0)
+            return stk_fail(STK_EFORMAT, "%s: header: field '%s': %s", p, f->name, why);
+        if (e[FLD_STORAGE] != set->storage[i] || stk_rd32(e + FLD_ELEM_SIZE) != elem ||
+            stk_rd64(e + FLD_FIXED_SIZE) != set->fixed_size[i])
+            return stk_fail(STK_EFORMAT, "%s: header: field '%s' has an inconsistent layout", p,
+                            f->name);
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(set->fields[j].name, f->name))
+                return stk_fail(STK_EFORMAT, "%s: header: field name '%s' appears twice", p,
+                                f->name);
+        set->var_slot[i] = set->nvar;
+        if (set->storage[i] == STK_STORAGE_VARIABLE)
+            set->nvar++;
+        if (set->image_field < 0 && (f->type == STK_FIELD_IMAGE || f->type == STK_FIELD_RAW_IMAGE))
+            set->image_field = (int)i;
+        if (f->type == STK_FIELD_INT64 && f->ndim == 0 &&
+            (set->label_field < 0 || !strcmp(f->name, "label")))
+            set->label_field = (int)i;
+    }
+    /* Metadata: nmeta (u32 len, bytes) pairs, all inside the header. */
+    set->meta_keys = calloc(nmeta ? nmeta : 1, sizeof *set->meta_keys);
+    set->meta_values = calloc(nmeta ? nmeta : 1, sizeof *set->meta_values);
+    if (!set->meta_keys || !set->meta_values)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    uint64_t at = fields_end;
+    for (uint32_t i = 0; i < nmeta; i++) {
+        for (int part = 0; part < 2; part++) {
+            if (at + 4 > header_size)
+                return stk_fail(STK_EFORMAT, "%s: header: metadata entry %u runs past the header",
+                                p, i);
+            uint32_t len = stk_rd32(h + at);
+            at += 4;
+            if (len > header_size - at)
+                return stk_fail(STK_EFORMAT, "%s: header: metadata entry %u runs past the header",
+                                p, i);
+            char *str = malloc((size_t)len + 1);
+            if (!str)
+                return stk_fail(STK_ENOMEM, "out of memory");
+            memcpy(str, h + at, len);
+            str[len] = '\0';
+            at += len;
+            (part == 0 ? set->meta_keys : set->meta_values)[i] = str;
+            set->nmeta = i + 1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t index_size_for(const shardset *set, uint64_t n, bool *ok)
+{
+    uint64_t total = 0, part;
+    *ok = true;
+    /* offsets + checksums */
+    *ok &= stk_mul_ok(n, 16, &part) && stk_add_ok(total, part, &total);
+    *ok &= stk_mul_ok(n, (uint64_t)set->nvar * 4, &part) && stk_add_ok(total, stk_pad_to(part, 8), &total);
+    for (uint32_t i = 0; i < set->nfields; i++)
+        if (set->storage[i] == STK_STORAGE_FIXED)
+            *ok &= stk_mul_ok(n, set->fixed_size[i], &part) &&
+                   stk_add_ok(total, stk_pad_to(part, 8), &total);
+    return total;
+}
+
+static int shard_open(shardset *set, shard *s, const char *path, bool first)
+{
+    int rc;
+    uint8_t footer[STK_FOOTER_SIZE], head[STK_HEADER_SIZE];
+    uint8_t *header = NULL;
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    if (!(s->path = stk_strdup(path)))
+        return STK_ENOMEM;
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (s->fd < 0)
+        return stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot open: %s", path,
+                        strerror(errno));
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return stk_fail(STK_EINVAL, "%s: not a regular file", path);
+    s->file_size = (uint64_t)st.st_size;
+    if (s->file_size < STK_PAGE + STK_FOOTER_SIZE)
+        return stk_fail(STK_EFORMAT, "%s: %llu bytes is too small for a shard (truncated?)", path,
+                        (unsigned long long)s->file_size);
+    if (s->file_size > set->max_bytes)
+        return stk_fail(STK_ELIMIT, "%s: %llu bytes is over the %llu-byte limit", path,
+                        (unsigned long long)s->file_size, (unsigned long long)set->max_bytes);
+
+    /* Footer first: it is written last, so a torn or unfinished file fails
+     * here. */
+    if ((rc = read_exact(s->fd, footer, sizeof footer, s->file_size - STK_FOOTER_SIZE, path)) < 0)
+        return rc;
+    if (memcmp(footer + FTR_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
+        return stk_fail(STK_EFORMAT, "%s: no footer (the file is truncated, unfinished, or not "
+                                     "a .stk shard)", path);
+    if (stk_rd32(footer + FTR_CHECKSUM) != (uint32_t)stk_checksum(footer, FTR_CHECKSUM))
+        return stk_fail(STK_EFORMAT, "%s: footer checksum mismatch (the footer is damaged)", path);
+    uint32_t version = stk_rd32(footer + FTR_VERSION);
+    if (version >> 16 != STK_SHARD_VERSION_MAJOR)
+        return stk_fail(STK_EUNSUPPORTED, "%s: format version %u.%u (this stoker reads 1.x)", path,
+                        version >> 16, version & 0xffff);
+
+    if ((rc = read_exact(s->fd, head, sizeof head, 0, path)) < 0)
+        return rc;
+    if (memcmp(head + HDR_MAGIC, STK_SHARD_MAGIC, 8) != 0)
+        return stk_fail(STK_EFORMAT, "%s: not a .stk shard (bad magic)", path);
+    if (stk_rd16(head + HDR_VMAJOR) != STK_SHARD_VERSION_MAJOR)
+        return stk_fail(STK_EUNSUPPORTED, "%s: format version %u.%u (this stoker reads 1.x)", path,
+                        stk_rd16(head + HDR_VMAJOR), stk_rd16(head + HDR_VMINOR));
+    uint32_t header_size = stk_rd32(head + HDR_SIZE);
+    s->data_offset = stk_rd64(head + HDR_DATA_OFFSET);
+    if (header_size < STK_HEADER_SIZE || s->data_offset % STK_PAGE ||
+        s->data_offset < header_size || s->data_offset > s->file_size - STK_FOOTER_SIZE)
+        return stk_fail(STK_EFORMAT, "%s: header: bad header size %u / data offset %llu", path,
+                        header_size, (unsigned long long)s->data_offset);
+    header = malloc(header_size);
+    if (!header)
+        return stk_fail(STK_ENOMEM, "out of memory reading %s", path);
+    if ((rc = read_exact(s->fd, header, header_size, 0, path)) < 0)
+        goto done;
+    uint64_t stored = stk_rd64(header + HDR_CHECKSUM);
+    stk_wr64(header + HDR_CHECKSUM, 0);
+    if (stk_checksum(header, header_size) != stored) {
+        rc = stk_fail(STK_EFORMAT, "%s: header checksum mismatch (the header is damaged)", path);
+        goto done;
+    }
+    if (stk_rd64(footer + FTR_HEADER_CHECKSUM) != stored) {
+        rc = stk_fail(STK_EFORMAT, "%s: footer and header do not belong together", path);
+        goto done;
+    }
+    if ((rc = parse_header(set, s, header, header_size, first)) < 0)
+        goto done;
+
+    /* Layout. */
+    s->n = stk_rd64(footer + FTR_RECORD_COUNT);
+    s->data_end = stk_rd64(footer + FTR_DATA_END);
+    uint64_t index_offset = stk_rd64(footer + FTR_INDEX_OFFSET);
+    uint64_t index_size = stk_rd64(footer + FTR_INDEX_SIZE);
+    bool ok;
+    uint64_t expect = index_size_for(set, s->n, &ok);
+    uint64_t end;
+    if (s->n > STK_MAX_RECORDS || !ok || expect != index_size || index_offset % STK_PAGE ||
+        s->data_end < s->data_offset || index_offset < s->data_end ||
+        !stk_add_ok(index_offset, index_size, &end) || !stk_add_ok(end, STK_FOOTER_SIZE, &end) ||
+        end != s->file_size) {
+        rc = stk_fail(STK_EFORMAT,
+                      "%s: footer: inconsistent layout (%llu records, data end %llu, index at "
+                      "%llu of %llu bytes, file %llu bytes)",
+                      path, (unsigned long long)s->n, (unsigned long long)s->data_end,
+                      (unsigned long long)index_offset, (unsigned long long)index_size,
+                      (unsigned long long)s->file_size);
+        goto done;
+    }
+
+    const uint8_t *index;
+    if (set->pread_io) {
+        s->index_copy = malloc(index_size ? index_size : 1);
+        if (!s->index_copy) {
+            rc = stk_fail(STK_ENOMEM, "%s: out of memory for a %llu-byte index", path,
+                          (unsigned long long)index_size);
+            goto done;
+        }
+        if ((rc = read_exact(s->fd, s->index_copy, index_size, index_offset, path)) < 0)
+            goto done;
+        index = s->index_copy;
+    } else {
+        void *m = mmap(NULL, s->file_size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (m == MAP_FAILED) {
+            rc = stk_fail(STK_EIO, "%s: mmap failed: %s", path, strerror(errno));
+            goto done;
+        }
+        s->map = m;
+        /* Records are read in random order; the index is read whole now. */
+        madvise((void *)s->map, s->file_size, MADV_RANDOM);
+        uint64_t page_start = index_offset / STK_PAGE * STK_PAGE;
+        madvise((uint8_t *)m + page_start, s->file_size - page_start, MADV_WILLNEED);
+        index = s->map + index_offset;
+    }
+    if (stk_checksum(index, index_size) != stk_rd64(footer + FTR_INDEX_CHECKSUM)) {
+        rc = stk_fail(STK_EFORMAT, "%s: index checksum mismatch (the index is damaged)", path);
+        goto done;
+    }
+    uint64_t at = 0;
+    s->offsets = index;
+    at += s->n * 8;
+    s->lengths = index + at;
+    at += stk_pad_to(s->n * set->nvar * 4, 8);
+    s->checksums = index + at;
+    at += s->n * 8;
+    for (uint32_t i = 0; i < set->nfields; i++) {
+        if (set->storage[i] != STK_STORAGE_FIXED)
+            continue;
+        s->columns[i] = index + at;
+        at += stk_pad_to(s->n * set->fixed_size[i], 8);
+    }
+    if (set->verify == VERIFY_FIRST) {
+        s->verified = calloc((size_t)(s->n / 64 + 1), sizeof *s->verified);
+        if (!s->verified) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
+    if (!set->pread_io) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    rc = 0;
+done:
+    free(header);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Records                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const shard *locate(const shardset *set, uint64_t index, uint64_t *local)
+{
+    uint32_t lo = 0, hi = set->nshards;
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (set->shards[mid].first <= index)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *local = index - set->shards[lo].first;
+    return &set->shards[lo];
+}
+
+/* The bytes of record `r` of shard `s`, validated and checksummed per
+ * policy; field_off[v] / field_len[v] for each variable field. `scratch` is
+ * used by the pread path (record placed at scratch offset 0). */
+static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                      const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
+                      stk_scratch *scratch, bool force_verify)
+{
+    uint64_t off = stk_rd64(s->offsets + r * 8), len = 0;
+    for (uint32_t v = 0; v < set->nvar; v++) {
+        field_len[v] = stk_rd32(s->lengths + (r * set->nvar + v) * 4);
+        field_off[v] = len;
+        len += field_len[v]; /* at most 64 x 2^32: no overflow */
+    }
+    if (off < s->data_offset || off % STK_RECORD_ALIGN || off > s->data_end ||
+        len > s->data_end - off || len > MAX_RECORD_BYTES)
+        return stk_fail(STK_EDATA,
+                        "%s: record %llu (sample %llu): its index entry is out of range (offset "
+                        "%llu, %llu bytes, data area %llu..%llu)",
+                        s->path, (unsigned long long)r, (unsigned long long)global,
+                        (unsigned long long)off, (unsigned long long)len,
+                        (unsigned long long)s->data_offset, (unsigned long long)s->data_end);
+    if (s->map) {
+        *bytes = s->map + off;
+    } else {
+        int rc = stk_scratch_reserve(scratch, len ? len : 1);
+        if (rc < 0)
+            return rc;
+        if ((rc = read_exact(s->fd, scratch->data, len, off, s->path)) < 0)
+            return rc == STK_EFORMAT ? stk_fail(STK_EDATA, "%s: record %llu: %s", s->path,
+                                                (unsigned long long)r, stk_errmsg())
+                                     : rc;
+        *bytes = scratch->data;
+    }
+    bool check = force_verify || set->verify == VERIFY_ALWAYS;
+    uint64_t bit = 1ull << (r % 64);
+    if (set->verify == VERIFY_FIRST && !check)
+        check = !(atomic_load_explicit(&s->verified[r / 64], memory_order_relaxed) & bit);
+    if (check) {
+        uint64_t want = stk_rd64(s->checksums + r * 8), got = stk_checksum(*bytes, len);
+        if (want != got)
+            return stk_fail(STK_EDATA,
+                            "%s: record %llu (sample %llu): checksum mismatch (stored %016llx, "
+                            "computed %016llx): the record is damaged",
+                            s->path, (unsigned long long)r, (unsigned long long)global,
+                            (unsigned long long)want, (unsigned long long)got);
+        if (s->verified)
+            atomic_fetch_or_explicit(&s->verified[r / 64], bit, memory_order_relaxed);
+    }
+    return 0;
+}
+
+/* Raw image payload -> view (decompressing into `out` if needed). */
+static int raw_image(const shardset *set, uint32_t field, const shard *s, uint64_t r,
+                     uint64_t global, const uint8_t *p, uint32_t len, stk_scratch *out,
+                     size_t out_at, stk_image_view *view)
+{
+    const stk_field_def *f = &set->fields[field];
+    if (len < STK_RAW_PREFIX)
+        return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): raw image shorter than its "
+                                   "12-byte shape prefix", s->path, (unsigned long long)r,
+                        (unsigned long long)global);
+    uint32_t h = stk_rd32(p), w = stk_rd32(p + 4), c = stk_rd32(p + 8);
+    uint64_t pixels;
+    if (!h || !w || !c || c > 4 || !stk_mul_ok((uint64_t)h * w, c, &pixels) ||
+        (uint64_t)h * w > STK_DEFAULT_MAX_PIXELS ||
+        (f->ndim == 3 && (h != f->dims[0] || w != f->dims[1] || c != f->dims[2])))
+        return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): bad raw image shape %ux%ux%u",
+                        s->path, (unsigned long long)r, (unsigned long long)global, h, w, c);
+    const uint8_t *px = p + STK_RAW_PREFIX;
+    size_t plen = len - STK_RAW_PREFIX;
+    if (f->compression) {
+        unsigned long long content = ZSTD_getFrameContentSize(px, plen);
+        if (content != pixels)
+            return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): zstd frame holds %llu "
+                                       "bytes, the shape says %llu", s->path,
+                            (unsigned long long)r, (unsigned long long)global, content,
+                            (unsigned long long)pixels);
+        int rc = stk_scratch_reserve(out, out_at + pixels);
+        if (rc < 0)
+            return rc;
+        size_t got = ZSTD_decompress(out->data + out_at, pixels, px, plen);
+        if (ZSTD_isError(got) || got != pixels)
+            return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): zstd: %s", s->path,
+                            (unsigned long long)r, (unsigned long long)global,
+                            ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short output");
+        px = out->data + out_at;
+    } else if (plen != pixels) {
+        return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): %zu pixel bytes, the shape "
+                                   "%ux%ux%u needs %llu", s->path, (unsigned long long)r,
+                        (unsigned long long)global, plen, h, w, c, (unsigned long long)pixels);
+    }
+    *view = (stk_image_view){px, h, w, c, (ptrdiff_t)w * c, (ptrdiff_t)c, 1};
+    return 0;
+}
+
+static int64_t label_of(const shardset *set, const shard *s, uint64_t r)
+{
+    if (set->label_field < 0)
+        return 0;
+    return (int64_t)stk_rd64(s->columns[set->label_field] + r * 8);
+}
+
+static int shards_read(const stk_dataset *ds, uint64_t index, stk_sample *out, stk_scratch *scratch)
+{
+    const shardset *set = ds->impl;
+    uint64_t r, foff[STK_MAX_FIELDS];
+    uint32_t flen[STK_MAX_FIELDS];
+    const shard *s = locate(set, index, &r);
+    const uint8_t *bytes;
+    int rc = record_get(set, s, r, index, &bytes, foff, flen, scratch, false);
+    if (rc < 0)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->label = label_of(set, s, r);
+    if (set->image_field < 0)
+        return stk_fail(STK_EUNSUPPORTED, "%s: the shards have no image field", ds->uri);
+    uint32_t v = set->var_slot[set->image_field];
+    const uint8_t *p = bytes + foff[v];
+    if (set->fields[set->image_field].type == STK_FIELD_IMAGE) {
+        out->encoded = p;
+        out->encoded_size = flen[v];
+        return 0;
+    }
+    /* pread records sit at scratch[0, len); decompress after them. */
+    size_t after = s->map ? 0 : (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
+    return raw_image(set, (uint32_t)set->image_field, s, r, index, p, flen[v], scratch, after,
+                     &out->image);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fields, metadata, shards                                                  */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t shards_field_count(const stk_dataset *ds) { return ((shardset *)ds->impl)->nfields; }
+
+static int shards_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *info)
+{
+    const shardset *set = ds->impl;
+    if (i >= set->nfields)
+        return stk_fail(STK_EINVAL, "%s: no field %u (%u fields)", ds->uri, i, set->nfields);
+    const stk_field_def *f = &set->fields[i];
+    memset(info, 0, sizeof *info);
+    info->name = f->name;
+    info->type = (stk_field_type)f->type;
+    info->ndim = f->ndim;
+    memcpy(info->dims, f->dims, sizeof info->dims);
+    info->compressed = f->compression != 0;
+    return 0;
+}
+
+static int shards_read_field(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
+                             size_t *size, uint32_t shape[3])
+{
+    const shardset *set = ds->impl;
+    uint64_t r, foff[STK_MAX_FIELDS];
+    uint32_t flen[STK_MAX_FIELDS];
+    const shard *s = locate(set, index, &r);
+    const stk_field_def *f = &set->fields[field];
+    stk_scratch scratch = {0};
+    int rc = 0;
+    const void *src = NULL;
+    size_t n = 0;
+    if (set->storage[field] == STK_STORAGE_FIXED) {
+        src = s->columns[field] + r * set->fixed_size[field];
+        n = (size_t)set->fixed_size[field];
+    } else {
+        const uint8_t *bytes;
+        if ((rc = record_get(set, s, r, index, &bytes, foff, flen, &scratch, false)) < 0)
+            goto done;
+        uint32_t v = set->var_slot[field];
+        src = bytes + foff[v];
+        n = flen[v];
+        if (f->type == STK_FIELD_RAW_IMAGE) {
+            stk_image_view view;
+            size_t after = (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
+            if ((rc = raw_image(set, field, s, r, index, src, (uint32_t)n, &scratch,
+                                s->map ? 0 : after, &view)) < 0)
+                goto done;
+            src = view.pixels;
+            n = (size_t)view.height * view.width * view.channels;
+            if (shape) {
+                shape[0] = view.height;
+                shape[1] = view.width;
+                shape[2] = view.channels;
+            }
+        }
+    }
+    *data = malloc(n ? n : 1);
+    if (!*data) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(*data, src, n);
+    *size = n;
+done:
+    stk_scratch_free(&scratch);
+    return rc;
+}
+
+static int shards_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    const shardset *set = ds->impl;
+    uint64_t r;
+    const shard *s = locate(set, index, &r);
+    *label = label_of(set, s, r);
+    return 0;
+}
+
+static const char *shards_metadata(const stk_dataset *ds, const char *key)
+{
+    const shardset *set = ds->impl;
+    for (uint32_t i = 0; i < set->nmeta; i++)
+        if (!strcmp(set->meta_keys[i], key))
+            return set->meta_values[i];
+    return NULL;
+}
+
+static uint32_t shards_shard_count(const stk_dataset *ds) { return ((shardset *)ds->impl)->nshards; }
+
+static int shards_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *info)
+{
+    const shardset *set = ds->impl;
+    if (i >= set->nshards)
+        return stk_fail(STK_EINVAL, "%s: no shard %u (%u shards)", ds->uri, i, set->nshards);
+    const shard *s = &set->shards[i];
+    *info = (stk_shard_info){s->path, s->n, s->first, s->file_size};
+    return 0;
+}
+
+static void shardset_free(shardset *set)
+{
+    if (!set)
+        return;
+    for (uint32_t i = 0; i < set->nshards; i++)
+        shard_close(&set->shards[i]);
+    free(set->shards);
+    for (uint32_t i = 0; i < set->nmeta; i++) {
+        free(set->meta_keys[i]);
+        free(set->meta_values[i]);
+    }
+    free(set->meta_keys);
+    free(set->meta_values);
+    free(set);
+}
+
+static void shards_close(stk_dataset *ds) { shardset_free(ds->impl); }
+
+static const stk_dataset_vtable shards_vt = {
+    .format = "stk",
+    .read = shards_read,
+    .close = shards_close,
+    .field_count = shards_field_count,
+    .field_info = shards_field_info,
+    .read_field = shards_read_field,
+    .label = shards_label,
+    .metadata = shards_metadata,
+    .shard_count = shards_shard_count,
+    .shard_info = shards_shard_info,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Listing shard files                                                       */
+/* ------------------------------------------------------------------------ */
+
+static bool has_glob_chars(const char *p) { return strpbrk(p, "*?[") != NULL; }
+
+static bool ends_with_stk(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 4 && !strcmp(name + n - 4, ".stk");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The shard paths of `path` (file, directory or glob), sorted, in a new
+ * NULL-terminated array of malloc'd strings. */
+static int list_shards(const char *path, char ***out, uint32_t *count)
+{
+    char **list = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    *out = NULL;
+    *count = 0;
+#define PUSH(s)                                                                    \
+    do {                                                                           \
+        if (n + 2 > cap) {                                                         \
+            cap = cap ? cap * 2 : 16;                                              \
+            char **grown = realloc(list, cap * sizeof *list);                      \
+            if (!grown) {                                                          \
+                rc = stk_fail(STK_ENOMEM, "out of memory");                        \
+                goto fail;                                                         \
+            }                                                                      \
+            list = grown;                                                          \
+        }                                                                          \
+        if (!(list[n] = (s))) {                                                    \
+            rc = STK_ENOMEM;                                                       \
+            goto fail;                                                             \
+        }                                                                          \
+        list[++n] = NULL;                                                          \
+    } while (0)
+    struct stat st;
+    if (has_glob_chars(path) && stat(path, &st) != 0) {
+        glob_t g;
+        int grc = glob(path, 0, NULL, &g);
+        if (grc == GLOB_NOMATCH) {
+            rc = stk_fail(STK_ENOENT, "%s: no shard file matches this pattern", path);
+            goto fail;
+        }
+        if (grc != 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot expand the pattern", path);
+            goto fail;
+        }
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            PUSH(stk_strdup(g.gl_pathv[i]));
+        globfree(&g);
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d) {
+            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
+            goto fail;
+        }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!ends_with_stk(e->d_name))
+                continue;
+            char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
+            if (p)
+                sprintf(p, "%s/%s", path, e->d_name);
+            if (!p) {
+                closedir(d);
+                rc = stk_fail(STK_ENOMEM, "out of memory");
+                goto fail;
+            }
+            if (n + 2 > cap) {
+                cap = cap ? cap * 2 : 16;
+                char **grown = realloc(list, cap * sizeof *list);
+                if (!grown) {
+                    free(p);
+                    closedir(d);
+                    rc = stk_fail(STK_ENOMEM, "out of memory");
+                    goto fail;
+                }
+                list = grown;
+            }
+            list[n++] = p;
+            list[n] = NULL;
+        }
+        closedir(d);
+        if (n == 0) {
+            rc = stk_fail(STK_ENOENT, "%s: no *.stk shard files in this directory", path);
+            goto fail;
+        }
+    } else if (stat(path, &st) == 0) {
+        PUSH(stk_strdup(path));
+    } else {
+        rc = stk_fail(STK_ENOENT, "%s: no such shard file or directory", path);
+        goto fail;
+    }
+#undef PUSH
+    qsort(list, n, sizeof *list, cmp_str);
+    *out = list;
+    *count = (uint32_t)n;
+    return 0;
+fail:
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+    return rc;
+}
+
+static void free_list(char **list, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+int stk_shards_detect(const char *path)
+{
+    struct stat st;
+    if (ends_with_stk(path) && !has_glob_chars(path))
+        return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (has_glob_chars(path) && stat(path, &st) != 0)
+        return ends_with_stk(path);
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)))
+        found = ends_with_stk(e->d_name);
+    closedir(d);
+    return found;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static int parse_query(const char *uri, const char *query, shardset *set)
+{
+    /* ?verify=off|first|always & io=mmap|pread */
+    set->verify = VERIFY_FIRST;
+    set->pread_io = false;
+    if (!query || !*query)
+        return 0;
+    char *copy = stk_strdup(query);
+    if (!copy)
+        return STK_ENOMEM;
+    int rc = 0;
+    for (char *item = strtok(copy, "&"); item; item = strtok(NULL, "&")) {
+        char *eq = strchr(item, '=');
+        const char *val = eq ? eq + 1 : "";
+        if (eq)
+            *eq = '\0';
+        if (!strcmp(item, "verify") && !strcmp(val, "off"))
+            set->verify = VERIFY_OFF;
+        else if (!strcmp(item, "verify") && !strcmp(val, "first"))
+            set->verify = VERIFY_FIRST;
+        else if (!strcmp(item, "verify") && !strcmp(val, "always"))
+            set->verify = VERIFY_ALWAYS;
+        else if (!strcmp(item, "io") && !strcmp(val, "mmap"))
+            set->pread_io = false;
+        else if (!strcmp(item, "io") && !strcmp(val, "pread"))
+            set->pread_io = true;
+        else {
+            rc = stk_fail(STK_EINVAL, "%s: unknown query item '%s%s%s' (known: verify=off|first|"
+                                      "always, io=mmap|pread)", uri, item, eq ? "=" : "", val);
+            break;
+        }
+    }
+    free(copy);
+    return rc;
+}
+
+/* Open every shard of `paths` into a new shardset. */
+static int shardset_open(const char *uri, char **paths, uint32_t n, const char *query,
+                         const stk_dataset_options *opts, shardset **out)
+{
+    int rc;
+    shardset *set = calloc(1, sizeof *set);
+    if (!set)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    stk_dataset_options o = stk_dataset_options_resolve(opts);
+    set->max_bytes = o.max_bytes;
+    if ((rc = parse_query(uri, query, set)) < 0)
+        goto fail;
+    set->shards = calloc(n, sizeof *set->shards);
+    if (!set->shards) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto fail;
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rc = shard_open(set, &set->shards[i], paths[i], i == 0);
+        set->nshards = i + 1;
+        if (rc < 0)
+            goto fail;
+        set->shards[i].first = total;
+        if (!stk_add_ok(total, set->shards[i].n, &total) || total > o.max_samples) {
+            rc = stk_fail(STK_ELIMIT, "%s: more than %llu samples", uri,
+                          (unsigned long long)o.max_samples);
+            goto fail;
+        }
+    }
+    *out = set;
+    return 0;
+fail:
+    shardset_free(set);
+    return rc;
+}
+
+int stk_shards_open(const char *uri, const char *path, const char *query,
+                    const stk_dataset_options *opts, stk_dataset **out)
+{
+    char **paths;
+    uint32_t n;
+    shardset *set = NULL;
+    int rc = list_shards(path, &paths, &n);
+    if (rc < 0)
+        return rc;
+    rc = shardset_open(uri, paths, n, query, opts, &set);
+    free_list(paths, n);
+    if (rc < 0)
+        return rc;
+    stk_dataset *ds = stk_dataset_alloc(&shards_vt, uri);
+    if (!ds) {
+        shardset_free(set);
+        return STK_ENOMEM;
+    }
+    ds->impl = set;
+    for (uint32_t i = 0; i < set->nshards; i++)
+        ds->count += set->shards[i].n;
+    if (ds->count == 0) {
+        stk_dataset_close(ds);
+        return stk_fail(STK_EFORMAT, "%s: the shards hold no records", uri);
+    }
+    if (set->image_field >= 0) {
+        const stk_field_def *f = &set->fields[set->image_field];
+        if (f->type == STK_FIELD_RAW_IMAGE && f->ndim == 3) {
+            ds->height = f->dims[0];
+            ds->width = f->dims[1];
+            ds->channels = f->dims[2];
+        }
+    }
+    /* Label map from the metadata: one name a line. */
+    const char *names = shards_metadata(ds, "class_names");
+    if (names && *names) {
+        uint32_t k = 1;
+        for (const char *c = names; *c; c++)
+            k += *c == '\n';
+        ds->class_names = calloc(k, sizeof *ds->class_names);
+        if (!ds->class_names) {
+            stk_dataset_close(ds);
+            return stk_fail(STK_ENOMEM, "out of memory");
+        }
+        const char *start = names;
+        for (uint32_t i = 0; i < k; i++) {
+            const char *end = strchr(start, '\n');
+            size_t len = end ? (size_t)(end - start) : strlen(start);
+            ds->class_names[i] = malloc(len + 1);
+            if (!ds->class_names[i]) {
+                ds->num_classes = i;
+                stk_dataset_close(ds);
+                return stk_fail(STK_ENOMEM, "out of memory");
+            }
+            memcpy(ds->class_names[i], start, len);
+            ds->class_names[i][len] = '\0';
+            start = end ? end + 1 : start + len;
+        }
+        ds->num_classes = k;
+    }
+    *out = ds;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Verify                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#include "codec/codec.h"
+
+static void report(const stk_verify_options *o, const char *shard_path, uint64_t record,
+                   const char *reason)
+{
+    if (o && o->on_damage)
+        o->on_damage(o->ctx, shard_path, record, reason);
+}
+
+int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result)
+{
+    stk_verify_result res = {0};
+    const char *path = strncmp(uri, "stk:", 4) == 0 ? uri + 4 : uri;
+    char **paths;
+    uint32_t n;
+    int rc = list_shards(path, &paths, &n);
+    if (rc < 0)
+        return rc;
+    stk_scratch scratch = {0}, pixels = {0};
+    char reason[STK_ERRMSG_MAX];
+    uint8_t schema0[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE];
+    uint32_t nfields0 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        res.shards++;
+        shardset *set = NULL;
+        /* Each shard alone, every record checked. */
+        rc = shardset_open(uri, &paths[i], 1, "verify=always", NULL, &set);
+        if (rc < 0) {
+            res.bad_shards++;
+            snprintf(reason, sizeof reason, "%s", stk_errmsg());
+            report(opts, paths[i], UINT64_MAX, reason);
+            continue;
+        }
+        if (i == 0 || nfields0 == 0) {
+            nfields0 = set->nfields;
+            memcpy(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE);
+        } else if (set->nfields != nfields0 ||
+                   memcmp(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
+            res.bad_shards++;
+            report(opts, paths[i], UINT64_MAX, "its schema differs from the first shard's");
+        }
+        const shard *s = &set->shards[0];
+        for (uint64_t r = 0; r < s->n; r++) {
+            uint64_t foff[STK_MAX_FIELDS];
+            uint32_t flen[STK_MAX_FIELDS];
+            const uint8_t *bytes;
+            res.records++;
+            rc = record_get(set, s, r, r, &bytes, foff, flen, &scratch, true);
+            for (uint32_t f = 0; rc == 0 && f < set->nfields; f++) {
+                if (set->storage[f] != STK_STORAGE_VARIABLE)
+                    continue;
+                uint32_t v = set->var_slot[f];
+                const uint8_t *p = bytes + foff[v];
+                if (set->fields[f].type == STK_FIELD_RAW_IMAGE) {
+                    stk_image_view view;
+                    rc = raw_image(set, f, s, r, r, p, flen[v], &pixels, 0, &view);
+                } else if (set->fields[f].type == STK_FIELD_IMAGE && opts && opts->decode) {
+                    stk_image_view view;
+                    rc = stk_image_decode(p, flen[v], NULL, NULL, 1, &pixels, &view);
+                    if (rc < 0)
+                        rc = stk_fail_prefix(rc, "%s: record %llu: field '%s'", s->path,
+                                             (unsigned long long)r, set->fields[f].name);
+                }
+            }
+            if (rc < 0) {
+                res.bad_records++;
+                snprintf(reason, sizeof reason, "%s", stk_errmsg());
+                report(opts, s->path, r, reason);
+            }
+        }
+        shardset_free(set);
+    }
+    stk_scratch_free(&scratch);
+    stk_scratch_free(&pixels);
+    free_list(paths, n);
+    if (result)
+        *result = res;
+    if (res.bad_shards || res.bad_records)
+        return stk_fail(STK_EDATA, "%s: %u of %u shards and %llu of %llu records are damaged", uri,
+                        res.bad_shards, res.shards, (unsigned long long)res.bad_records,
+                        (unsigned long long)res.records);
+    return 0;
+}

@@ -1,0 +1,441 @@
+/*
+ * stk_writer.c — streams records into a temporary file, then writes the
+ * index and, last, the footer; fsyncs and renames into place.
+ *
+ * Why this order: a reader trusts a shard only through its footer, which
+ * carries the checksums of the index and the header. The footer is the
+ * last write, the file gets its final name only after fsync, so a crash or
+ * a full disk leaves either no shard or a temporary file — never a shard
+ * that reads as valid but is incomplete (docs/format.md, "Writing").
+ *
+ * Memory: the index (offsets, lengths, checksums, fixed columns) is kept in
+ * growable arrays until finish: ~28 bytes a record for one image + label.
+ * Records pass through a 1 MiB write buffer.
+ */
+#include "format/stk_writer.h"
+
+#include "core/error.h"
+#include "core/util.h"
+#include "format/stk_format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define WRITE_BUFFER (1u << 20)
+
+uint64_t stk_checksum(const void *data, size_t size) { return XXH3_64bits(data, size); }
+
+int stk_field_layout(const stk_field_def *f, uint8_t *storage, uint32_t *elem_size,
+                     uint64_t *fixed_size, const char **why)
+{
+    uint64_t count = 1;
+    if (f->ndim > 4) {
+        *why = "more than 4 dimensions";
+        return STK_EINVAL;
+    }
+    for (unsigned i = 0; i < f->ndim; i++)
+        if (!f->dims[i] || !stk_mul_ok(count, f->dims[i], &count)) {
+            *why = "a zero or overflowing dimension";
+            return STK_EINVAL;
+        }
+    *fixed_size = 0;
+    switch (f->type) {
+    case STK_FIELD_BYTES:
+    case STK_FIELD_IMAGE:
+    case STK_FIELD_STRING:
+    case STK_FIELD_RAW_IMAGE:
+        *storage = STK_STORAGE_VARIABLE;
+        *elem_size = 1;
+        if (f->type == STK_FIELD_RAW_IMAGE && f->ndim != 0 && f->ndim != 3) {
+            *why = "a raw_image shape must have 3 dimensions (H, W, C) or none";
+            return STK_EINVAL;
+        }
+        if (f->compression > 1 || (f->compression && f->type != STK_FIELD_RAW_IMAGE)) {
+            *why = "compression is only defined for raw_image (zstd)";
+            return STK_EINVAL;
+        }
+        return 0;
+    case STK_FIELD_INT64:
+    case STK_FIELD_FLOAT32:
+        *storage = STK_STORAGE_FIXED;
+        *elem_size = f->type == STK_FIELD_INT64 ? 8 : 4;
+        if (!stk_mul_ok(count, *elem_size, fixed_size) || *fixed_size > UINT32_MAX) {
+            *why = "a fixed field larger than 4 GiB per record";
+            return STK_EINVAL;
+        }
+        if (f->compression) {
+            *why = "compression is only defined for raw_image (zstd)";
+            return STK_EINVAL;
+        }
+        return 0;
+    default:
+        *why = "an unknown field type";
+        return STK_EINVAL;
+    }
+}
+
+struct stk_shard_writer {
+    char *path, *tmp_path;     /* owned */
+    int fd;
+    stk_field_def fields[STK_MAX_FIELDS];
+    uint8_t storage[STK_MAX_FIELDS];
+    uint64_t fixed_size[STK_MAX_FIELDS];
+    uint32_t nfields, nvar;
+    uint8_t *header;           /* owned, header_size bytes */
+    uint32_t header_size;
+    uint64_t data_offset, pos; /* pos: file offset of the next byte */
+    uint8_t *buf;              /* write buffer, owned */
+    size_t buf_len;
+    /* Index columns, owned, grown together. */
+    uint64_t n, cap;
+    uint64_t *offsets, *checksums;
+    uint32_t *lengths;         /* n * nvar */
+    uint8_t *columns[STK_MAX_FIELDS]; /* fixed fields only */
+    XXH3_state_t *hash;
+};
+
+static int write_all(stk_shard_writer *w, const void *data, size_t size)
+{
+    const uint8_t *p = data;
+    while (size) {
+        ssize_t k = write(w->fd, p, size);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return stk_fail(STK_EIO, "%s: write failed: %s", w->tmp_path, strerror(errno));
+        }
+        p += k;
+        size -= (size_t)k;
+    }
+    return 0;
+}
+
+static int flush_buffer(stk_shard_writer *w)
+{
+    int rc = write_all(w, w->buf, w->buf_len);
+    w->buf_len = 0;
+    return rc;
+}
+
+static int emit(stk_shard_writer *w, const void *data, size_t size)
+{
+    w->pos += size;
+    if (w->buf_len + size > WRITE_BUFFER) {
+        int rc = flush_buffer(w);
+        if (rc < 0)
+            return rc;
+        if (size >= WRITE_BUFFER)
+            return write_all(w, data, size);
+    }
+    memcpy(w->buf + w->buf_len, data, size);
+    w->buf_len += size;
+    return 0;
+}
+
+static int emit_zeros(stk_shard_writer *w, size_t size)
+{
+    static const uint8_t zeros[STK_PAGE];
+    while (size) {
+        size_t k = size < sizeof zeros ? size : sizeof zeros;
+        int rc = emit(w, zeros, k);
+        if (rc < 0)
+            return rc;
+        size -= k;
+    }
+    return 0;
+}
+
+static void writer_free(stk_shard_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->path);
+    free(w->tmp_path);
+    free(w->header);
+    free(w->buf);
+    free(w->offsets);
+    free(w->checksums);
+    free(w->lengths);
+    for (uint32_t i = 0; i < w->nfields; i++)
+        free(w->columns[i]);
+    XXH3_freeState(w->hash);
+    free(w);
+}
+
+static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta)
+{
+    uint64_t size = STK_HEADER_SIZE + (uint64_t)w->nfields * STK_FIELD_ENTRY_SIZE;
+    for (uint32_t i = 0; i < nmeta; i++)
+        size += 8 + strlen(meta[i].key) + meta[i].value_size;
+    if (size > UINT32_MAX)
+        return stk_fail(STK_EINVAL, "%s: metadata larger than 4 GiB", w->path);
+    w->header_size = (uint32_t)size;
+    w->header = calloc(1, size);
+    if (!w->header)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    uint8_t *h = w->header;
+    memcpy(h + HDR_MAGIC, STK_SHARD_MAGIC, 8);
+    stk_wr16(h + HDR_VMAJOR, STK_SHARD_VERSION_MAJOR);
+    stk_wr16(h + HDR_VMINOR, STK_SHARD_VERSION_MINOR);
+    stk_wr32(h + HDR_SIZE, w->header_size);
+    w->data_offset = stk_pad_to(size, STK_PAGE);
+    stk_wr64(h + HDR_DATA_OFFSET, w->data_offset);
+    stk_wr32(h + HDR_FIELD_COUNT, w->nfields);
+    stk_wr32(h + HDR_META_COUNT, nmeta);
+    for (uint32_t i = 0; i < w->nfields; i++) {
+        uint8_t *e = h + STK_HEADER_SIZE + i * STK_FIELD_ENTRY_SIZE;
+        const stk_field_def *f = &w->fields[i];
+        uint8_t storage;
+        uint32_t elem;
+        uint64_t fixed;
+        const char *why = "";
+        stk_field_layout(f, &storage, &elem, &fixed, &why);
+        memcpy(e + FLD_NAME, f->name, strlen(f->name));
+        e[FLD_TYPE] = f->type;
+        e[FLD_STORAGE] = storage;
+        e[FLD_COMPRESSION] = f->compression;
+        e[FLD_NDIM] = f->ndim;
+        for (unsigned d = 0; d < 4; d++)
+            stk_wr32(e + FLD_DIMS + 4 * d, d < f->ndim ? f->dims[d] : 0);
+        stk_wr32(e + FLD_ELEM_SIZE, elem);
+        stk_wr64(e + FLD_FIXED_SIZE, fixed);
+    }
+    uint8_t *m = h + STK_HEADER_SIZE + (size_t)w->nfields * STK_FIELD_ENTRY_SIZE;
+    for (uint32_t i = 0; i < nmeta; i++) {
+        uint32_t kl = (uint32_t)strlen(meta[i].key), vl = (uint32_t)meta[i].value_size;
+        stk_wr32(m, kl);
+        memcpy(m + 4, meta[i].key, kl);
+        stk_wr32(m + 4 + kl, vl);
+        if (vl)
+            memcpy(m + 8 + kl, meta[i].value, vl);
+        m += 8 + kl + vl;
+    }
+    stk_wr64(h + HDR_CHECKSUM, stk_checksum(h, size)); /* computed with the field zero */
+    return 0;
+}
+
+int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_t nfields,
+                          const stk_kv *meta, uint32_t nmeta, stk_shard_writer **out)
+{
+    int rc;
+    *out = NULL;
+    if (nfields == 0 || nfields > STK_MAX_FIELDS)
+        return stk_fail(STK_EINVAL, "%s: a shard needs 1 to %d fields, got %u", path, STK_MAX_FIELDS,
+                        nfields);
+    if (nmeta > STK_MAX_METADATA)
+        return stk_fail(STK_EINVAL, "%s: too many metadata entries (%u)", path, nmeta);
+    stk_shard_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    w->fd = -1;
+    w->nfields = nfields;
+    for (uint32_t i = 0; i < nfields; i++) {
+        const stk_field_def *f = &fields[i];
+        size_t len = strnlen(f->name, sizeof f->name);
+        if (len == 0 || len >= sizeof f->name) {
+            rc = stk_fail(STK_EINVAL, "%s: field %u needs a name of 1 to 31 bytes", path, i);
+            goto fail;
+        }
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(fields[j].name, f->name)) {
+                rc = stk_fail(STK_EINVAL, "%s: field name '%s' is used twice", path, f->name);
+                goto fail;
+            }
+        const char *why = "";
+        uint32_t elem;
+        if (stk_field_layout(f, &w->storage[i], &elem, &w->fixed_size[i], &why) < 0) {
+            rc = stk_fail(STK_EINVAL, "%s: field '%s': %s", path, f->name, why);
+            goto fail;
+        }
+        w->fields[i] = *f;
+        if (w->storage[i] == STK_STORAGE_VARIABLE)
+            w->nvar++;
+    }
+    w->path = stk_strdup(path);
+    w->tmp_path = malloc(strlen(path) + 64);
+    w->buf = malloc(WRITE_BUFFER);
+    w->hash = XXH3_createState();
+    if (!w->path || !w->tmp_path || !w->buf || !w->hash) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto fail;
+    }
+    snprintf(w->tmp_path, strlen(path) + 64, "%s.tmp-%ld-%08x", path, (long)getpid(),
+             (unsigned)(stk_ticks() & 0xffffffffu));
+    if ((rc = build_header(w, meta, nmeta)) < 0)
+        goto fail;
+    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rc = stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot create: %s", w->tmp_path,
+                      strerror(errno));
+        goto fail;
+    }
+    if ((rc = emit(w, w->header, w->header_size)) < 0 ||
+        (rc = emit_zeros(w, w->data_offset - w->header_size)) < 0)
+        goto fail_unlink;
+    *out = w;
+    return 0;
+
+fail_unlink:
+    unlink(w->tmp_path);
+fail:
+    writer_free(w);
+    return rc;
+}
+
+static int grow(stk_shard_writer *w)
+{
+    uint64_t cap = w->cap ? w->cap * 2 : 1024;
+    uint64_t *o = realloc(w->offsets, cap * sizeof *o);
+    if (o)
+        w->offsets = o;
+    uint64_t *c = realloc(w->checksums, cap * sizeof *c);
+    if (c)
+        w->checksums = c;
+    uint32_t *l = w->nvar ? realloc(w->lengths, cap * w->nvar * sizeof *l) : w->lengths;
+    if (l)
+        w->lengths = l;
+    if (!o || !c || (w->nvar && !l))
+        return stk_fail(STK_ENOMEM, "%s: out of memory growing the index", w->path);
+    for (uint32_t i = 0; i < w->nfields; i++) {
+        if (w->storage[i] != STK_STORAGE_FIXED)
+            continue;
+        uint8_t *col = realloc(w->columns[i], cap * w->fixed_size[i]);
+        if (!col)
+            return stk_fail(STK_ENOMEM, "%s: out of memory growing the index", w->path);
+        w->columns[i] = col;
+    }
+    w->cap = cap;
+    return 0;
+}
+
+int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values)
+{
+    int rc;
+    if (w->n >= STK_MAX_RECORDS)
+        return stk_fail(STK_ELIMIT, "%s: more than 2^40 records", w->path);
+    for (uint32_t i = 0; i < w->nfields; i++) {
+        if (w->storage[i] == STK_STORAGE_FIXED && values[i].size != w->fixed_size[i])
+            return stk_fail(STK_EINVAL, "%s: field '%s' takes %llu bytes, got %zu", w->path,
+                            w->fields[i].name, (unsigned long long)w->fixed_size[i], values[i].size);
+        if (w->storage[i] == STK_STORAGE_VARIABLE && values[i].size > UINT32_MAX)
+            return stk_fail(STK_ELIMIT, "%s: field '%s' of %zu bytes is over 4 GiB", w->path,
+                            w->fields[i].name, values[i].size);
+    }
+    if (w->n == w->cap && (rc = grow(w)) < 0)
+        return rc;
+    if ((rc = emit_zeros(w, stk_pad_to(w->pos, STK_RECORD_ALIGN) - w->pos)) < 0)
+        return rc;
+    w->offsets[w->n] = w->pos;
+    XXH3_64bits_reset(w->hash);
+    uint32_t v = 0;
+    for (uint32_t i = 0; i < w->nfields; i++) {
+        if (w->storage[i] == STK_STORAGE_FIXED) {
+            memcpy(w->columns[i] + w->n * w->fixed_size[i], values[i].data, values[i].size);
+            continue;
+        }
+        if (values[i].size) {
+            XXH3_64bits_update(w->hash, values[i].data, values[i].size);
+            if ((rc = emit(w, values[i].data, values[i].size)) < 0)
+                return rc;
+        }
+        w->lengths[w->n * w->nvar + v++] = (uint32_t)values[i].size;
+    }
+    w->checksums[w->n] = XXH3_64bits_digest(w->hash);
+    w->n++;
+    return 0;
+}
+
+uint64_t stk_shard_writer_bytes(const stk_shard_writer *w) { return w->pos; }
+uint64_t stk_shard_writer_records(const stk_shard_writer *w) { return w->n; }
+
+/* Emit one index array padded to 8 bytes, feeding the index checksum. */
+static int emit_index_part(stk_shard_writer *w, const void *data, uint64_t size)
+{
+    static const uint8_t zeros[8];
+    int rc;
+    if (size) {
+        XXH3_64bits_update(w->hash, data, (size_t)size);
+        if ((rc = emit(w, data, (size_t)size)) < 0)
+            return rc;
+    }
+    uint64_t pad = stk_pad_to(size, 8) - size;
+    if (pad) {
+        XXH3_64bits_update(w->hash, zeros, (size_t)pad);
+        if ((rc = emit(w, zeros, (size_t)pad)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int stk_shard_writer_finish(stk_shard_writer *w)
+{
+    int rc;
+    uint64_t data_end = w->pos;
+    if ((rc = emit_zeros(w, stk_pad_to(w->pos, STK_PAGE) - w->pos)) < 0)
+        goto fail;
+    uint64_t index_offset = w->pos;
+    /* Little-endian hosts write the arrays as they are; others convert. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "stk_writer.c: big-endian hosts need byte-swapping of the index arrays"
+#endif
+    XXH3_64bits_reset(w->hash);
+    if ((rc = emit_index_part(w, w->offsets, w->n * 8)) < 0 ||
+        (rc = emit_index_part(w, w->lengths, w->n * w->nvar * 4)) < 0 ||
+        (rc = emit_index_part(w, w->checksums, w->n * 8)) < 0)
+        goto fail;
+    for (uint32_t i = 0; i < w->nfields; i++)
+        if (w->storage[i] == STK_STORAGE_FIXED &&
+            (rc = emit_index_part(w, w->columns[i], w->n * w->fixed_size[i])) < 0)
+            goto fail;
+    uint64_t index_size = w->pos - index_offset;
+    uint8_t f[STK_FOOTER_SIZE] = {0};
+    stk_wr64(f + FTR_INDEX_OFFSET, index_offset);
+    stk_wr64(f + FTR_INDEX_SIZE, index_size);
+    stk_wr64(f + FTR_RECORD_COUNT, w->n);
+    stk_wr64(f + FTR_DATA_END, data_end);
+    stk_wr64(f + FTR_INDEX_CHECKSUM, XXH3_64bits_digest(w->hash));
+    stk_wr64(f + FTR_HEADER_CHECKSUM, stk_rd64(w->header + HDR_CHECKSUM));
+    stk_wr32(f + FTR_VERSION, STK_SHARD_VERSION_MAJOR << 16 | STK_SHARD_VERSION_MINOR);
+    stk_wr32(f + FTR_CHECKSUM, (uint32_t)stk_checksum(f, FTR_CHECKSUM));
+    memcpy(f + FTR_MAGIC, STK_FOOTER_MAGIC, 8);
+    if ((rc = emit(w, f, sizeof f)) < 0 || (rc = flush_buffer(w)) < 0)
+        goto fail;
+    if (fsync(w->fd) != 0) {
+        rc = stk_fail(STK_EIO, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    if (close(w->fd) != 0) {
+        w->fd = -1;
+        rc = stk_fail(STK_EIO, "%s: close failed: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    w->fd = -1;
+    if (rename(w->tmp_path, w->path) != 0) {
+        rc = stk_fail(STK_EIO, "%s: cannot rename into place: %s", w->path, strerror(errno));
+        goto fail;
+    }
+    writer_free(w);
+    return 0;
+fail:
+    unlink(w->tmp_path);
+    writer_free(w);
+    return rc;
+}
+
+void stk_shard_writer_abort(stk_shard_writer *w)
+{
+    if (!w)
+        return;
+    if (w->tmp_path)
+        unlink(w->tmp_path);
+    writer_free(w);
+}
