@@ -588,3 +588,15 @@ int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void
     p->kernel(&p->kc, in, ys, ny, xs, nx, out);
     return 0;
 }
+
+int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
+                       stk_scratch *scratch)
+{
+    (void)scratch;
+    if (!in)
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL input");
+    if (in->image)
+        return stk_plan_run(p, in->image, rng, out);
+    return stk_fail(STK_EUNSUPPORTED, "encoded images need a decoding pipeline "
+                                      "(decode | random_resized_crop ...), not available yet");
+}

@@ -17,6 +17,7 @@
 
 #include "core/image.h"
 #include "core/rng.h"
+#include "core/util.h"
 #include "stoker/stoker.h"
 
 typedef struct stk_plan stk_plan;
@@ -36,5 +37,29 @@ void stk_plan_output(const stk_plan *p, int64_t shape[3], stk_dtype *dtype,
  * `rng` may be NULL only when the plan draws nothing. `out` needs no
  * alignment; the kernel may store a tail element twice with the same value. */
 int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void *out);
+
+/*
+ * What a worker hands the plan for one sample: decoded pixels, or the bytes
+ * of an encoded image (JPEG/PNG) when the dataset stores those.
+ */
+typedef struct stk_plan_input {
+    const stk_image_view *image; /* decoded pixels, or NULL */
+    const uint8_t *encoded;      /* when image is NULL */
+    size_t encoded_size;
+} stk_plan_input;
+
+/*
+ * Run on one sample of any kind. A plan compiled for a fixed input shape
+ * (in_* > 0) takes images of that shape (stk_plan_run). A plan compiled for
+ * variable-size input (in_height = in_width = in_channels = 0: datasets of
+ * encoded images, or raw images of varying shape) decodes encoded input
+ * itself — only the region and DCT scale its geometry needs — and resizes to
+ * its fixed output. `scratch` is the calling thread's own buffer for decoded
+ * pixels and intermediates; `in` must not point into it.
+ * Errors: STK_EDATA for an undecodable image (message from the codec),
+ * STK_EINVAL for input the plan cannot take.
+ */
+int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
+                       stk_scratch *scratch);
 
 #endif

@@ -95,7 +95,8 @@ typedef struct worker {
     _Alignas(STK_ALIGN) stk_loader *loader;
     pthread_t thread;
     bool started;
-    stk_scratch scratch; /* owned by the worker thread */
+    stk_scratch scratch; /* owned by the worker thread: dataset reads */
+    stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
     _Atomic uint64_t read_ticks, augment_ticks, samples, skipped;
     _Atomic double idle_s;
 } worker;
@@ -301,7 +302,10 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
         if (rc == 0) {
             stk_rng rng;
             stk_rng_init(&rng, l->opt.seed, STK_RNG_DOMAIN_SAMPLE, epoch, index);
-            rc = stk_plan_run(l->plan, &sample.image, &rng, s->data + (size_t)row * l->sample_bytes);
+            stk_plan_input in = {sample.image.pixels ? &sample.image : NULL, sample.encoded,
+                                 sample.encoded_size};
+            rc = stk_plan_run_input(l->plan, &in, &rng, s->data + (size_t)row * l->sample_bytes,
+                                    &w->plan_scratch);
             if (rc < 0)
                 stk_fail_prefix(rc, "%s: sample %llu", l->ds->uri, (unsigned long long)index);
         }
@@ -433,8 +437,6 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     *out = NULL;
     if (!ds)
         return stk_fail(STK_EINVAL, "stk_loader_create: dataset is NULL");
-    if (!ds->height || !ds->width || !ds->channels)
-        return stk_fail(STK_EUNSUPPORTED, "%s: samples have no fixed shape", ds->uri);
 
     stk_loader *l = calloc(1, sizeof *l);
     if (!l)
@@ -457,8 +459,12 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     l->per_rank = stk_sampler_length(l->sampler);
     l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
 
-    if ((rc = stk_plan_compile(spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0)
+    /* Datasets of encoded or variously sized images compile a variable-input
+     * plan (height = width = channels = 0). */
+    if ((rc = stk_plan_compile(spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0) {
+        stk_fail_prefix(rc, "%s", ds->uri);
         goto fail_early;
+    }
     stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
 
     /* Chunks: a few per thread per batch, so all threads share one batch
@@ -526,6 +532,7 @@ void stk_loader_destroy(stk_loader *l)
         if (l->workers[i].started)
             pthread_join(l->workers[i].thread, NULL);
         stk_scratch_free(&l->workers[i].scratch);
+        stk_scratch_free(&l->workers[i].plan_scratch);
     }
     for (uint32_t i = 0; i < l->nslots; i++)
         slot_free_buffers(&l->slots[i]);
