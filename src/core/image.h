@@ -9,6 +9,7 @@
 #ifndef STK_CORE_IMAGE_H
 #define STK_CORE_IMAGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,5 +19,8 @@ typedef struct stk_image_view {
     uint32_t height, width, channels;
     ptrdiff_t row_stride, col_stride, chan_stride;
 } stk_image_view;
+
+/* Copy the view into dst as dense HWC (height * width * channels bytes). */
+void stk_image_copy_hwc(const stk_image_view *v, uint8_t *dst);
 
 #endif

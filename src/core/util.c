@@ -60,6 +60,16 @@ double stk_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int stk_memdup(const void *src, size_t n, void **out)
+{
+    *out = malloc(n ? n : 1);
+    if (!*out)
+        return stk_fail(STK_ENOMEM, "out of memory copying %zu bytes", n);
+    if (n)
+        memcpy(*out, src, n);
+    return 0;
+}
+
 char *stk_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;

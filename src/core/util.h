@@ -48,6 +48,10 @@ double stk_ticks_per_second(void);
 /* Seconds from an arbitrary start, CLOCK_MONOTONIC. */
 double stk_now(void);
 
+/* A malloc'd copy of n bytes (at least 1 byte allocated) in *out; returns 0
+ * or STK_ENOMEM via stk_fail. */
+int stk_memdup(const void *src, size_t n, void **out);
+
 /* strdup that reports ENOMEM through stk_fail (returns NULL). */
 char *stk_strdup(const char *s);
 

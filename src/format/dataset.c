@@ -4,8 +4,8 @@
  *
  * stk_dataset_open is a dispatcher. It recognises the URI forms documented
  * in stoker.h by their exact prefix ("cifar10:", "cifar100:", "idx:",
- * "mnist:", "fashion-mnist:"), splits the rest into PATH and an optional
- * "?query", and calls the reader's entry point, which validates everything
+ * "mnist:", "fashion-mnist:", "imagefolder:", "list:", ...), splits the
+ * rest into PATH and an optional "?query", and calls the reader's entry point, which validates everything
  * (dataset.h). Text with no known prefix is a path whose format is detected:
  *
  *   a directory holding data_batch_1.bin or test_batch.bin   -> cifar10
@@ -13,6 +13,8 @@
  *   a directory holding train.bin or test.bin                -> cifar100
  *     (or a cifar-100-binary subdirectory)
  *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
+ *   (last) a directory with a subdirectory that directly holds a file
+ *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
  *   a file named *images-idx3-ubyte[.gz] (or *images.idx3-ubyte) -> idx, its
  *     labels file named by replacing images-idx3 with labels-idx1
  *   a file named data_batch_N.bin / test_batch.bin           -> cifar10 file
@@ -137,20 +139,7 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
         goto out;
     }
 
-    if (v->col_stride == (ptrdiff_t)v->channels && v->chan_stride == 1 &&
-        v->row_stride == (ptrdiff_t)v->width * v->channels) {
-        memcpy(pixels, v->pixels, (size_t)bytes); /* already dense HWC */
-    } else {
-        uint8_t *o = pixels;
-        for (uint32_t y = 0; y < v->height; y++) {
-            const uint8_t *row = v->pixels + (ptrdiff_t)y * v->row_stride;
-            for (uint32_t x = 0; x < v->width; x++) {
-                const uint8_t *px = row + (ptrdiff_t)x * v->col_stride;
-                for (uint32_t c = 0; c < v->channels; c++)
-                    *o++ = px[(ptrdiff_t)c * v->chan_stride];
-            }
-        }
-    }
+    stk_image_copy_hwc(v, pixels);
     if (label)
         *label = s.label;
 
@@ -292,7 +281,15 @@ fail:
 /* URI dispatch                                                             */
 /* ------------------------------------------------------------------------ */
 
-enum stk_uri_kind { STK_URI_CIFAR10, STK_URI_CIFAR100, STK_URI_IDX, STK_URI_MNIST, STK_URI_STK };
+enum stk_uri_kind {
+    STK_URI_CIFAR10,
+    STK_URI_CIFAR100,
+    STK_URI_IDX,
+    STK_URI_MNIST,
+    STK_URI_STK,
+    STK_URI_IMAGEFOLDER,
+    STK_URI_LIST,
+};
 
 static const struct {
     const char *prefix;
@@ -304,13 +301,17 @@ static const struct {
     {"mnist:", STK_URI_MNIST},
     {"fashion-mnist:", STK_URI_MNIST},
     {"stk:", STK_URI_STK},
+    {"imagefolder:", STK_URI_IMAGEFOLDER},
+    {"list:", STK_URI_LIST},
 };
 
-#define STK_PREFIX_LIST "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, stk:"
+#define STK_PREFIX_LIST \
+    "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, stk:, imagefolder:, list:"
 #define STK_DETECT_DIR_LIST                                                                  \
     "data_batch_1.bin or test_batch.bin (CIFAR-10), train.bin or test.bin (CIFAR-100), "     \
     "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout), also in "  \
-    "cifar-10-batches-bin/ or cifar-100-binary/"
+    "cifar-10-batches-bin/ or cifar-100-binary/, or subdirectories holding images "          \
+    "(ImageFolder: DIR/CLASS/IMAGE)"
 #define STK_DETECT_LIST                                                                      \
     "a directory with " STK_DETECT_DIR_LIST ", or an IDX file named *images-idx3-ubyte[.gz]"
 
@@ -544,6 +545,8 @@ static int stk_open_detect(const char *uri, const char *path, const char *query,
             if (r)
                 return stk_open_mnist_dir(uri, "mnist", path, query, opts, out);
         }
+        if (stk_imagefolder_detect(path))
+            return stk_imagefolder_open(uri, path, query, opts, out);
         return stk_fail(STK_ENOENT, "%s: no dataset detected in this directory (looked for %s)",
                         path, STK_DETECT_DIR_LIST);
     }
@@ -609,7 +612,11 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
         copy = stk_split_query(rest, &query);
         if (!copy)
             return STK_ENOMEM;
-        if (kind == STK_URI_STK) {
+        if (kind == STK_URI_IMAGEFOLDER) {
+            rc = stk_imagefolder_open(uri, copy, query, opts, out);
+        } else if (kind == STK_URI_LIST) {
+            rc = stk_filelist_open(uri, copy, query, opts, out);
+        } else if (kind == STK_URI_STK) {
             rc = stk_shards_open(uri, copy, query, opts, out);
         } else if (kind == STK_URI_MNIST) {
             char what[32];

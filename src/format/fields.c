@@ -101,11 +101,7 @@ int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *fi
             rc = stk_fail(STK_ENOMEM, "out of memory");
             goto done;
         }
-        for (uint32_t y = 0; y < v->height; y++)
-            for (uint32_t x = 0; x < v->width; x++)
-                for (uint32_t c = 0; c < v->channels; c++)
-                    px[((size_t)y * v->width + x) * v->channels + c] =
-                        v->pixels[y * v->row_stride + x * v->col_stride + c * v->chan_stride];
+        stk_image_copy_hwc(v, px);
         if (shape) {
             shape[0] = v->height;
             shape[1] = v->width;
@@ -115,13 +111,8 @@ int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *fi
         *size = n;
         goto done;
     }
-    *data = malloc(n ? n : 1);
-    if (!*data) {
-        rc = stk_fail(STK_ENOMEM, "out of memory");
-        goto done;
-    }
-    memcpy(*data, src, n);
-    *size = n;
+    if ((rc = stk_memdup(src, n, data)) == 0)
+        *size = n;
 done:
     stk_scratch_free(&scratch);
     return rc;

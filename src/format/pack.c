@@ -96,17 +96,7 @@ static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *
             return rc;
         px = w->pixels.data;
     }
-    for (uint32_t y = 0; y < v->height; y++) {
-        const uint8_t *row = v->pixels + y * v->row_stride;
-        uint8_t *dst = px + (size_t)y * v->width * v->channels;
-        if (v->col_stride == (ptrdiff_t)v->channels && v->chan_stride == 1) {
-            memcpy(dst, row, (size_t)v->width * v->channels);
-            continue;
-        }
-        for (uint32_t x = 0; x < v->width; x++)
-            for (uint32_t c = 0; c < v->channels; c++)
-                *dst++ = row[x * v->col_stride + c * v->chan_stride];
-    }
+    stk_image_copy_hwc(v, px);
     if (!p->zstd_level) {
         it->size = STK_RAW_PREFIX + (size_t)n;
         return 0;

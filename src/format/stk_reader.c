@@ -566,13 +566,8 @@ static int shards_read_field(const stk_dataset *ds, uint64_t index, uint32_t fie
             }
         }
     }
-    *data = malloc(n ? n : 1);
-    if (!*data) {
-        rc = stk_fail(STK_ENOMEM, "out of memory");
-        goto done;
-    }
-    memcpy(*data, src, n);
-    *size = n;
+    if ((rc = stk_memdup(src, n, data)) == 0)
+        *size = n;
 done:
     stk_scratch_free(&scratch);
     return rc;
