@@ -49,6 +49,10 @@ typedef struct stk_dataset_vtable {
     const char *(*metadata)(const stk_dataset *ds, const char *key);
     uint32_t (*shard_count)(const stk_dataset *ds);
     int (*shard_info)(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
+    /* Optional: what to call sample `index` in a message — its file path for
+     * file-per-sample sources, "SHARD: record R (sample N)" for shards.
+     * NULL: "URI: sample N". */
+    void (*sample_name)(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -61,6 +65,9 @@ struct stk_dataset {
                               owned: freed by stk_dataset_close with each name */
     void *impl;            /* owned by the reader */
 };
+
+/* The name of sample `index` for messages (see vtable.sample_name). */
+void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
 
 /* Defaults for stk_dataset_options fields left zero. */
 #define STK_DEFAULT_MAX_BYTES (16ull << 30)
@@ -86,5 +93,15 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
 /* True if `path` looks like .stk shards (a *.stk file, a glob, or a
  * directory holding *.stk files). */
 int stk_shards_detect(const char *path);
+/* One image file per sample, read as encoded bytes (imagefolder.c):
+ * torchvision's ImageFolder layout DIR/CLASS/.../IMAGE, and a list file of
+ * "PATH<TAB>LABEL" lines. */
+int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
+                         const stk_dataset_options *opts, stk_dataset **out);
+int stk_filelist_open(const char *uri, const char *path, const char *query,
+                      const stk_dataset_options *opts, stk_dataset **out);
+/* True if some subdirectory of `dir` directly holds a file with an image
+ * extension (the detection rule for a bare directory). */
+int stk_imagefolder_detect(const char *dir);
 
 #endif

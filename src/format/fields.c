@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "format/dataset.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,14 @@ const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label)
     if (!ds || !ds->class_names || label >= ds->num_classes)
         return NULL;
     return ds->class_names[label];
+}
+
+void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
+{
+    if (ds->vt->sample_name)
+        ds->vt->sample_name(ds, index, buf, size);
+    else
+        snprintf(buf, size, "%s: sample %llu", ds->uri, (unsigned long long)index);
 }
 
 uint32_t stk_dataset_shard_count(const stk_dataset *ds)

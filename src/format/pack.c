@@ -128,7 +128,9 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     if (p->raw_out || !p->opt->no_validate) {
         rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &w->pixels, &view);
         if (rc < 0) {
-            stk_fail_prefix(rc, "%s: sample %llu", p->ds->uri, (unsigned long long)index);
+            char name[1024];
+            stk_dataset_sample_name(p->ds, index, name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
             set_reason(it, rc == STK_ELIMIT ? STK_EDATA : rc);
             return;
         }

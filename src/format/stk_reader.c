@@ -603,6 +603,14 @@ static int shards_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *
     return 0;
 }
 
+static void shards_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
+{
+    uint64_t r;
+    const shard *s = locate(ds->impl, index, &r);
+    snprintf(buf, size, "%s: record %llu (sample %llu)", s->path, (unsigned long long)r,
+             (unsigned long long)index);
+}
+
 static void shardset_free(shardset *set)
 {
     if (!set)
@@ -632,6 +640,7 @@ static const stk_dataset_vtable shards_vt = {
     .metadata = shards_metadata,
     .shard_count = shards_shard_count,
     .shard_info = shards_shard_info,
+    .sample_name = shards_sample_name,
 };
 
 /* ------------------------------------------------------------------------ */

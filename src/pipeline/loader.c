@@ -306,8 +306,11 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
                                  sample.encoded_size};
             rc = stk_plan_run_input(l->plan, &in, &rng, s->data + (size_t)row * l->sample_bytes,
                                     &w->plan_scratch);
-            if (rc < 0)
-                stk_fail_prefix(rc, "%s: sample %llu", l->ds->uri, (unsigned long long)index);
+            if (rc < 0) {
+                char name[1024];
+                stk_dataset_sample_name(l->ds, index, name, sizeof name);
+                stk_fail_prefix(rc, "%s", name);
+            }
         }
         t = stk_ticks();
         augment_ticks += t - t_read;
