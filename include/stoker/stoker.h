@@ -122,6 +122,10 @@ typedef struct stk_dataset_options {
  *   stk:PATH[?verify=off|first|always][&io=mmap|pread]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
+ *   imagefolder:DIR                     torchvision's ImageFolder layout
+ *                                       DIR/CLASS/.../IMAGE (encoded images)
+ *   list:FILE                           lines "PATH<TAB>LABEL", relative
+ *                                       paths from FILE's directory
  *   PATH                                detected: a directory of one of the
  *                                       layouts above, or an IDX images file
  *                                       (its labels file found by name)
@@ -462,6 +466,23 @@ STK_API const char *stk_loader_errmsg(const stk_loader *l);
 STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
                            uint32_t channels, int64_t out_shape[3],
                            stk_dtype *dtype, stk_layout *layout);
+
+/* ------------------------------------------------------------------------ */
+/* Preview                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Run `spec` over `ds` and write one PNG to `png_path` showing what the
+ * network would be fed: the first `count` samples (0 means 16) of epoch 0
+ * shuffled with `seed`, in a grid of `columns` columns (0 means about
+ * sqrt(count)), 2 pixels apart. Normalize is undone (x * std + mean, times
+ * 255, clamped) so the colors are the augmented image's; CHW/HWC and
+ * u8/f16/f32 outputs are all read, one channel is shown as gray. Corrupt
+ * samples are skipped. Returns 0, or the spec's, the loader's or the file's
+ * error (STK_ESPEC, STK_EIO...) with stk_errmsg().
+ */
+STK_API int stk_preview(stk_dataset *ds, const char *spec, uint32_t count, uint64_t seed,
+                        uint32_t columns, const char *png_path);
 
 #ifdef __cplusplus
 }

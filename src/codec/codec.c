@@ -1,0 +1,165 @@
+/*
+ * codec.c — format sniffing, names, and the dispatch of stk_image_probe /
+ * stk_image_decode to the JPEG (jpeg.c) and PNG (png.c) decoders.
+ *
+ * The format is decided by the content, never by a file name: ImageNet has
+ * a PNG named .JPEG, and a dataset of strangers' files has worse. A JPEG
+ * starts with SOI and the first byte of the next marker (FF D8 FF), a PNG
+ * with its 8-byte signature. Anything else is STK_EDATA; when the bytes are
+ * a format we know by sight but do not decode (GIF, BMP, WebP, TIFF...), the
+ * message says which, so a user learns why the sample was skipped instead of
+ * being told it is corrupt.
+ *
+ * What is checked here, before a decoder runs: the arguments that need no
+ * header (NULLs, scale_denom in {1, 2, 4, 8}, a region of nonzero size) and
+ * the limits (zero fields replaced by their defaults). Everything that needs
+ * the header — the pixel limit, the region bounds — is checked by the
+ * decoder right after it has read the header and before it allocates.
+ */
+#include "codec/codec_internal.h"
+
+#include "core/error.h"
+#include "format/dataset.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const uint8_t stk_png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
+stk_image_format stk_image_sniff(const uint8_t *data, size_t size)
+{
+    if (!data)
+        return STK_IMAGE_UNKNOWN;
+    if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
+        return STK_IMAGE_JPEG;
+    if (size >= sizeof stk_png_sig && memcmp(data, stk_png_sig, sizeof stk_png_sig) == 0)
+        return STK_IMAGE_PNG;
+    return STK_IMAGE_UNKNOWN;
+}
+
+const char *stk_image_format_name(stk_image_format f)
+{
+    switch (f) {
+    case STK_IMAGE_JPEG:
+        return "JPEG";
+    case STK_IMAGE_PNG:
+        return "PNG";
+    case STK_IMAGE_UNKNOWN:
+        break;
+    }
+    return "unknown";
+}
+
+/* A name for formats recognised only to explain why they are refused. */
+static const char *stk_other_format(const uint8_t *d, size_t n)
+{
+    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0))
+        return "GIF";
+    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0)
+        return "WebP";
+    if (n >= 4 && (memcmp(d, "II*\0", 4) == 0 || memcmp(d, "MM\0*", 4) == 0))
+        return "TIFF";
+    if (n >= 2 && d[0] == 'B' && d[1] == 'M')
+        return "BMP";
+    if (n >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7')
+        return "PNM";
+    return NULL;
+}
+
+static int stk_unknown_format(const uint8_t *data, size_t size)
+{
+    char hex[3 * 8 + 1];
+    size_t k = size < 8 ? size : 8;
+    const char *other;
+
+    if (!data || size == 0)
+        return stk_fail(STK_EDATA, "image: empty input (0 bytes)");
+    if (data[0] == 0xFF && (size == 1 || (data[1] == 0xD8 && size == 2)))
+        return stk_fail(STK_EDATA, "JPEG: truncated after %zu bytes", size);
+    if (data[0] == 0xFF && data[1] == 0xD8)
+        return stk_fail(STK_EDATA, "JPEG: no marker after SOI (starts ff d8 %02x)", data[2]);
+    other = stk_other_format(data, size);
+    if (other)
+        return stk_fail(STK_EDATA,
+                        "image: %s data, which stoker does not decode (JPEG and PNG only)",
+                        other);
+    for (size_t i = 0; i < k; i++)
+        snprintf(hex + 3 * i, sizeof hex - 3 * i, "%02x%s", data[i], i + 1 < k ? " " : "");
+    return stk_fail(STK_EDATA, "image: not a JPEG or PNG image (%zu bytes starting %s)", size,
+                    hex);
+}
+
+static uint64_t stk_limits_pixels(const stk_codec_limits *limits)
+{
+    return limits && limits->max_pixels ? limits->max_pixels : STK_DEFAULT_MAX_PIXELS;
+}
+
+int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width, uint32_t height)
+{
+    if ((uint64_t)r->x + r->width > width || (uint64_t)r->y + r->height > height)
+        return stk_fail(STK_EINVAL,
+                        "%s: region %ux%u at (%u, %u) is outside the %ux%u image", what,
+                        r->width, r->height, r->x, r->y, width, height);
+    return 0;
+}
+
+int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height, uint64_t max_pixels)
+{
+    uint64_t px = (uint64_t)width * height; /* < 2^64: both < 2^32 */
+    if (px > max_pixels)
+        return stk_fail(STK_ELIMIT,
+                        "%s: %ux%u image (%llu pixels) exceeds the max_pixels limit of %llu",
+                        what, width, height, (unsigned long long)px,
+                        (unsigned long long)max_pixels);
+    return 0;
+}
+
+int stk_image_probe(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                    stk_image_info *info)
+{
+    if (!info)
+        return stk_fail(STK_EINVAL, "stk_image_probe: info is NULL");
+    memset(info, 0, sizeof *info);
+    switch (stk_image_sniff(data, size)) {
+    case STK_IMAGE_JPEG:
+        return stk_jpeg_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_PNG:
+        return stk_png_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_UNKNOWN:
+        break;
+    }
+    return stk_unknown_format(data, size);
+}
+
+int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                     const stk_rect *region, unsigned scale_denom, stk_scratch *out,
+                     stk_image_view *view)
+{
+    stk_decode_req req;
+    stk_image_format f;
+
+    if (!out || !view)
+        return stk_fail(STK_EINVAL, "stk_image_decode: %s is NULL", !out ? "out" : "view");
+    memset(view, 0, sizeof *view);
+    if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+        return stk_fail(STK_EINVAL, "image: scale_denom %u is not 1, 2, 4 or 8", scale_denom);
+    if (region && (region->width == 0 || region->height == 0))
+        return stk_fail(STK_EINVAL, "image: empty region %ux%u at (%u, %u)", region->width,
+                        region->height, region->x, region->y);
+
+    f = stk_image_sniff(data, size);
+    if (f == STK_IMAGE_UNKNOWN)
+        return stk_unknown_format(data, size);
+    if (f == STK_IMAGE_PNG && scale_denom != 1)
+        return stk_fail(STK_EINVAL, "PNG: scale_denom %u requested; PNG decodes at full size only",
+                        scale_denom);
+
+    req.data = data;
+    req.size = size;
+    req.max_pixels = stk_limits_pixels(limits);
+    req.region = region;
+    req.scale_denom = scale_denom;
+    req.out = out;
+    req.view = view;
+    return f == STK_IMAGE_JPEG ? stk_jpeg_decode(&req) : stk_png_decode(&req);
+}

@@ -1,0 +1,43 @@
+/*
+ * codec_internal.h — what codec.c's dispatcher calls in jpeg.c and png.c
+ * (internal to src/codec/).
+ *
+ * The public codec calls (codec.h) check the arguments that do not need the
+ * header (scale, region shape, NULLs), resolve the limits to a plain pixel
+ * count, sniff the format and call one of these. Each format then owns
+ * everything that needs its header: the pixel limit (checked before any
+ * pixel buffer exists), the region bounds, and every decoder error, reported
+ * through stk_fail with a "JPEG: " / "PNG: " prefix and the decoder's reason.
+ * Callers (dataset readers, the loader) prefix the file or record name.
+ */
+#ifndef STK_CODEC_CODEC_INTERNAL_H
+#define STK_CODEC_CODEC_INTERNAL_H
+
+#include "codec/codec.h"
+
+/* The work of one decode, as the dispatcher hands it over. */
+typedef struct stk_decode_req {
+    const uint8_t *data;   /* lent: the encoded bytes */
+    size_t size;
+    uint64_t max_pixels;   /* resolved: never 0 */
+    const stk_rect *region;/* NULL = whole image; shape nonzero, bounds unchecked */
+    unsigned scale_denom;  /* 1, 2, 4 or 8 (PNG: 1) */
+    stk_scratch *out;      /* caller's: grown to hold the pixels */
+    stk_image_view *view;  /* filled on success */
+} stk_decode_req;
+
+int stk_jpeg_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_jpeg_decode(const stk_decode_req *req);
+
+int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_png_decode(const stk_decode_req *req);
+
+/* STK_EINVAL when `r` does not fit inside a width x height image; `what` is
+ * "JPEG" or "PNG". */
+int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width,
+                           uint32_t height);
+/* STK_ELIMIT when width * height > max_pixels (with the numbers). */
+int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height,
+                           uint64_t max_pixels);
+
+#endif
