@@ -164,8 +164,10 @@ typedef struct stk_dataset_info {
 STK_API void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info);
 
 /* Copy sample `index` as height x width x channels uint8 HWC into `pixels`
- * (`capacity` bytes) and its label into *label (may be NULL). Thread-safe.
- * Returns the number of bytes written, or a negative code. */
+ * (`capacity` bytes) and its label into *label (may be NULL). Encoded
+ * samples (JPEG/PNG) are decoded whole to RGB. Thread-safe. Returns the
+ * number of bytes written, or a negative code (STK_EINVAL naming the size
+ * needed when `capacity` is too small; STK_EDATA for an undecodable image). */
 STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
                                  uint8_t *pixels, size_t capacity, int64_t *label);
 

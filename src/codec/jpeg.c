@@ -24,10 +24,12 @@
  * blocks with grey) and corrupt entropy data likewise (bad Huffman code,
  * premature end of a data segment, extraneous bytes before a marker, lost
  * restart sync). emit_message turns each of those into the same error
- * path, so a damaged file is STK_EDATA and never grey pixels. Three
- * warnings are tolerated because they concern metadata only and the pixels
- * are intact: an unknown JFIF revision, an unknown Adobe transform code and
- * a bad ICC marker. The decoder reads only the rows it needs and stops
+ * path, so a damaged file is STK_EDATA and never grey pixels. Four
+ * warnings are tolerated because the pixels are intact: an unknown JFIF
+ * revision, an unknown Adobe transform code, a bad ICC marker (metadata
+ * only), and extraneous bytes before a marker — junk between segments that
+ * libjpeg skips, found in real ImageNet files that PIL opens (a truncated
+ * stream is still caught by JWRN_JPEG_EOF). The decoder reads only the rows it needs and stops
  * (jpeg_finish_decompress is never called): for a whole baseline image the
  * entropy decoder still reads up to the marker after the last scan, so a
  * file cut anywhere, even just its EOI marker, fails; for a region, bytes
@@ -132,6 +134,7 @@ static void stk_jpeg_emit_message(j_common_ptr cinfo, int level)
     case JWRN_JFIF_MAJOR:  /* unknown JFIF revision: metadata only */
     case JWRN_ADOBE_XFORM: /* unknown Adobe transform code: libjpeg guesses */
     case JWRN_BOGUS_ICC:   /* bad ICC marker: we do not use ICC */
+    case JWRN_EXTRANEOUS_DATA: /* junk before a marker, skipped; PIL accepts it */
         cinfo->err->num_warnings++;
         return;
     default:

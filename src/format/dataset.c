@@ -36,6 +36,7 @@
  */
 #include "format/dataset.h"
 
+#include "codec/codec.h"
 #include "core/error.h"
 #include "format/reader_util.h"
 
@@ -110,7 +111,7 @@ void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
 int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
                          size_t capacity, int64_t *label)
 {
-    stk_scratch scratch = {0};
+    stk_scratch scratch = {0}, decoded = {0};
     stk_sample s;
     const stk_image_view *v = &s.image;
     uint64_t bytes = 0;
@@ -125,6 +126,15 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
     rc = ds->vt->read(ds, index, &s, &scratch);
     if (rc)
         goto out;
+    if (!s.image.pixels) { /* encoded: decode it whole, to RGB */
+        rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &decoded, &s.image);
+        if (rc < 0) {
+            char name[1024];
+            stk_dataset_sample_name(ds, index, name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
+            goto out;
+        }
+    }
     if (!stk_mul_ok(v->height, v->width, &bytes) || !stk_mul_ok(bytes, v->channels, &bytes) ||
         bytes > INT64_MAX) {
         rc = stk_fail(STK_EFORMAT, "%s: sample %llu: shape %ux%ux%u is too large", ds->uri,
@@ -145,6 +155,7 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
 
 out:
     stk_scratch_free(&scratch);
+    stk_scratch_free(&decoded);
     return rc ? rc : (int64_t)bytes;
 }
 
