@@ -24,4 +24,4 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -R 'test_loader|test_sampler|test_rng'
 
 echo "== Python tests"
-STOKER_BUILD="$PWD/build" /usr/bin/python3 -m pytest -q tests/python
+STOKER_BUILD="$PWD/build" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q tests/python

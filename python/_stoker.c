@@ -1,0 +1,1523 @@
+/*
+ * _stoker.c — the CPython extension: libstoker's public API (stoker.h, and
+ * nothing else) as Python objects. The pure-Python package python/stoker/
+ * builds on it (argument handling, transforms, rank discovery); everything
+ * on the per-batch path is here, in C.
+ *
+ * Objects
+ * -------
+ *   Dataset   owns an stk_dataset. Immutable, so any thread may read it.
+ *   _Loader   owns an stk_loader and a strong reference to its Dataset (the
+ *             dataset must outlive the loader).
+ *   Batch     one delivered batch: owns the lent stk_batch and a strong
+ *             reference to its _Loader. Every export of its pixels (buffer
+ *             protocol views, DLPack capsules, the torch tensors and NumPy
+ *             arrays made from them) holds a reference to the Batch, so the
+ *             buffer goes back to the pool (stk_loader_release) only when the
+ *             last Python reference dies, and the loader outlives its batches.
+ *   _Array    a small array that owns its bytes (labels, indices, one
+ *             dataset sample), exported the same two ways.
+ *   _Iterator one pass over one epoch (see "Epochs" below); its __next__ is
+ *             the per-batch path.
+ *
+ * The per-batch path (_Iterator.__next__): wait for the next batch with the
+ * GIL released, in slices of 100 ms (stk_loader_next_timeout), re-taking the
+ * GIL between slices to run PyErr_CheckSignals() so Ctrl-C raises
+ * KeyboardInterrupt promptly and leaves the loader unchanged. Wrap the batch
+ * in a Batch, copy its labels into an _Array (labels are 8 bytes a sample,
+ * and a copy means keeping labels never pins a whole batch buffer), and
+ * convert both with the converter the Python layer chose: torch's
+ * _from_dlpack on a DLPack capsule, numpy.asarray on the object (buffer
+ * protocol), or nothing (output="dlpack": the objects themselves).
+ *
+ * Pool exhaustion: when every buffer is held by Python objects the C loader
+ * answers STK_EEXHAUSTED. The iterator runs the cyclic GC once (a batch may
+ * only be kept alive by a reference cycle) and retries, then raises
+ * PoolExhausted telling the user how to fix it.
+ *
+ * Epochs: each iter() starts the loader's current epoch at position 0,
+ * except right after load_state_dict (it continues from the restored
+ * position). Finishing a pass moves the loader to the next epoch (as the C
+ * loader does); abandoning a pass (break, exception, Ctrl-C) leaves it on the
+ * same epoch, which the next iter() restarts from position 0. set_epoch(e)
+ * moves it explicitly. A new iter(), set_epoch or load_state_dict
+ * invalidates the iterators made before it.
+ *
+ * Threads: the C loader allows one consumer at a time. The GIL serialises
+ * every call here except the wait, during which `busy` is set: a second
+ * thread calling into the same loader then gets a RuntimeError instead of
+ * racing. Batches may die on any thread (stk_loader_release is thread-safe);
+ * the DLPack deleter takes the GIL itself, so a consumer (torch) may free a
+ * tensor from a thread that does not hold it.
+ *
+ * fork(): the worker threads do not exist in a child process, and the
+ * loader's mutex may have been held by one of them. A pthread_atfork child
+ * handler bumps `fork_generation`; a _Loader made in another generation
+ * refuses every call with ForkError, and its Batch objects and the loader
+ * itself are leaked, not released/destroyed, when they die in the child.
+ * The parent is unaffected. Datasets have no threads and keep working.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stoker/stoker.h>
+
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+PyMODINIT_FUNC PyInit__stoker(void);
+
+/* ------------------------------------------------------------------------ */
+/* DLPack ABI (v0.8 and the v1.0 versioned struct), declared here so the     */
+/* build does not need dlpack.h. Layouts are fixed by the DLPack standard.   */
+/* ------------------------------------------------------------------------ */
+
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2 };
+enum { DL_CPU = 1 };
+
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} DLDevice;
+
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements */
+    uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+/* ------------------------------------------------------------------------ */
+/* Module state                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Bumped in every child process after fork() (pthread_atfork); objects that
+ * own threads remember the generation they were made in. */
+static volatile unsigned long fork_generation;
+
+static void on_fork_child(void) { fork_generation++; }
+
+/* Exception classes, by -code (see docs/python.md). */
+#define N_CODES 16
+static PyObject *StokerError, *ForkError;
+static PyObject *gc_module; /* the gc module, for gc.collect() */
+static PyObject *code_exc[N_CODES];
+
+/* Element kinds: struct format, DLPack type, name. */
+enum { K_U8, K_F16, K_F32, K_I64 };
+static const struct kind {
+    const char *fmt;
+    const char *name;
+    Py_ssize_t size;
+    uint8_t dl_code, dl_bits;
+} kinds[] = {
+    [K_U8] = {"B", "uint8", 1, DL_UINT, 8},
+    [K_F16] = {"e", "float16", 2, DL_FLOAT, 16},
+    [K_F32] = {"f", "float32", 4, DL_FLOAT, 32},
+    [K_I64] = {"q", "int64", 8, DL_INT, 64},
+};
+
+static int kind_of_dtype(stk_dtype d) { return d == STK_U8 ? K_U8 : d == STK_F16 ? K_F16 : K_F32; }
+
+/* Raise the exception class mapped to `code` with `msg` (the C detail; the
+ * code's description when empty). The exception gets a `code` attribute. */
+static PyObject *raise_code(int code, const char *msg)
+{
+    PyObject *type = (code < 0 && -code < N_CODES && code_exc[-code]) ? code_exc[-code] : StokerError;
+    if (!msg || !*msg)
+        msg = stk_strerror(code);
+    PyObject *exc = PyObject_CallFunction(type, "s", msg);
+    if (!exc)
+        return NULL;
+    PyObject *c = PyLong_FromLong(code);
+    if (!c || PyObject_SetAttrString(exc, "code", c) < 0) {
+        Py_XDECREF(c);
+        Py_DECREF(exc);
+        return NULL;
+    }
+    Py_DECREF(c);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* The failing call's thread-local message, read at once (the next stoker
+ * call on this thread may overwrite it). */
+static PyObject *raise_last(int code) { return raise_code(code, stk_errmsg()); }
+
+/* O& converters with range checks (the 'I'/'K' formats do not check). */
+static int conv_u64(PyObject *o, void *out)
+{
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "expected an int, got %s", Py_TYPE(o)->tp_name);
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%R is not an integer in [0, 2**64)", o);
+        return 0;
+    }
+    *(uint64_t *)out = (uint64_t)v;
+    return 1;
+}
+
+static int conv_u32(PyObject *o, void *out)
+{
+    uint64_t v;
+    if (!conv_u64(o, &v))
+        return 0;
+    if (v > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%R is not an integer in [0, 2**32)", o);
+        return 0;
+    }
+    *(uint32_t *)out = (uint32_t)v;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Array description shared by Batch and _Array; buffer and DLPack export    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct view {
+    void *data;
+    int ndim; /* 1..4 */
+    int kind;
+    Py_ssize_t shape[4];
+    Py_ssize_t strides[4]; /* bytes, C-contiguous */
+} view;
+
+static void view_init(view *v, void *data, int kind, int ndim, const int64_t *shape)
+{
+    v->data = data;
+    v->kind = kind;
+    v->ndim = ndim;
+    Py_ssize_t stride = kinds[kind].size;
+    for (int i = ndim - 1; i >= 0; i--) {
+        v->shape[i] = (Py_ssize_t)shape[i];
+        v->strides[i] = stride;
+        stride *= v->shape[i];
+    }
+}
+
+static Py_ssize_t view_nbytes(const view *v)
+{
+    Py_ssize_t n = kinds[v->kind].size;
+    for (int i = 0; i < v->ndim; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+static PyObject *view_shape_tuple(const view *v)
+{
+    PyObject *t = PyTuple_New(v->ndim);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < v->ndim; i++) {
+        PyObject *d = PyLong_FromSsize_t(v->shape[i]);
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    return t;
+}
+
+/* bf_getbuffer: a writable, C-contiguous, N-d view that references owner.
+ * The memory belongs to whoever holds the owner, so writing is allowed. */
+static int view_getbuffer(PyObject *owner, const view *v, Py_buffer *b, int flags)
+{
+    int multi = 0; /* dimensions longer than 1 */
+    for (int i = 0; i < v->ndim; i++)
+        multi += v->shape[i] > 1;
+    if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && multi > 1) {
+        b->obj = NULL;
+        PyErr_SetString(PyExc_BufferError, "stoker arrays are C-contiguous, not Fortran");
+        return -1;
+    }
+    b->buf = v->data;
+    b->obj = Py_NewRef(owner);
+    b->len = view_nbytes(v);
+    b->readonly = 0;
+    b->itemsize = kinds[v->kind].size;
+    b->format = (flags & PyBUF_FORMAT) ? (char *)kinds[v->kind].fmt : NULL;
+    if (flags & PyBUF_ND) {
+        b->ndim = v->ndim;
+        b->shape = (Py_ssize_t *)v->shape;
+        b->strides = ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) ? (Py_ssize_t *)v->strides : NULL;
+    } else {
+        b->ndim = 1;
+        b->shape = NULL;
+        b->strides = NULL;
+    }
+    b->suboffsets = NULL;
+    b->internal = NULL;
+    return 0;
+}
+
+/* One allocation per export: the managed tensor and its shape/strides. */
+typedef struct {
+    DLManagedTensor mt;
+    int64_t shape[4], strides[4];
+} dl_block;
+
+typedef struct {
+    DLManagedTensorVersioned mt;
+    int64_t shape[4], strides[4];
+} dl_block_v;
+
+static int interpreter_alive(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+/* Drop the owner reference a capsule's tensor held. May run on any thread,
+ * with or without the GIL (consumers free tensors where they like). During
+ * interpreter shutdown the reference is leaked: taking the GIL then could
+ * hang, and the process is exiting. */
+static void drop_owner(PyObject *owner)
+{
+    if (!owner || !interpreter_alive())
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(owner);
+    PyGILState_Release(g);
+}
+
+static void dl_deleter(DLManagedTensor *self)
+{
+    drop_owner((PyObject *)self->manager_ctx);
+    PyMem_RawFree(self); /* the raw allocator needs no GIL */
+}
+
+static void dl_deleter_v(DLManagedTensorVersioned *self)
+{
+    drop_owner((PyObject *)self->manager_ctx);
+    PyMem_RawFree(self);
+}
+
+/* Capsule destructors: call the tensor's deleter only if no consumer took
+ * it (a consumer renames the capsule "used_dltensor[_versioned]"). */
+static void capsule_destructor(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
+        if (mt && mt->deleter)
+            mt->deleter(mt);
+    }
+}
+
+static void capsule_destructor_v(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *mt = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (mt && mt->deleter)
+            mt->deleter(mt);
+    }
+}
+
+static void dl_fill(DLTensor *t, const view *v, int64_t *shape, int64_t *strides)
+{
+    Py_ssize_t size = kinds[v->kind].size;
+    for (int i = 0; i < v->ndim; i++) {
+        shape[i] = v->shape[i];
+        strides[i] = v->strides[i] / size;
+    }
+    t->data = v->data;
+    t->device.device_type = DL_CPU;
+    t->device.device_id = 0;
+    t->ndim = v->ndim;
+    t->dtype.code = kinds[v->kind].dl_code;
+    t->dtype.bits = kinds[v->kind].dl_bits;
+    t->dtype.lanes = 1;
+    t->shape = shape;
+    t->strides = strides;
+    t->byte_offset = 0;
+}
+
+/* A "dltensor" (or "dltensor_versioned") capsule over v that keeps owner
+ * alive until the consumer's tensor (or the unconsumed capsule) dies. */
+static PyObject *view_capsule(PyObject *owner, const view *v, int versioned)
+{
+    PyObject *cap;
+    if (versioned) {
+        dl_block_v *blk = PyMem_RawMalloc(sizeof *blk);
+        if (!blk)
+            return PyErr_NoMemory();
+        memset(blk, 0, sizeof *blk);
+        dl_fill(&blk->mt.dl_tensor, v, blk->shape, blk->strides);
+        blk->mt.version.major = 1;
+        blk->mt.version.minor = 0;
+        blk->mt.flags = 0; /* writable, not a copy */
+        blk->mt.manager_ctx = Py_NewRef(owner);
+        blk->mt.deleter = dl_deleter_v;
+        cap = PyCapsule_New(&blk->mt, "dltensor_versioned", capsule_destructor_v);
+        if (!cap) {
+            Py_DECREF(owner);
+            PyMem_RawFree(blk);
+        }
+    } else {
+        dl_block *blk = PyMem_RawMalloc(sizeof *blk);
+        if (!blk)
+            return PyErr_NoMemory();
+        memset(blk, 0, sizeof *blk);
+        dl_fill(&blk->mt.dl_tensor, v, blk->shape, blk->strides);
+        blk->mt.manager_ctx = Py_NewRef(owner);
+        blk->mt.deleter = dl_deleter;
+        cap = PyCapsule_New(&blk->mt, "dltensor", capsule_destructor);
+        if (!cap) {
+            Py_DECREF(owner);
+            PyMem_RawFree(blk);
+        }
+    }
+    return cap;
+}
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) */
+static PyObject *view_dlpack(PyObject *owner, const view *v, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist, &stream,
+                                     &max_version, &dl_device, &copy))
+        return NULL;
+    (void)stream; /* CPU memory: no stream to synchronise with */
+    if (copy != Py_None && PyObject_IsTrue(copy)) {
+        PyErr_SetString(PyExc_BufferError,
+                        "stoker arrays are exported without copying (copy=True is not supported)");
+        return NULL;
+    }
+    if (dl_device != Py_None) {
+        int type = -1, id = -1;
+        if (!PyArg_ParseTuple(dl_device, "ii", &type, &id))
+            return NULL;
+        if (type != DL_CPU) {
+            PyErr_SetString(PyExc_BufferError, "stoker arrays live in CPU memory (device (1, 0))");
+            return NULL;
+        }
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        unsigned major = 0, minor = 0;
+        if (!PyArg_ParseTuple(max_version, "II", &major, &minor))
+            return NULL;
+        versioned = major >= 1;
+    }
+    return view_capsule(owner, v, versioned);
+}
+
+static PyObject *dlpack_device(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(ii)", DL_CPU, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* _Array: a small array owning its bytes                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_VAR_HEAD
+    view v;
+    _Alignas(16) unsigned char data[];
+} ArrayObject;
+
+static PyTypeObject ArrayType;
+
+static ArrayObject *array_new(int kind, int ndim, const int64_t *shape)
+{
+    Py_ssize_t n = kinds[kind].size;
+    for (int i = 0; i < ndim; i++)
+        n *= (Py_ssize_t)shape[i];
+    ArrayObject *a = PyObject_NewVar(ArrayObject, &ArrayType, n);
+    if (!a)
+        return NULL;
+    view_init(&a->v, a->data, kind, ndim, shape);
+    return a;
+}
+
+static void array_dealloc(ArrayObject *self) { PyObject_Free(self); }
+
+static int array_getbuffer(ArrayObject *self, Py_buffer *b, int flags)
+{
+    return view_getbuffer((PyObject *)self, &self->v, b, flags);
+}
+
+static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kwargs)
+{
+    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+}
+
+static PyObject *array_shape(ArrayObject *self, void *c) { return view_shape_tuple(&self->v); }
+static PyObject *array_dtype(ArrayObject *self, void *c) { return PyUnicode_FromString(kinds[self->v.kind].name); }
+static PyObject *array_data_ptr(ArrayObject *self, PyObject *u) { return PyLong_FromVoidPtr(self->v.data); }
+static Py_ssize_t array_len(ArrayObject *self) { return self->v.shape[0]; }
+
+static PyObject *array_tolist(ArrayObject *self, PyObject *u)
+{
+    if (self->v.ndim != 1 || self->v.kind != K_I64) {
+        PyErr_SetString(PyExc_TypeError, "tolist() is only for 1-d int64 arrays");
+        return NULL;
+    }
+    const int64_t *p = (const int64_t *)self->v.data;
+    PyObject *l = PyList_New(self->v.shape[0]);
+    if (!l)
+        return NULL;
+    for (Py_ssize_t i = 0; i < self->v.shape[0]; i++) {
+        PyObject *x = PyLong_FromLongLong(p[i]);
+        if (!x) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    return l;
+}
+
+static PyObject *array_repr(ArrayObject *self)
+{
+    PyObject *shape = view_shape_tuple(&self->v);
+    if (!shape)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("<stoker._Array shape=%R dtype=%s>", shape,
+                                       kinds[self->v.kind].name);
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyMethodDef array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule sharing this array's memory (\"dltensor\", or \"dltensor_versioned\" "
+     "when max_version >= (1, 0))."},
+    {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
+    {"data_ptr", (PyCFunction)array_data_ptr, METH_NOARGS, "Address of the first element."},
+    {"tolist", (PyCFunction)array_tolist, METH_NOARGS, "The values of a 1-d int64 array as a list."},
+    {0},
+};
+
+static PyGetSetDef array_getset[] = {
+    {"shape", (getter)array_shape, NULL, "Shape, a tuple.", NULL},
+    {"dtype", (getter)array_dtype, NULL, "Element type name ('uint8', 'int64'...).", NULL},
+    {0},
+};
+
+static PyBufferProcs array_as_buffer = {(getbufferproc)array_getbuffer, NULL};
+static PySequenceMethods array_as_sequence = {.sq_length = (lenfunc)array_len};
+
+static PyTypeObject ArrayType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker._Array",
+    .tp_doc = "A small array that owns its memory (labels, indices, a dataset sample).\n\n"
+              "Exported without copying through the buffer protocol (numpy.asarray, "
+              "memoryview) and DLPack (__dlpack__, torch.from_dlpack, numpy.from_dlpack).",
+    .tp_basicsize = offsetof(ArrayObject, data),
+    .tp_itemsize = 1,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)array_dealloc,
+    .tp_repr = (reprfunc)array_repr,
+    .tp_as_buffer = &array_as_buffer,
+    .tp_as_sequence = &array_as_sequence,
+    .tp_methods = array_methods,
+    .tp_getset = array_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Dataset                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    stk_dataset *ds; /* owned */
+    stk_dataset_info info;
+    size_t sample_bytes;
+} DatasetObject;
+
+static PyTypeObject DatasetType;
+
+static DatasetObject *dataset_wrap(PyTypeObject *type, stk_dataset *ds)
+{
+    DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        stk_dataset_close(ds);
+        return NULL;
+    }
+    self->ds = ds;
+    stk_dataset_info_get(ds, &self->info);
+    self->sample_bytes = (size_t)self->info.height * self->info.width * self->info.channels;
+    return self;
+}
+
+static PyObject *dataset_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"uri", "max_bytes", "max_samples", "max_pixels", NULL};
+    const char *uri;
+    stk_dataset_options o = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s|$O&O&O&:Dataset", kwlist, &uri, conv_u64,
+                                     &o.max_bytes, conv_u64, &o.max_samples, conv_u64,
+                                     &o.max_pixels))
+        return NULL;
+    stk_dataset *ds = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_open(uri, &o, &ds);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    return (PyObject *)dataset_wrap(type, ds);
+}
+
+/* _from_buffers(pixels, labels, count, height, width, channels): an
+ * in-memory dataset copied from C-contiguous buffers (uint8 HWC pixels,
+ * int64 labels or None). */
+static PyObject *dataset_from_buffers(PyObject *cls, PyObject *args)
+{
+    PyObject *pix_obj, *lab_obj;
+    uint64_t count;
+    uint32_t h, w, c;
+    if (!PyArg_ParseTuple(args, "OOO&O&O&O&:_from_buffers", &pix_obj, &lab_obj, conv_u64, &count,
+                          conv_u32, &h, conv_u32, &w, conv_u32, &c))
+        return NULL;
+    Py_buffer pix = {0}, lab = {0};
+    PyObject *res = NULL;
+    if (PyObject_GetBuffer(pix_obj, &pix, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (lab_obj != Py_None && PyObject_GetBuffer(lab_obj, &lab, PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    if (count == 0 || h == 0 || w == 0 || c == 0 ||
+        (uint64_t)pix.len / count / h / w / c != 1 || (uint64_t)pix.len != count * h * w * c) {
+        PyErr_Format(PyExc_ValueError,
+                     "pixel buffer of %zd bytes does not hold %llu images of %ux%ux%u", pix.len,
+                     (unsigned long long)count, h, w, c);
+        goto done;
+    }
+    if (lab.obj && (uint64_t)lab.len != count * 8) {
+        PyErr_Format(PyExc_ValueError, "label buffer of %zd bytes does not hold %llu int64 labels",
+                     lab.len, (unsigned long long)count);
+        goto done;
+    }
+    stk_dataset *ds = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_from_memory(pix.buf, lab.obj ? lab.buf : NULL, count, h, w, c, 1, &ds);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        raise_last(rc);
+    else
+        res = (PyObject *)dataset_wrap((PyTypeObject *)cls, ds);
+done:
+    PyBuffer_Release(&pix);
+    if (lab.obj)
+        PyBuffer_Release(&lab);
+    return res;
+}
+
+static void dataset_dealloc(DatasetObject *self)
+{
+    stk_dataset_close(self->ds);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t dataset_len(DatasetObject *self) { return (Py_ssize_t)self->info.count; }
+
+/* read(index) -> (_Array uint8 H,W,C, label) */
+static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
+{
+    uint64_t index;
+    if (!conv_u64(arg, &index))
+        return NULL;
+    if (index >= self->info.count) {
+        PyErr_Format(PyExc_IndexError, "dataset index %llu out of range (%llu samples)",
+                     (unsigned long long)index, (unsigned long long)self->info.count);
+        return NULL;
+    }
+    int64_t shape[3] = {self->info.height, self->info.width, self->info.channels};
+    ArrayObject *a = array_new(K_U8, 3, shape);
+    if (!a)
+        return NULL;
+    int64_t label = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_read(self->ds, index, a->data, self->sample_bytes, &label);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        Py_DECREF(a);
+        return raise_last((int)rc);
+    }
+    PyObject *res = Py_BuildValue("(NL)", (PyObject *)a, (long long)label);
+    return res;
+}
+
+static PyObject *dataset_get_uri(DatasetObject *self, void *c) { return PyUnicode_FromString(self->info.uri ? self->info.uri : ""); }
+static PyObject *dataset_get_format(DatasetObject *self, void *c) { return PyUnicode_FromString(self->info.format ? self->info.format : ""); }
+static PyObject *dataset_get_shape(DatasetObject *self, void *c) { return Py_BuildValue("(III)", self->info.height, self->info.width, self->info.channels); }
+static PyObject *dataset_get_num_classes(DatasetObject *self, void *c) { return PyLong_FromUnsignedLong(self->info.num_classes); }
+
+static PyMethodDef dataset_methods[] = {
+    {"read", (PyCFunction)dataset_read, METH_O,
+     "read(index)\n--\n\nSample `index` as (an H x W x C uint8 _Array, its label). Thread-safe; "
+     "the GIL is released while reading."},
+    {"_from_buffers", dataset_from_buffers, METH_VARARGS | METH_CLASS,
+     "_from_buffers(pixels, labels, count, height, width, channels)\n--\n\n"
+     "An in-memory dataset copied from C-contiguous buffers: uint8 N,H,W,C pixels and int64 "
+     "labels (or None). Use stoker.from_numpy()."},
+    {0},
+};
+
+static PyGetSetDef dataset_getset[] = {
+    {"uri", (getter)dataset_get_uri, NULL, "The URI the dataset was opened with.", NULL},
+    {"format", (getter)dataset_get_format, NULL, "'cifar10', 'cifar100', 'idx' or 'memory'.", NULL},
+    {"shape", (getter)dataset_get_shape, NULL, "(height, width, channels) of every sample.", NULL},
+    {"num_classes", (getter)dataset_get_num_classes, NULL, "Number of classes, 0 when unknown.", NULL},
+    {0},
+};
+
+static PySequenceMethods dataset_as_sequence = {.sq_length = (lenfunc)dataset_len};
+
+static PyTypeObject DatasetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker._stoker.Dataset",
+    .tp_doc = "Dataset(uri, *, max_bytes=0, max_samples=0, max_pixels=0)\n--\n\n"
+              "An opened dataset (stk_dataset_open): CIFAR-10/100 binaries, IDX (MNIST, "
+              "Fashion-MNIST)... Immutable; safe to read from any thread and after fork(). "
+              "Use stoker.open().",
+    .tp_basicsize = sizeof(DatasetObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = dataset_new,
+    .tp_dealloc = (destructor)dataset_dealloc,
+    .tp_as_sequence = &dataset_as_sequence,
+    .tp_methods = dataset_methods,
+    .tp_getset = dataset_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* _Loader, Batch, _Iterator                                                 */
+/* ------------------------------------------------------------------------ */
+
+enum { OUT_OBJECTS = 0, OUT_CAPSULE = 1, OUT_CALL = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    stk_loader *l;        /* owned; NULL once destroyed */
+    PyObject *dataset;    /* DatasetObject, strong: outlives l */
+    PyObject *convert;    /* output converter (OUT_CAPSULE / OUT_CALL), strong, or NULL */
+    int mode;             /* OUT_* */
+    unsigned long fork_gen; /* fork_generation at creation */
+    long pid;             /* for messages */
+    uint64_t length;      /* batches per epoch */
+    uint32_t max_batches; /* resolved, for the PoolExhausted message */
+    int64_t sample_shape[3];
+    int kind;
+    int layout;           /* stk_layout */
+    Py_ssize_t lent;      /* Batch objects alive */
+    int closed;           /* close() called; l destroyed when lent hits 0 */
+    int busy;             /* a thread waits in next() with the GIL released */
+    uint64_t gen;         /* bumped by iter(), set_epoch, load_state_dict, close */
+    int resume_pending;   /* load_state_dict: next iter() continues */
+    uint64_t resume_epoch;
+    uint64_t gc_collects; /* gc.collect() runs on pool exhaustion */
+} LoaderObject;
+
+typedef struct {
+    PyObject_HEAD
+    LoaderObject *loader; /* strong */
+    stk_batch b;          /* lent until dealloc */
+    unsigned long fork_gen;
+    view v;
+} BatchObject;
+
+typedef struct {
+    PyObject_HEAD
+    LoaderObject *loader; /* strong */
+    uint64_t gen;
+    int done;
+    int with_indices;
+} IterObject;
+
+static PyTypeObject LoaderType, BatchType, IterType;
+
+static void loader_destroy_c(LoaderObject *self)
+{
+    stk_loader *l = self->l;
+    self->l = NULL;
+    if (!l)
+        return;
+    if (self->fork_gen != fork_generation)
+        return; /* forked child: no threads to join, the mutex may be held; leak */
+    Py_BEGIN_ALLOW_THREADS
+    stk_loader_destroy(l);
+    Py_END_ALLOW_THREADS
+}
+
+/* The loader exists in this process and is open. Enough for the calls the
+ * C API makes safe from any thread (stats, state). */
+static int loader_alive(LoaderObject *self)
+{
+    if (self->fork_gen != fork_generation) {
+        PyErr_Format(ForkError,
+                     "this stoker Loader was created in process %ld and cannot be used in a "
+                     "forked child (process %ld): its worker threads do not exist here. Create "
+                     "the Loader in the child process (the parent's keeps working).",
+                     self->pid, (long)getpid());
+        return -1;
+    }
+    if (self->closed || !self->l) {
+        PyErr_SetString(PyExc_ValueError, "the Loader is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* Alive, and no other thread is waiting in next(): for every call that
+ * moves the loader (next, iter, set_epoch, set_state). */
+static int loader_check(LoaderObject *self)
+{
+    if (loader_alive(self) < 0)
+        return -1;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the Loader is in use by another thread (waiting for a batch); a Loader "
+                        "has one consumer at a time");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"dataset", "spec", "batch_size", "threads", "prefetch",
+                             "max_batches", "seed", "shuffle", "drop_last", "rank",
+                             "world_size", "on_error", "output", "convert", NULL};
+    PyObject *dataset, *convert = Py_None;
+    const char *spec;
+    stk_loader_options o = {0};
+    int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiO:_Loader", kwlist, &DatasetType, &dataset,
+            &spec, conv_u32, &o.batch_size, conv_u32, &o.threads, conv_u32, &o.prefetch,
+            conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle, &drop_last, conv_u32, &o.rank,
+            conv_u32, &o.world_size, &on_error, &mode, &convert))
+        return NULL;
+    if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
+        PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
+        return NULL;
+    }
+    if (on_error != 0 && on_error != 1) {
+        PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise) or 1 (skip)");
+        return NULL;
+    }
+    o.no_shuffle = !shuffle;
+    o.drop_last = drop_last;
+    o.on_error = on_error ? STK_ON_ERROR_SKIP : STK_ON_ERROR_RAISE;
+
+    LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->dataset = Py_NewRef(dataset);
+    self->convert = mode == OUT_OBJECTS ? NULL : Py_NewRef(convert);
+    self->mode = mode;
+    self->fork_gen = fork_generation;
+    self->pid = (long)getpid();
+    uint32_t prefetch = o.prefetch ? o.prefetch : 4;
+    self->max_batches = o.max_batches ? o.max_batches : prefetch + 4;
+
+    stk_loader *l = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_create(((DatasetObject *)dataset)->ds, spec, &o, &l);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        raise_last(rc);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->l = l;
+    self->length = stk_loader_length(l);
+    stk_dtype dtype;
+    stk_layout layout;
+    stk_loader_sample_shape(l, self->sample_shape, &dtype, &layout, NULL);
+    self->kind = kind_of_dtype(dtype);
+    self->layout = layout;
+    return (PyObject *)self;
+}
+
+static void loader_dealloc(LoaderObject *self)
+{
+    /* No Batch and no iterator is alive (they hold references). */
+    loader_destroy_c(self);
+    Py_XDECREF(self->convert);
+    Py_XDECREF(self->dataset);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t loader_len(LoaderObject *self) { return (Py_ssize_t)self->length; }
+
+/* --- Batch --------------------------------------------------------------- */
+
+static void batch_dealloc(BatchObject *self)
+{
+    LoaderObject *L = self->loader;
+    if (self->fork_gen == fork_generation && L->l)
+        stk_loader_release(L->l, &self->b); /* short lock; never waits on Python */
+    L->lent--;
+    if (L->closed && L->lent == 0)
+        loader_destroy_c(L);
+    PyObject_Free(self);
+    Py_DECREF(L);
+}
+
+static int batch_getbuffer(BatchObject *self, Py_buffer *b, int flags)
+{
+    return view_getbuffer((PyObject *)self, &self->v, b, flags);
+}
+
+static PyObject *batch_dlpack(BatchObject *self, PyObject *args, PyObject *kwargs)
+{
+    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+}
+
+static ArrayObject *copy_i64(const void *src, uint32_t n)
+{
+    int64_t shape[1] = {n};
+    ArrayObject *a = array_new(K_I64, 1, shape);
+    if (a && n)
+        memcpy(a->data, src, (size_t)n * 8);
+    return a;
+}
+
+static PyObject *batch_data_ptr(BatchObject *self, PyObject *u) { return PyLong_FromVoidPtr(self->b.data); }
+static PyObject *batch_shape(BatchObject *self, void *c) { return view_shape_tuple(&self->v); }
+static PyObject *batch_dtype(BatchObject *self, void *c) { return PyUnicode_FromString(kinds[self->v.kind].name); }
+static PyObject *batch_layout(BatchObject *self, void *c) { return PyUnicode_FromString(self->b.layout == STK_CHW ? "NCHW" : "NHWC"); }
+static PyObject *batch_labels(BatchObject *self, void *c) { return (PyObject *)copy_i64(self->b.labels, self->b.size); }
+static PyObject *batch_indices(BatchObject *self, void *c) { return (PyObject *)copy_i64(self->b.indices, self->b.size); }
+static PyObject *batch_epoch(BatchObject *self, void *c) { return PyLong_FromUnsignedLongLong(self->b.epoch); }
+static PyObject *batch_position(BatchObject *self, void *c) { return PyLong_FromUnsignedLongLong(self->b.position); }
+static PyObject *batch_skipped(BatchObject *self, void *c) { return PyLong_FromUnsignedLong(self->b.skipped); }
+static PyObject *batch_nbytes(BatchObject *self, void *c) { return PyLong_FromSsize_t(view_nbytes(&self->v)); }
+static Py_ssize_t batch_len(BatchObject *self) { return (Py_ssize_t)self->b.size; }
+
+static PyObject *batch_repr(BatchObject *self)
+{
+    PyObject *shape = view_shape_tuple(&self->v);
+    if (!shape)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat(
+        "<stoker.Batch epoch=%llu position=%llu shape=%R %s %s data_ptr=%p>",
+        (unsigned long long)self->b.epoch, (unsigned long long)self->b.position, shape,
+        kinds[self->v.kind].name, self->b.layout == STK_CHW ? "NCHW" : "NHWC", self->b.data);
+    Py_DECREF(shape);
+    return r;
+}
+
+static PyMethodDef batch_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule sharing the batch buffer (\"dltensor\", or \"dltensor_versioned\" when "
+     "max_version >= (1, 0)). The tensor made from it keeps this Batch, and so the buffer, "
+     "alive."},
+    {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
+    {"data_ptr", (PyCFunction)batch_data_ptr, METH_NOARGS,
+     "Address of the pooled batch buffer (the C stk_batch.data)."},
+    {0},
+};
+
+static PyGetSetDef batch_getset[] = {
+    {"shape", (getter)batch_shape, NULL, "(N, C, H, W) or (N, H, W, C).", NULL},
+    {"dtype", (getter)batch_dtype, NULL, "'uint8', 'float16' or 'float32'.", NULL},
+    {"layout", (getter)batch_layout, NULL, "'NCHW' or 'NHWC'.", NULL},
+    {"labels", (getter)batch_labels, NULL, "A copy of the labels: an int64 _Array.", NULL},
+    {"indices", (getter)batch_indices, NULL, "A copy of the dataset indices: an int64 _Array.", NULL},
+    {"epoch", (getter)batch_epoch, NULL, "The epoch this batch belongs to.", NULL},
+    {"position", (getter)batch_position, NULL, "Its batch index within the epoch.", NULL},
+    {"skipped", (getter)batch_skipped, NULL, "Samples left out of it (on_error='skip').", NULL},
+    {"nbytes", (getter)batch_nbytes, NULL, "Bytes of pixel data.", NULL},
+    {0},
+};
+
+static PyBufferProcs batch_as_buffer = {(getbufferproc)batch_getbuffer, NULL};
+static PySequenceMethods batch_as_sequence = {.sq_length = (lenfunc)batch_len};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker.Batch",
+    .tp_doc = "One batch lent by a Loader (output='dlpack' yields these).\n\n"
+              "Its pixels are exported without copying through the buffer protocol "
+              "(numpy.asarray, memoryview) and DLPack (torch.from_dlpack, numpy.from_dlpack). "
+              "Every export keeps the Batch alive; the pooled buffer returns to the loader "
+              "when the last reference dies, and is never overwritten before.",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_repr = (reprfunc)batch_repr,
+    .tp_as_buffer = &batch_as_buffer,
+    .tp_as_sequence = &batch_as_sequence,
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};
+
+/* --- iteration ------------------------------------------------------------ */
+
+/* The next batch, waiting with the GIL released in 100 ms slices. Returns 1
+ * with *b lent, 0 at the end of the epoch, -1 with an exception set. */
+static int loader_wait_next(LoaderObject *L, IterObject *it, stk_batch *b)
+{
+    int collected = 0;
+    for (;;) {
+        if (loader_check(L) < 0)
+            return -1;
+        if (it && it->gen != L->gen) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "this iterator is stale: the Loader was restarted since it was made "
+                            "(a new iter(), set_epoch(), load_state_dict() or close())");
+            return -1;
+        }
+        int rc;
+        stk_loader *l = L->l;
+        L->busy = 1;
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_loader_next_timeout(l, b, 100);
+        Py_END_ALLOW_THREADS
+        L->busy = 0;
+        if (rc == 1 || rc == 0)
+            return rc;
+        if (rc == STK_ETIMEDOUT) {
+            if (PyErr_CheckSignals() < 0)
+                return -1; /* KeyboardInterrupt; the loader is unchanged */
+            continue;
+        }
+        if (rc == STK_EEXHAUSTED) {
+            if (!collected) {
+                /* A batch may be kept alive only by a reference cycle. */
+                collected = 1;
+                L->gc_collects++;
+                /* gc.collect(), not PyGC_Collect(): the latter does nothing
+                 * while the user has disabled automatic collection. */
+                PyObject *r = PyObject_CallMethod(gc_module, "collect", NULL);
+                if (!r)
+                    return -1;
+                Py_DECREF(r);
+                continue;
+            }
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "all %u batch buffers of this Loader are held by Python objects (%zd "
+                     "batches alive: tensors/arrays/Batch objects it returned, or views of "
+                     "them). Drop references to old batches (copy what you keep, e.g. "
+                     "images.clone() or np.array(images)), or create the Loader with a larger "
+                     "max_batches= (now %u).",
+                     L->max_batches, L->lent, L->max_batches);
+            raise_code(STK_EEXHAUSTED, msg);
+            return -1;
+        }
+        raise_last(rc);
+        return -1;
+    }
+}
+
+/* Convert an exporter (Batch or _Array) for output; steals `obj`. */
+static PyObject *convert_out(LoaderObject *L, PyObject *obj, const view *v)
+{
+    if (!obj || L->mode == OUT_OBJECTS)
+        return obj;
+    PyObject *res;
+    if (L->mode == OUT_CAPSULE) {
+        PyObject *cap = view_capsule(obj, v, 0);
+        Py_DECREF(obj);
+        if (!cap)
+            return NULL;
+        res = PyObject_CallOneArg(L->convert, cap);
+        Py_DECREF(cap);
+    } else {
+        res = PyObject_CallOneArg(L->convert, obj);
+        Py_DECREF(obj);
+    }
+    return res;
+}
+
+static PyObject *iter_next(IterObject *it)
+{
+    LoaderObject *L = it->loader;
+    if (it->done)
+        return NULL;
+    stk_batch b;
+    int rc = loader_wait_next(L, it, &b);
+    if (rc <= 0) {
+        if (rc == 0)
+            it->done = 1; /* the C loader moved on to the next epoch */
+        return NULL;
+    }
+    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
+    if (!bo) {
+        stk_loader_release(L->l, &b);
+        return NULL;
+    }
+    bo->loader = (LoaderObject *)Py_NewRef((PyObject *)L);
+    bo->b = b;
+    bo->fork_gen = L->fork_gen;
+    L->lent++;
+    view_init(&bo->v, b.data, L->kind, 4, b.shape);
+
+    ArrayObject *labels = copy_i64(b.labels, b.size);
+    ArrayObject *indices = it->with_indices ? copy_i64(b.indices, b.size) : NULL;
+    if (!labels || (it->with_indices && !indices)) {
+        Py_XDECREF(labels);
+        Py_XDECREF(indices);
+        Py_DECREF(bo);
+        return NULL;
+    }
+    /* convert_out steals each object; its view is read before the object
+     * can die (the capsule holds a reference first). */
+    PyObject *images = convert_out(L, (PyObject *)bo, &bo->v);
+    PyObject *lab = convert_out(L, (PyObject *)labels, &labels->v);
+    PyObject *idx = indices ? convert_out(L, (PyObject *)indices, &indices->v) : NULL;
+    if (!images || !lab || (it->with_indices && !idx)) {
+        Py_XDECREF(images);
+        Py_XDECREF(lab);
+        Py_XDECREF(idx);
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(it->with_indices ? 3 : 2);
+    if (!t) {
+        Py_DECREF(images);
+        Py_DECREF(lab);
+        Py_XDECREF(idx);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, images);
+    PyTuple_SET_ITEM(t, 1, lab);
+    if (idx)
+        PyTuple_SET_ITEM(t, 2, idx);
+    return t;
+}
+
+static void iter_dealloc(IterObject *self)
+{
+    Py_DECREF(self->loader);
+    PyObject_Free(self);
+}
+
+static PyObject *iter_self(PyObject *self) { return Py_NewRef(self); }
+
+static PyTypeObject IterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker._Iterator",
+    .tp_doc = "One pass over one epoch of a Loader; yields (images, labels[, indices]).",
+    .tp_basicsize = sizeof(IterObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)iter_dealloc,
+    .tp_iter = iter_self,
+    .tp_iternext = (iternextfunc)iter_next,
+};
+
+static int set_epoch_c(LoaderObject *self, uint64_t epoch)
+{
+    int rc = stk_loader_set_epoch(self->l, epoch);
+    if (rc < 0) {
+        raise_last(rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* Start a pass (see "Epochs" at the top). */
+static PyObject *loader_make_iter(LoaderObject *self, int with_indices)
+{
+    if (loader_check(self) < 0)
+        return NULL;
+    if (self->resume_pending) {
+        self->resume_pending = 0; /* continue where load_state_dict put us */
+    } else {
+        stk_loader_state st;
+        stk_loader_state_get(self->l, &st);
+        if (self->length > 0 && st.position >= self->length) {
+            /* Every batch taken but the end not seen: the pass was complete. */
+            if (set_epoch_c(self, st.epoch + 1) < 0)
+                return NULL;
+        } else if (set_epoch_c(self, st.epoch) < 0) {
+            /* no-op at position 0 (prefetch kept); restarts an abandoned pass,
+             * and clears a failure */
+            return NULL;
+        }
+    }
+    IterObject *it = PyObject_New(IterObject, &IterType);
+    if (!it)
+        return NULL;
+    it->loader = (LoaderObject *)Py_NewRef((PyObject *)self);
+    it->gen = ++self->gen;
+    it->done = 0;
+    it->with_indices = with_indices;
+    return (PyObject *)it;
+}
+
+static PyObject *loader_iter(LoaderObject *self) { return loader_make_iter(self, 0); }
+
+static PyObject *loader_iter_method(LoaderObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"with_indices", NULL};
+    int with_indices = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:iter", kwlist, &with_indices))
+        return NULL;
+    return loader_make_iter(self, with_indices);
+}
+
+static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg)
+{
+    uint64_t epoch;
+    if (!conv_u64(arg, &epoch) || loader_check(self) < 0)
+        return NULL;
+    if (self->resume_pending && epoch == self->resume_epoch)
+        Py_RETURN_NONE; /* keep the restored mid-epoch position */
+    self->resume_pending = 0;
+    if (set_epoch_c(self, epoch) < 0)
+        return NULL;
+    self->gen++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_state(LoaderObject *self, PyObject *u)
+{
+    if (loader_alive(self) < 0)
+        return NULL;
+    stk_loader_state st;
+    stk_loader_state_get(self->l, &st);
+    return Py_BuildValue("{sKsKsKsKsIsIsIsi}", "seed", (unsigned long long)st.seed, "epoch",
+                         (unsigned long long)st.epoch, "position", (unsigned long long)st.position,
+                         "dataset_size", (unsigned long long)st.dataset_size, "batch_size",
+                         st.batch_size, "rank", st.rank, "world_size", st.world_size, "flags",
+                         (int)st.flags);
+}
+
+static int dict_u64(PyObject *d, const char *key, uint64_t *out)
+{
+    PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
+    if (!v) {
+        PyErr_Format(PyExc_KeyError, "state_dict has no '%s'", key);
+        return -1;
+    }
+    return conv_u64(v, out) ? 0 : -1;
+}
+
+static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "load_state_dict expects a dict from state_dict()");
+        return NULL;
+    }
+    if (loader_check(self) < 0)
+        return NULL;
+    uint64_t seed, epoch, position, size, batch, rank, world, flags;
+    if (dict_u64(d, "seed", &seed) < 0 || dict_u64(d, "epoch", &epoch) < 0 ||
+        dict_u64(d, "position", &position) < 0 || dict_u64(d, "dataset_size", &size) < 0 ||
+        dict_u64(d, "batch_size", &batch) < 0 || dict_u64(d, "rank", &rank) < 0 ||
+        dict_u64(d, "world_size", &world) < 0 || dict_u64(d, "flags", &flags) < 0)
+        return NULL;
+    if (batch > UINT32_MAX || rank > UINT32_MAX || world > UINT32_MAX || flags > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "state_dict has out-of-range fields");
+        return NULL;
+    }
+    stk_loader_state st = {.seed = seed, .epoch = epoch, .position = position,
+                           .dataset_size = size, .batch_size = (uint32_t)batch,
+                           .rank = (uint32_t)rank, .world_size = (uint32_t)world,
+                           .flags = (int32_t)flags};
+    int rc = stk_loader_state_set(self->l, &st);
+    if (rc < 0)
+        return raise_last(rc);
+    self->resume_pending = 1;
+    self->resume_epoch = epoch;
+    self->gen++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_stats(LoaderObject *self, PyObject *u)
+{
+    if (loader_alive(self) < 0)
+        return NULL;
+    stk_loader_stats s;
+    stk_loader_stats_get(self->l, &s);
+    return Py_BuildValue(
+        "{sKsKsKsdsdsdsdsIsKsKsnsK}", "samples", (unsigned long long)s.samples, "batches",
+        (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped, "read_s",
+        s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s, "consumer_wait_s",
+        s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
+        (unsigned long long)s.pool_bytes, "pool_exhausted", (unsigned long long)s.pool_exhausted,
+        "batches_alive", self->lent, "gc_collects", (unsigned long long)self->gc_collects);
+}
+
+static PyObject *loader_close(LoaderObject *self, PyObject *u)
+{
+    if (self->closed)
+        Py_RETURN_NONE;
+    if (self->fork_gen == fork_generation && self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot close a Loader another thread is waiting on");
+        return NULL;
+    }
+    self->closed = 1;
+    self->gen++;
+    if (self->lent == 0)
+        loader_destroy_c(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_reduce(LoaderObject *self, PyObject *args)
+{
+    PyErr_SetString(PyExc_TypeError,
+                    "a stoker Loader cannot be pickled or copied: it owns native threads and "
+                    "buffers. Create one Loader per process from its arguments instead.");
+    return NULL;
+}
+
+static PyObject *loader_get_epoch(LoaderObject *self, void *c)
+{
+    if (loader_alive(self) < 0)
+        return NULL;
+    if (self->resume_pending)
+        return PyLong_FromUnsignedLongLong(self->resume_epoch);
+    stk_loader_state st;
+    stk_loader_state_get(self->l, &st);
+    uint64_t e = (self->length > 0 && st.position >= self->length) ? st.epoch + 1 : st.epoch;
+    return PyLong_FromUnsignedLongLong(e);
+}
+
+static PyObject *loader_get_sample_shape(LoaderObject *self, void *c)
+{
+    return Py_BuildValue("(LLL)", (long long)self->sample_shape[0],
+                         (long long)self->sample_shape[1], (long long)self->sample_shape[2]);
+}
+
+static PyObject *loader_get_dtype(LoaderObject *self, void *c) { return PyUnicode_FromString(kinds[self->kind].name); }
+static PyObject *loader_get_layout(LoaderObject *self, void *c) { return PyUnicode_FromString(self->layout == STK_CHW ? "NCHW" : "NHWC"); }
+static PyObject *loader_get_closed(LoaderObject *self, void *c) { return PyBool_FromLong(self->closed); }
+static PyObject *loader_get_dataset(LoaderObject *self, void *c) { return Py_NewRef(self->dataset); }
+static PyObject *loader_get_max_batches(LoaderObject *self, void *c) { return PyLong_FromUnsignedLong(self->max_batches); }
+
+static PyMethodDef loader_methods[] = {
+    {"iter", (PyCFunction)(void (*)(void))loader_iter_method, METH_VARARGS | METH_KEYWORDS,
+     "iter(with_indices=False)\n--\n\nStart a pass over the current epoch; yields (images, "
+     "labels) or (images, labels, indices)."},
+    {"set_epoch", (PyCFunction)loader_set_epoch, METH_O,
+     "set_epoch(epoch)\n--\n\nMove to the start of `epoch` (keeps a position restored by "
+     "set_state for that same epoch)."},
+    {"state", (PyCFunction)loader_state, METH_NOARGS, "The resumable state, a dict."},
+    {"set_state", (PyCFunction)loader_set_state, METH_O,
+     "set_state(dict)\n--\n\nRestore a state(); the next iter() continues from it."},
+    {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
+    {"close", (PyCFunction)loader_close, METH_NOARGS,
+     "Stop the workers; the buffers are freed when the last batch dies."},
+    {"__reduce_ex__", (PyCFunction)loader_reduce, METH_VARARGS, "Loaders cannot be pickled."},
+    {0},
+};
+
+static PyGetSetDef loader_getset[] = {
+    {"epoch", (getter)loader_get_epoch, NULL, "The epoch the next iter() delivers.", NULL},
+    {"sample_shape", (getter)loader_get_sample_shape, NULL, "Per-sample output shape.", NULL},
+    {"dtype", (getter)loader_get_dtype, NULL, "Output element type name.", NULL},
+    {"layout", (getter)loader_get_layout, NULL, "'NCHW' or 'NHWC'.", NULL},
+    {"closed", (getter)loader_get_closed, NULL, "Whether close() was called.", NULL},
+    {"dataset", (getter)loader_get_dataset, NULL, "The Dataset it reads.", NULL},
+    {"max_batches", (getter)loader_get_max_batches, NULL, "Cap on batch buffers.", NULL},
+    {0},
+};
+
+static PySequenceMethods loader_as_sequence = {.sq_length = (lenfunc)loader_len};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker._stoker._Loader",
+    .tp_doc = "_Loader(dataset, spec, *, batch_size, threads, prefetch, max_batches, seed, "
+              "shuffle, drop_last, rank, world_size, on_error, output, convert)\n--\n\n"
+              "The native loader behind stoker.Loader (use that).",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = loader_new,
+    .tp_dealloc = (destructor)loader_dealloc,
+    .tp_as_sequence = &loader_as_sequence,
+    .tp_iter = (getiterfunc)loader_iter,
+    .tp_methods = loader_methods,
+    .tp_getset = loader_getset,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Module                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *mod_strerror(PyObject *m, PyObject *arg)
+{
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(stk_strerror(code < INT_MIN || code > INT_MAX ? 1 : (int)code));
+}
+
+static PyObject *mod_spec_check(PyObject *m, PyObject *args)
+{
+    const char *spec;
+    uint32_t h, w, c;
+    if (!PyArg_ParseTuple(args, "sO&O&O&:spec_check", &spec, conv_u32, &h, conv_u32, &w,
+                          conv_u32, &c))
+        return NULL;
+    int64_t shape[3];
+    stk_dtype dtype;
+    stk_layout layout;
+    int rc = stk_spec_check(spec, h, w, c, shape, &dtype, &layout);
+    if (rc < 0)
+        return raise_last(rc);
+    return Py_BuildValue("((LLL)ss)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                         kinds[kind_of_dtype(dtype)].name, layout == STK_CHW ? "CHW" : "HWC");
+}
+
+static PyMethodDef module_methods[] = {
+    {"strerror", mod_strerror, METH_O,
+     "strerror(code)\n--\n\nName and description of a stoker error code."},
+    {"spec_check", mod_spec_check, METH_VARARGS,
+     "spec_check(spec, height, width, channels)\n--\n\nCheck a pipeline spec against an input "
+     "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},
+    {0},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "stoker._stoker",
+    .m_doc = "The native half of the stoker package (see stoker.Loader, stoker.open).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+/* One exception class: stoker.NAME deriving from StokerError (and `extra`). */
+static PyObject *add_exc(PyObject *m, const char *name, PyObject *base, PyObject *extra,
+                         const char *doc)
+{
+    char qual[64];
+    snprintf(qual, sizeof qual, "stoker.%s", name);
+    PyObject *bases = extra ? PyTuple_Pack(2, base, extra) : PyTuple_Pack(1, base);
+    if (!bases)
+        return NULL;
+    PyObject *e = PyErr_NewExceptionWithDoc(qual, doc, bases, NULL);
+    Py_DECREF(bases);
+    if (!e)
+        return NULL;
+    if (PyModule_AddObjectRef(m, name, e) < 0) {
+        Py_DECREF(e);
+        return NULL;
+    }
+    return e; /* one reference kept in a static */
+}
+
+PyMODINIT_FUNC PyInit__stoker(void)
+{
+    static int atfork_done;
+    if (!atfork_done) {
+        if (pthread_atfork(NULL, NULL, on_fork_child) != 0) {
+            PyErr_SetString(PyExc_ImportError, "stoker: pthread_atfork failed");
+            return NULL;
+        }
+        atfork_done = 1;
+    }
+    if (PyType_Ready(&ArrayType) < 0 || PyType_Ready(&DatasetType) < 0 ||
+        PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||
+        PyType_Ready(&IterType) < 0)
+        return NULL;
+    if (!gc_module && !(gc_module = PyImport_ImportModule("gc")))
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+
+    StokerError = PyErr_NewExceptionWithDoc(
+        "stoker.StokerError",
+        "Base class of every error stoker raises. `code` is the C error code (STK_E*).",
+        PyExc_Exception, NULL);
+    if (!StokerError || PyModule_AddObjectRef(m, "StokerError", StokerError) < 0)
+        goto fail;
+    struct {
+        int code;
+        const char *name;
+        PyObject *extra;
+        const char *doc;
+    } table[] = {
+        {STK_EINVAL, "InvalidArgument", PyExc_ValueError, "An argument or option is invalid (STK_EINVAL)."},
+        {STK_ENOMEM, "OutOfMemory", PyExc_MemoryError, "Out of memory (STK_ENOMEM)."},
+        {STK_EIO, "StokerIOError", PyExc_OSError, "The operating system failed a read/open/mmap (STK_EIO)."},
+        {STK_EFORMAT, "FormatError", PyExc_ValueError, "A data file is malformed (STK_EFORMAT)."},
+        {STK_ESPEC, "SpecError", PyExc_ValueError, "The pipeline spec does not parse or compile (STK_ESPEC); the message shows the column with a caret."},
+        {STK_ESTATE, "StateError", PyExc_RuntimeError, "The call is not valid in this state (STK_ESTATE)."},
+        {STK_ESTOPPED, "StoppedError", PyExc_RuntimeError, "The loader was stopped while waiting (STK_ESTOPPED)."},
+        {STK_ELIMIT, "LimitError", PyExc_ValueError, "Input exceeds a safety limit (STK_ELIMIT)."},
+        {STK_EUNSUPPORTED, "UnsupportedError", PyExc_ValueError, "Valid input stoker does not handle yet (STK_EUNSUPPORTED)."},
+        {STK_EDATA, "DataError", PyExc_ValueError, "A sample is corrupt (STK_EDATA); on_error='skip' skips and counts such samples."},
+        {STK_ETHREAD, "ThreadError", PyExc_RuntimeError, "A worker thread could not be created (STK_ETHREAD)."},
+        {STK_EEXHAUSTED, "PoolExhausted", PyExc_RuntimeError, "Every batch buffer is held by Python objects (STK_EEXHAUSTED): drop old batches or raise max_batches."},
+        {STK_EINTR, "Interrupted", NULL, "A wait was interrupted (STK_EINTR)."},
+        {STK_ETIMEDOUT, "Timeout", PyExc_TimeoutError, "A wait timed out (STK_ETIMEDOUT)."},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        PyObject *e = add_exc(m, table[i].name, StokerError, table[i].extra, table[i].doc);
+        if (!e)
+            goto fail;
+        code_exc[-table[i].code] = e;
+    }
+    /* NotFound derives from StokerIOError and FileNotFoundError. */
+    PyObject *nf = add_exc(m, "NotFound", code_exc[-STK_EIO], PyExc_FileNotFoundError,
+                           "A file or directory does not exist (STK_ENOENT).");
+    if (!nf)
+        goto fail;
+    code_exc[-STK_ENOENT] = nf;
+    ForkError = add_exc(m, "ForkError", StokerError, PyExc_RuntimeError,
+                        "A Loader was used in a process forked from the one that created it.");
+    if (!ForkError)
+        goto fail;
+
+    if (PyModule_AddObjectRef(m, "Dataset", (PyObject *)&DatasetType) < 0 ||
+        PyModule_AddObjectRef(m, "_Loader", (PyObject *)&LoaderType) < 0 ||
+        PyModule_AddObjectRef(m, "Batch", (PyObject *)&BatchType) < 0 ||
+        PyModule_AddObjectRef(m, "_Array", (PyObject *)&ArrayType) < 0 ||
+        PyModule_AddObjectRef(m, "_Iterator", (PyObject *)&IterType) < 0 ||
+        PyModule_AddStringConstant(m, "version", stk_version_string()) < 0 ||
+        PyModule_AddIntConstant(m, "version_number", (long)stk_version_number()) < 0 ||
+        PyModule_AddIntConstant(m, "OUT_OBJECTS", OUT_OBJECTS) < 0 ||
+        PyModule_AddIntConstant(m, "OUT_CAPSULE", OUT_CAPSULE) < 0 ||
+        PyModule_AddIntConstant(m, "OUT_CALL", OUT_CALL) < 0)
+        goto fail;
+    return m;
+
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,35 @@
+"""stoker: a training data loader with native threads and zero-copy batches.
+
+    import stoker
+    loader = stoker.Loader("cifar10:data/", batch_size=256, shuffle=True,
+                           transforms=[stoker.RandomCrop(32, padding=4),
+                                       stoker.RandomHorizontalFlip(),
+                                       stoker.Normalize(MEAN, STD)])
+    for epoch in range(10):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            ...
+
+The native half is the C extension ``stoker._stoker`` (built on libstoker's
+public API); this package adds argument handling and the transform classes.
+See docs/python.md.
+"""
+from . import _stoker
+from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, InvalidArgument,
+                      LimitError, NotFound, OutOfMemory, PoolExhausted, SpecError, StateError,
+                      StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
+                      UnsupportedError, spec_check, strerror)
+from .loader import Dataset, Loader, build_spec, from_numpy, open
+from .transforms import (CenterCrop, Normalize, Pad, RandomCrop, RandomHorizontalFlip,
+                         RandomVerticalFlip, ToTensor, Transform)
+
+__version__ = _stoker.version
+
+__all__ = [
+    "Loader", "Dataset", "Batch", "open", "from_numpy", "build_spec", "spec_check", "strerror",
+    "Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip", "RandomVerticalFlip",
+    "Normalize", "ToTensor",
+    "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
+    "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
+    "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",
+]

@@ -1,0 +1,440 @@
+"""stoker.Loader, stoker.open, stoker.from_numpy: the Python face of the C
+loader. Argument handling lives here; every per-batch step is in the C
+extension (``_stoker._Iterator.__next__``). See docs/python.md."""
+import operator
+import os
+import sys
+
+from . import _stoker
+from .transforms import ToTensor, to_spec
+
+__all__ = ["Loader", "Dataset", "open", "from_numpy"]
+
+_builtin_open = open
+
+_DTYPES = {"uint8": "u8", "u8": "u8", "float16": "f16", "half": "f16", "f16": "f16",
+           "float32": "f32", "float": "f32", "f32": "f32"}
+_LAYOUTS = {"nchw": "chw", "chw": "chw", "nhwc": "hwc", "hwc": "hwc"}
+_OUTPUTS = ("torch", "numpy", "dlpack")
+_ON_ERROR = {"raise": 0, "skip": 1}
+
+
+class Dataset(_stoker.Dataset):
+    """A dataset opened by :func:`stoker.open` (or made by :func:`stoker.from_numpy`).
+
+    ``len(ds)`` samples; ``ds[i]`` is ``(pixels, label)`` with ``pixels`` a
+    new ``H x W x C`` uint8 NumPy array and ``label`` an int. ``ds.shape`` is
+    ``(H, W, C)``, ``ds.num_classes`` the class count (0 if unknown),
+    ``ds.format`` and ``ds.uri`` say what was opened. Immutable: safe from
+    any thread, and usable in a forked child.
+    """
+
+    def __getitem__(self, index):
+        import numpy
+        n = len(self)
+        i = operator.index(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("dataset index %d out of range (%d samples)" % (index, n))
+        arr, label = self.read(i)
+        return numpy.asarray(arr), label
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        return "<stoker.Dataset %s %r: %d samples of %s>" % (self.format, self.uri, len(self),
+                                                             "x".join(map(str, self.shape)))
+
+    def __reduce__(self):
+        # Re-opened by URI in the unpickling process (files are read again).
+        if self.format == "memory":
+            raise TypeError("an in-memory stoker Dataset (from_numpy) cannot be pickled; "
+                            "pickle the arrays and call stoker.from_numpy again")
+        return (open, (self.uri,), None)
+
+
+def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
+    """Open a dataset for random access (``len(ds)``, ``ds[i] -> (HWC uint8 array, label)``).
+
+    ``uri`` is anything ``stk_dataset_open`` accepts: ``cifar10:DIR``,
+    ``cifar100:DIR``, ``mnist:DIR``, ``fashion-mnist:DIR`` (each with
+    ``?split=train|test``), ``idx:IMAGES,LABELS``, or a path whose format is
+    detected (see docs/datasets.md). The limits guard against hostile files
+    (defaults: 16 GiB per file, 2**40 samples, 2**28 pixels per sample).
+
+    Raises :class:`stoker.NotFound` (a ``FileNotFoundError``) for a missing
+    path, :class:`stoker.FormatError` for a malformed file, and so on; the
+    message names the file and the reason.
+    """
+    kw = {}
+    for name, v in (("max_bytes", max_bytes), ("max_samples", max_samples),
+                    ("max_pixels", max_pixels)):
+        if v is not None:
+            kw[name] = operator.index(v)
+    return Dataset(os.fspath(uri), **kw)
+
+
+def from_numpy(images, labels=None):
+    """An in-memory dataset copied from NumPy-compatible arrays.
+
+    ``images``: uint8, shape ``(N, H, W, C)`` or ``(N, H, W)`` (one channel).
+    ``labels``: ``N`` integers or None (all 0).
+    """
+    import numpy
+    images = numpy.asarray(images)
+    if images.dtype != numpy.uint8:
+        raise TypeError("images must be uint8, got %s" % images.dtype)
+    if images.ndim == 3:
+        images = images[..., None]
+    if images.ndim != 4:
+        raise ValueError("images must have shape (N, H, W, C) or (N, H, W), got %s"
+                         % (images.shape,))
+    images = numpy.ascontiguousarray(images)
+    n, h, w, c = images.shape
+    if labels is not None:
+        labels = numpy.ascontiguousarray(numpy.asarray(labels), dtype=numpy.int64)
+        if labels.shape != (n,):
+            raise ValueError("labels must have shape (%d,), got %s" % (n, labels.shape))
+    return Dataset._from_buffers(images, labels, n, h, w, c)
+
+
+def _norm_dtype(dtype):
+    if isinstance(dtype, str):
+        name = dtype
+    else:  # numpy dtype or scalar type, torch dtype
+        name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
+    name = name.lower()
+    if name.startswith("torch."):
+        name = name[6:]
+    if name not in _DTYPES:
+        raise ValueError("dtype must be 'uint8', 'float16' or 'float32', got %r" % (dtype,))
+    return _DTYPES[name]
+
+
+def _norm_layout(layout):
+    if not isinstance(layout, str) or layout.lower() not in _LAYOUTS:
+        raise ValueError("layout must be 'NCHW' or 'NHWC', got %r" % (layout,))
+    return _LAYOUTS[layout.lower()]
+
+
+def _ends_with_to(spec):
+    last = spec.split("|")[-1].split()
+    return bool(last) and last[0].lower() == "to"
+
+
+def build_spec(transforms=None, pipeline=None, dtype=None, layout=None):
+    """The pipeline spec a Loader runs for these arguments (see Loader)."""
+    if transforms is not None and pipeline is not None:
+        raise ValueError("give transforms= or pipeline=, not both")
+    if pipeline is not None:
+        if not isinstance(pipeline, str):
+            raise TypeError("pipeline must be a str (the spec text), got %r" % (pipeline,))
+        if dtype is None and layout is None:
+            return pipeline
+        if _ends_with_to(pipeline):
+            raise ValueError("the pipeline already ends with a 'to' stage; leave dtype= and "
+                             "layout= unset or drop that stage")
+        stages = pipeline.strip()
+    else:
+        if isinstance(transforms, (str, bytes)):
+            raise TypeError("transforms must be a list; pass spec text as pipeline=")
+        transforms = list(transforms or [])
+        stages = to_spec(transforms)
+        if any(isinstance(t, ToTensor) for t in transforms) and dtype is not None \
+                and _norm_dtype(dtype) == "u8":
+            raise ValueError("ToTensor() gives float output; it cannot be combined with "
+                             "dtype='uint8'")
+    d = _norm_dtype(dtype if dtype is not None else "float32")
+    l = _norm_layout(layout if layout is not None else "NCHW")
+    to = "to %s %s" % (d, l)
+    return stages + " | " + to if stages else to
+
+
+def _distributed(rank, world_size):
+    """rank/world_size: given, else torch.distributed's when initialised,
+    else the RANK/WORLD_SIZE environment variables, else 0/1."""
+    r = w = None
+    dist = sys.modules.get("torch.distributed")  # never import torch for this
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        r, w = dist.get_rank(), dist.get_world_size()
+    elif os.environ.get("WORLD_SIZE"):
+        w = int(os.environ["WORLD_SIZE"])
+        r = int(os.environ.get("RANK", "0"))
+    rank = operator.index(rank) if rank is not None else (r if r is not None else 0)
+    world_size = operator.index(world_size) if world_size is not None else (w or 1)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("need 0 <= rank < world_size, got rank=%d world_size=%d"
+                         % (rank, world_size))
+    return rank, world_size
+
+
+def _converter(output):
+    if output == "torch":
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError("output='torch' needs PyTorch; install it or pass "
+                              "output='numpy' or output='dlpack'") from e
+        fn = getattr(torch._C, "_from_dlpack", None)
+        if fn is None:  # takes a capsule too
+            from torch.utils.dlpack import from_dlpack as fn
+        return _stoker.OUT_CAPSULE, fn
+    if output == "numpy":
+        import numpy
+        return _stoker.OUT_CALL, numpy.asarray  # buffer protocol, no copy
+    if output == "dlpack":
+        return _stoker.OUT_OBJECTS, None
+    raise ValueError("output must be one of %s, got %r" % (", ".join(_OUTPUTS), output))
+
+
+class Loader:
+    """Batches of a dataset, augmented by native threads, shared with zero copy.
+
+    ::
+
+        loader = stoker.Loader("cifar10:data/", batch_size=256, shuffle=True, seed=0,
+                               transforms=[stoker.RandomCrop(32, padding=4),
+                                           stoker.RandomHorizontalFlip(),
+                                           stoker.Normalize(MEAN, STD)],
+                               num_threads=2, dtype="float16", output="torch")
+        for epoch in range(E):
+            loader.set_epoch(epoch)
+            for images, labels in loader:
+                ...
+
+    Arguments:
+      dataset: a dataset URI or path (see :func:`stoker.open`) or a Dataset.
+      batch_size: samples per batch (the last batch of an epoch may be short
+        unless ``drop_last``).
+      shuffle, seed: a seeded permutation per epoch; every random
+        augmentation is a pure function of (seed, epoch, sample), so the
+        batches are identical for any ``num_threads``/``prefetch``.
+      transforms: stoker transforms (RandomCrop, Normalize, ...) or raw
+        stage strings, joined with ' | ', then ``to DTYPE LAYOUT`` appended.
+      pipeline: the spec text instead of ``transforms`` (docs/pipeline.md);
+        used as given unless dtype/layout are set (then ``to`` is appended).
+      num_threads, prefetch: worker threads; batches filled ahead.
+      max_batches: cap on batch buffers, lent ones included (default
+        prefetch + 4). Holding more batches than that raises PoolExhausted.
+      drop_last: drop each rank's last incomplete batch.
+      dtype: 'float32' (default), 'float16' or 'uint8' (also numpy/torch dtypes).
+      layout: 'NCHW' (default) or 'NHWC'.
+      output: 'torch' (torch.Tensor, default), 'numpy' (numpy.ndarray) or
+        'dlpack' (stoker.Batch objects and int64 arrays that implement
+        __dlpack__ and the buffer protocol). Images are always zero-copy
+        views of the pooled batch buffer; labels are a copy (see docs).
+      rank, world_size: this process's shard. Default: torch.distributed's
+        when it is initialised, else the RANK/WORLD_SIZE environment, else 0/1.
+      on_error: 'raise' (default) or 'skip' corrupt samples (counted in stats()).
+
+    Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
+    Each pass starts the loader's current epoch at position 0; finishing a
+    pass moves it to the next epoch (so iterating again without set_epoch
+    gives a fresh order, like DataLoader(shuffle=True)); a pass abandoned
+    midway (break, exception, Ctrl-C) is restarted from its beginning by
+    the next iter(). ``set_epoch(e)`` selects the epoch explicitly (as with
+    DistributedSampler); ``load_state_dict`` makes the next pass continue
+    mid-epoch. See docs/python.md.
+
+    Not picklable (TypeError); unusable in a fork()ed child (ForkError:
+    create the Loader in the child). One consumer thread at a time.
+    """
+
+    def __init__(self, dataset, batch_size=256, shuffle=False, seed=0, transforms=None,
+                 pipeline=None, num_threads=2, prefetch=4, max_batches=None, drop_last=False,
+                 dtype=None, layout=None, output="torch", rank=None, world_size=None,
+                 on_error="raise"):
+        if not isinstance(dataset, _stoker.Dataset):
+            dataset = open(dataset)
+        spec = build_spec(transforms, pipeline, dtype, layout)
+        rank, world_size = _distributed(rank, world_size)
+        mode, convert = _converter(output)
+        if on_error not in _ON_ERROR:
+            raise ValueError("on_error must be 'raise' or 'skip', got %r" % (on_error,))
+        batch_size = operator.index(batch_size)
+        num_threads = operator.index(num_threads)
+        prefetch = operator.index(prefetch)
+        for name, v in (("batch_size", batch_size), ("num_threads", num_threads),
+                        ("prefetch", prefetch)):
+            if v < 1:
+                raise ValueError("%s must be >= 1, got %d" % (name, v))
+        if max_batches is None:
+            max_batches = prefetch + 4
+        max_batches = operator.index(max_batches)
+        if max_batches < prefetch + 1:
+            raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
+                             % (max_batches, prefetch + 1))
+        self._core = _stoker._Loader(
+            dataset, spec, batch_size=batch_size, threads=num_threads, prefetch=prefetch,
+            max_batches=max_batches, seed=operator.index(seed), shuffle=bool(shuffle),
+            drop_last=bool(drop_last), rank=rank, world_size=world_size,
+            on_error=_ON_ERROR[on_error], output=mode, convert=convert)
+        self._dataset = dataset
+        self._pipeline = spec
+        self._output = output
+        self._options = dict(batch_size=batch_size, shuffle=bool(shuffle),
+                             seed=operator.index(seed), num_threads=num_threads,
+                             prefetch=prefetch, max_batches=max_batches,
+                             drop_last=bool(drop_last), rank=rank, world_size=world_size,
+                             on_error=on_error)
+
+    # -- iteration ---------------------------------------------------------
+
+    def __iter__(self):
+        """A pass over the current epoch yielding ``(images, labels)``."""
+        return self._core.iter()
+
+    def iter_with_indices(self):
+        """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
+        the dataset index of every row, an int64 array (a copy)."""
+        return self._core.iter(with_indices=True)
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return len(self._core)
+
+    def set_epoch(self, epoch):
+        """Select the epoch the next pass delivers (its order and augmentations).
+
+        Cheap when the loader is already at the start of that epoch
+        (prefetched batches are kept). After :meth:`load_state_dict`,
+        ``set_epoch`` with the restored epoch keeps the restored position.
+        """
+        self._core.set_epoch(operator.index(epoch))
+
+    @property
+    def epoch(self):
+        """The epoch the next ``iter()`` delivers."""
+        return self._core.epoch
+
+    # -- resume -------------------------------------------------------------
+
+    def state_dict(self):
+        """Where the consumer is: (seed, epoch, position of the next batch) and
+        a fingerprint. A Loader created with the same arguments and given it by
+        :meth:`load_state_dict` delivers exactly the batches this one would
+        deliver next (num_threads and prefetch may differ)."""
+        st = self._core.state()
+        st["version"] = 1
+        st["pipeline"] = self._pipeline
+        return st
+
+    def load_state_dict(self, state):
+        """Restore :meth:`state_dict`: the next ``iter()`` continues from there.
+
+        Raises InvalidArgument if the state belongs to another dataset size,
+        batch size, sharding, seed or shuffle/drop_last setting, and
+        ValueError if it was taken with another pipeline (delete
+        ``state['pipeline']`` to resume anyway)."""
+        state = dict(state)
+        if state.pop("version", 1) != 1:
+            raise ValueError("unknown state_dict version")
+        pipeline = state.pop("pipeline", None)
+        if pipeline is not None and pipeline != self._pipeline:
+            raise ValueError("state_dict was taken with pipeline %r but this Loader runs %r "
+                             "(delete state['pipeline'] to resume anyway)"
+                             % (pipeline, self._pipeline))
+        self._core.set_state(state)
+
+    # -- introspection --------------------------------------------------------
+
+    def stats(self):
+        """Counters and times since creation, a dict:
+
+        ``samples``, ``batches`` (delivered), ``skipped`` (corrupt samples
+        skipped), ``read_s``, ``augment_s``, ``worker_idle_s`` (worker seconds
+        summed over threads), ``consumer_wait_s`` (time the consumer waited
+        for batches), ``batches_allocated`` and ``pool_bytes`` (the buffer
+        pool now), ``pool_exhausted`` (next() calls that found every buffer
+        held), ``batches_alive`` (batches Python still references),
+        ``gc_collects`` (gc.collect() runs made to recover buffers)."""
+        return self._core.stats()
+
+    @property
+    def dataset(self):
+        """The Dataset this loader reads."""
+        return self._dataset
+
+    @property
+    def pipeline(self):
+        """The pipeline spec text the loader runs."""
+        return self._pipeline
+
+    @property
+    def output(self):
+        """'torch', 'numpy' or 'dlpack'."""
+        return self._output
+
+    @property
+    def batch_size(self):
+        """Samples per batch."""
+        return self._options["batch_size"]
+
+    @property
+    def rank(self):
+        """This process's rank."""
+        return self._options["rank"]
+
+    @property
+    def world_size(self):
+        """Number of ranks sharing the dataset."""
+        return self._options["world_size"]
+
+    @property
+    def max_batches(self):
+        """Cap on batch buffers (prefetched + held by Python)."""
+        return self._options["max_batches"]
+
+    @property
+    def sample_shape(self):
+        """Per-sample output shape, (C, H, W) or (H, W, C)."""
+        return self._core.sample_shape
+
+    @property
+    def dtype(self):
+        """Output element type name: 'uint8', 'float16' or 'float32'."""
+        return self._core.dtype
+
+    @property
+    def layout(self):
+        """'NCHW' or 'NHWC'."""
+        return self._core.layout
+
+    @property
+    def options(self):
+        """The options it was created with (a copy)."""
+        return dict(self._options)
+
+    def close(self):
+        """Stop the worker threads now. Batches still referenced stay valid;
+        the buffers are freed when the last one dies. Idempotent."""
+        self._core.close()
+
+    @property
+    def closed(self):
+        """Whether close() was called."""
+        return self._core.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        try:
+            epoch = self.epoch
+        except (ValueError, _stoker.StokerError):  # closed, or a forked child
+            epoch = "?"
+        return ("<stoker.Loader %r pipeline=%r batch_size=%d epoch=%s rank=%d/%d output=%s>"
+                % (self._dataset.uri, self._pipeline, self.batch_size, epoch, self.rank,
+                   self.world_size, self._output))
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a stoker Loader cannot be pickled or copied: it owns native threads "
+                        "and batch buffers. Create the Loader in each process from its "
+                        "arguments (they are in loader.options, loader.pipeline and "
+                        "loader.dataset.uri).")

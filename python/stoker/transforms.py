@@ -1,0 +1,280 @@
+"""Transforms named and parameterised like torchvision's.
+
+Each transform is a small value object whose ``spec()`` returns its stage of
+the pipeline spec language (docs/pipeline.md). ``stoker.Loader`` joins the
+stages with ``' | '`` and appends ``to DTYPE LAYOUT``; nothing runs in
+Python. Arguments torchvision has but stoker does not support raise
+``ValueError`` naming the argument.
+"""
+import math
+import numbers
+
+__all__ = ["Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip",
+           "RandomVerticalFlip", "Normalize", "ToTensor", "to_spec"]
+
+_PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _num(x, what):
+    """A finite number as the spec language writes it (repr round-trips)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError("%s must be a number, got %r" % (what, x))
+    if not math.isfinite(x):
+        raise ValueError("%s must be finite, got %r" % (what, x))
+    if float(x).is_integer() and abs(x) < 2 ** 53:
+        return str(int(x))
+    return repr(float(x))
+
+
+def _int(x, what, minimum=0):
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        raise TypeError("%s must be an int, got %r" % (what, x))
+    if x < minimum:
+        raise ValueError("%s must be >= %d, got %r" % (what, minimum, x))
+    return int(x)
+
+
+def _size(size, what="size"):
+    """torchvision's size: an int (square) or a sequence (h, w) or (s,)."""
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        h = w = _int(size, what, 1)
+    else:
+        try:
+            seq = list(size)
+        except TypeError:
+            raise TypeError("%s must be an int or a sequence (h, w), got %r" % (what, size))
+        if len(seq) == 1:
+            h = w = _int(seq[0], what, 1)
+        elif len(seq) == 2:
+            h, w = _int(seq[0], what, 1), _int(seq[1], what, 1)
+        else:
+            raise ValueError("%s must have 1 or 2 values (h, w), got %r" % (what, size))
+    return "%d" % h if h == w else "%d,%d" % (h, w)
+
+
+def _padding(padding):
+    """torchvision's padding: N, (N,), (LR, TB) or (L, T, R, B)."""
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+        return str(_int(padding, "padding"))
+    try:
+        seq = list(padding)
+    except TypeError:
+        raise TypeError("padding must be an int or a sequence of 1, 2 or 4 ints, got %r"
+                        % (padding,))
+    if len(seq) not in (1, 2, 4):
+        raise ValueError("padding must have 1, 2 or 4 values, got %r" % (padding,))
+    return ",".join(str(_int(p, "padding")) for p in seq)
+
+
+def _fill(fill):
+    if isinstance(fill, (list, tuple)):
+        if not fill:
+            raise ValueError("fill must not be empty")
+        vals = fill
+    else:
+        vals = [fill]
+    out = []
+    for v in vals:
+        s = _num(v, "fill")
+        if not (0 <= float(v) <= 255) or not float(v).is_integer():
+            raise ValueError("fill values are uint8 pixel values (0-255 integers), got %r"
+                             % (fill,))
+        out.append(s)
+    return ",".join(out)
+
+
+def _mode(padding_mode):
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError("padding_mode must be one of %s, got %r"
+                         % (", ".join(_PADDING_MODES), padding_mode))
+    return padding_mode
+
+
+def _prob(p):
+    s = _num(p, "p")
+    if not 0 <= p <= 1:
+        raise ValueError("p must be in [0, 1], got %r" % (p,))
+    return s
+
+
+class Transform:
+    """Base class: a stage of the pipeline spec. ``spec()`` is its text."""
+
+    def spec(self):
+        """The stage text for the pipeline spec language (docs/pipeline.md)."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % kv for kv in sorted(vars(self).items())))
+
+    def __eq__(self, other):
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.spec()))
+
+
+class RandomCrop(Transform):
+    """Crop at a random place, like ``torchvision.transforms.RandomCrop``.
+
+    ``size`` is an int (square) or (h, w). ``padding`` (int, (lr, tb) or
+    (l, t, r, b)) pads first with ``fill`` (a pixel value 0-255, or one per
+    channel) in ``padding_mode`` ('constant', 'edge', 'reflect',
+    'symmetric'). ``pad_if_needed=True`` is not supported (write a Pad).
+    Spec: ``random_crop H[,W] [padding=P fill=F mode=M]``.
+    """
+
+    def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
+        if pad_if_needed:
+            raise ValueError("RandomCrop(pad_if_needed=True) is not supported by stoker: add an "
+                             "explicit Pad(...) before the crop")
+        self.size = size
+        self.padding = padding
+        self.fill = fill
+        self.padding_mode = padding_mode
+        self.spec()  # validate now
+
+    def spec(self):
+        s = "random_crop " + _size(self.size)
+        if self.padding is not None:
+            s += " padding=" + _padding(self.padding)
+            if _mode(self.padding_mode) == "constant":
+                if self.fill != 0:
+                    s += " fill=" + _fill(self.fill)
+            else:
+                _fill(self.fill)
+                s += " mode=" + self.padding_mode
+        elif self.padding_mode != "constant" or self.fill != 0:
+            _mode(self.padding_mode)
+            _fill(self.fill)  # same meaning as torchvision: unused without padding
+        return s
+
+
+class CenterCrop(Transform):
+    """Crop the centre, like ``torchvision.transforms.CenterCrop``.
+
+    ``size`` is an int or (h, w); offsets round like torchvision
+    (round half to even). A crop larger than the image is an error (add a
+    Pad). Spec: ``center_crop H[,W]``.
+    """
+
+    def __init__(self, size):
+        self.size = size
+        self.spec()
+
+    def spec(self):
+        return "center_crop " + _size(self.size)
+
+
+class Pad(Transform):
+    """Pad the borders, like ``torchvision.transforms.Pad``.
+
+    ``padding``: int, (left/right, top/bottom) or (left, top, right, bottom);
+    ``fill``: pixel value 0-255 (or one per channel) for 'constant';
+    ``padding_mode``: 'constant', 'edge', 'reflect' or 'symmetric'. Must
+    come before Normalize. Spec: ``pad P [fill=F] [mode=M]``.
+    """
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        self.padding = padding
+        self.fill = fill
+        self.padding_mode = padding_mode
+        self.spec()
+
+    def spec(self):
+        s = "pad " + _padding(self.padding)
+        if _mode(self.padding_mode) == "constant":
+            if self.fill != 0:
+                s += " fill=" + _fill(self.fill)
+        else:
+            _fill(self.fill)
+            s += " mode=" + self.padding_mode
+        return s
+
+
+class RandomHorizontalFlip(Transform):
+    """Flip left-right with probability ``p``, like torchvision's. Spec: ``flip P``."""
+
+    def __init__(self, p=0.5):
+        self.p = p
+        self.spec()
+
+    def spec(self):
+        return "flip " + _prob(self.p)
+
+
+class RandomVerticalFlip(Transform):
+    """Flip top-bottom with probability ``p``, like torchvision's. Spec: ``vflip P``."""
+
+    def __init__(self, p=0.5):
+        self.p = p
+        self.spec()
+
+    def spec(self):
+        return "vflip " + _prob(self.p)
+
+
+class Normalize(Transform):
+    """``(v / 255 - mean[c]) / std[c]``: ToTensor then torchvision's Normalize.
+
+    ``mean`` and ``std`` are sequences of one value or one per channel
+    (every std > 0). ``inplace`` is accepted and has no effect (the output is
+    written once). Spec: ``normalize mean=M std=S``.
+    """
+
+    def __init__(self, mean, std, inplace=False):
+        self.mean = tuple(mean) if not isinstance(mean, numbers.Real) else (mean,)
+        self.std = tuple(std) if not isinstance(std, numbers.Real) else (std,)
+        self.spec()
+
+    def spec(self):
+        if not self.mean or not self.std:
+            raise ValueError("Normalize needs at least one mean and one std")
+        for s in self.std:
+            if isinstance(s, numbers.Real) and s <= 0:
+                raise ValueError("Normalize: every std must be > 0, got %r" % (self.std,))
+        return "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
+                                             ",".join(_num(s, "std") for s in self.std))
+
+
+class ToTensor(Transform):
+    """A marker, like ``torchvision.transforms.ToTensor``: float output scaled to [0, 1].
+
+    stoker always scales float output by 1/255 (Normalize includes it), so
+    this stage adds nothing to the spec; it only forbids ``dtype='uint8'``.
+    """
+
+    def __init__(self):
+        pass
+
+    def spec(self):
+        return ""
+
+
+def to_spec(transforms):
+    """Join transforms (Transform objects or raw stage strings) with ' | '."""
+    stages = []
+    for t in transforms:
+        if isinstance(t, str):
+            s = t.strip()
+        elif isinstance(t, Transform):
+            s = t.spec()
+        else:
+            mod = type(t).__module__ or ""
+            hint = ""
+            if mod.startswith("torchvision"):
+                hint = (" (use stoker.%s, which takes the same arguments, instead of the "
+                        "torchvision object)" % type(t).__name__)
+            raise TypeError("transforms must be stoker transforms or spec strings, got %r%s"
+                            % (t, hint))
+        if s:
+            stages.append(s)
+    return " | ".join(stages)
+
+
+for _cls in (RandomCrop, CenterCrop, Pad, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
+             ToTensor):
+    if not _cls.spec.__doc__:
+        _cls.spec.__doc__ = Transform.spec.__doc__
+del _cls

@@ -1,0 +1,38 @@
+"""Build of the Python module for `pip install .` (see pyproject.toml).
+
+Compiles python/_stoker.c together with the library sources src/*/*.c into
+one extension, stoker._stoker, linked with the system libraries libstoker
+uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev).
+The pure-Python package is python/stoker/. Build files go to build-pip/ so
+they never mix with a CMake build/ directory.
+
+    /usr/bin/python3 -m venv --system-site-packages /tmp/venv
+    /tmp/venv/bin/pip install --no-build-isolation .
+"""
+import glob
+import os
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.chdir(HERE)  # the paths below are relative to the repository root
+
+sources = ["python/_stoker.c"] + sorted(glob.glob("src/*/*.c"))
+
+extension = Extension(
+    "stoker._stoker",
+    sources=sources,
+    include_dirs=["include", "src"],
+    define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)],
+    libraries=["z", "jpeg", "spng", "zstd", "pthread", "m"],
+    extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-Wall", "-Wextra",
+                        "-Wno-unused-parameter"],
+)
+
+setup(
+    packages=["stoker"],
+    package_dir={"": "python"},
+    package_data={"stoker": ["*.pyi", "py.typed"]},
+    ext_modules=[extension],
+    options={"build": {"build_base": "build-pip"}},
+)

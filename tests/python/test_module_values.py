@@ -1,0 +1,150 @@
+"""stoker.Loader delivers exactly what the C CLI delivers (same --digest),
+for every output kind, dtype and layout; transforms build the same specs as
+the text; stoker.open reads the same pixels as the raw files."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from module_util import (CIFAR_SPEC, FASHION, as_numpy, cli_digest, loader_digest, stoker)
+
+
+@pytest.mark.parametrize("output", ["torch", "numpy", "dlpack"])
+def test_digest_equals_cli(cifar_dir, output):
+    uri = "cifar10:" + cifar_dir[0]
+    ref = cli_digest(uri, CIFAR_SPEC, 16, 7, 3)
+    loader = stoker.Loader(uri, pipeline=CIFAR_SPEC, batch_size=16, seed=7, shuffle=True,
+                           output=output)
+    assert loader_digest(loader, epochs=3) == ref
+
+
+@pytest.mark.parametrize("dtype,layout,to", [
+    ("float32", "NCHW", "to f32 chw"), ("float32", "NHWC", "to f32 hwc"),
+    ("float16", "NCHW", "to f16 chw"), ("float16", "NHWC", "to f16 hwc"),
+    ("uint8", "NCHW", "to u8 chw"), ("uint8", "NHWC", "to u8 hwc")])
+def test_dtype_layout_equal_cli(cifar_dir, dtype, layout, to):
+    uri = "cifar10:" + cifar_dir[0]
+    float_out = dtype != "uint8"
+    stages = "pad 2 mode=reflect | random_crop 30,28 | vflip 0.3 | flip" + (
+        " | normalize cifar10" if float_out else "")
+    ref = cli_digest(uri, stages + " | " + to, 20, 3, 2, "--threads", 3)
+    transforms = [stoker.Pad(2, padding_mode="reflect"), stoker.RandomCrop((30, 28)),
+                  stoker.RandomVerticalFlip(0.3), stoker.RandomHorizontalFlip()]
+    if float_out:
+        transforms.append(stoker.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)))
+    for output in ("torch", "numpy"):
+        loader = stoker.Loader(uri, transforms=transforms, batch_size=20, seed=3, shuffle=True,
+                               dtype=dtype, layout=layout, output=output, num_threads=1)
+        assert loader.dtype == dtype and loader.layout == layout
+        x, y = next(iter(loader))
+        shape = (20, 3, 30, 28) if layout == "NCHW" else (20, 30, 28, 3)
+        assert tuple(x.shape) == shape and tuple(y.shape) == (20,)
+        if output == "torch":
+            assert x.dtype == getattr(torch, dtype) and y.dtype == torch.int64
+        else:
+            assert x.dtype == np.dtype(dtype) and y.dtype == np.int64
+        del x, y
+        # The preset and the explicit mean/std agree to the float32 bit.
+        assert loader_digest(loader, epochs=2) == ref
+
+
+def test_transforms_build_the_documented_specs():
+    assert stoker.RandomCrop(32, padding=4).spec() == "random_crop 32 padding=4"
+    assert stoker.RandomCrop([24, 20], padding=(1, 2), fill=(1, 2, 3)).spec() == \
+        "random_crop 24,20 padding=1,2 fill=1,2,3"
+    assert stoker.RandomCrop(8, padding=[1, 2, 3, 4], padding_mode="edge").spec() == \
+        "random_crop 8 padding=1,2,3,4 mode=edge"
+    assert stoker.CenterCrop((30,)).spec() == "center_crop 30"
+    assert stoker.Pad(3, fill=7).spec() == "pad 3 fill=7"
+    assert stoker.Pad((1, 2), padding_mode="symmetric").spec() == "pad 1,2 mode=symmetric"
+    assert stoker.RandomHorizontalFlip().spec() == "flip 0.5"
+    assert stoker.RandomVerticalFlip(p=1).spec() == "vflip 1"
+    assert stoker.Normalize([0.5, 0.25, 1e-3], (0.2, 0.3, 0.4)).spec() == \
+        "normalize mean=0.5,0.25,0.001 std=0.2,0.3,0.4"
+    assert stoker.ToTensor().spec() == ""
+    assert stoker.build_spec([stoker.ToTensor(), stoker.RandomHorizontalFlip(1)]) == \
+        "flip 1 | to f32 chw"
+    assert stoker.build_spec(None, "normalize mnist", "float16", "NHWC") == \
+        "normalize mnist | to f16 hwc"
+    assert stoker.build_spec(None, "flip | to u8") == "flip | to u8"
+    assert stoker.build_spec(["flip 1"], dtype=torch.float16) == "flip 1 | to f16 chw"
+    assert stoker.build_spec([], dtype=np.uint8, layout="nhwc") == "to u8 hwc"
+
+
+def test_transform_errors_are_clear():
+    with pytest.raises(ValueError, match="pad_if_needed"):
+        stoker.RandomCrop(32, pad_if_needed=True)
+    with pytest.raises(ValueError, match="padding_mode"):
+        stoker.Pad(2, padding_mode="wrap")
+    with pytest.raises(ValueError, match="p must be in"):
+        stoker.RandomHorizontalFlip(1.5)
+    with pytest.raises(ValueError, match="std must be > 0"):
+        stoker.Normalize([0.5], [0.0])
+    with pytest.raises(ValueError, match="0-255"):
+        stoker.Pad(1, fill=300)
+    with pytest.raises(ValueError, match="1 or 2 values"):
+        stoker.CenterCrop((1, 2, 3))
+    with pytest.raises(ValueError, match="ToTensor"):
+        stoker.build_spec([stoker.ToTensor()], dtype="uint8")
+    with pytest.raises(ValueError, match="not both"):
+        stoker.build_spec(["flip"], "flip")
+    with pytest.raises(ValueError, match="already ends with a 'to'"):
+        stoker.build_spec(None, "flip | to f16", dtype="float32")
+    with pytest.raises(ValueError, match="dtype"):
+        stoker.build_spec([], dtype="int32")
+    torchvision = pytest.importorskip("torchvision")
+    with pytest.raises(TypeError, match="stoker.RandomCrop"):
+        stoker.build_spec([torchvision.transforms.RandomCrop(32)])
+
+
+def test_open_reads_the_raw_pixels(cifar_dir):
+    root, images, labels = cifar_dir
+    ds = stoker.open("cifar10:" + root)
+    assert len(ds) == len(images) and ds.shape == (32, 32, 3) and ds.format == "cifar10"
+    assert ds.num_classes == 10
+    for i in (0, 1, 100, len(ds) - 1):
+        x, y = ds[i]
+        assert isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.shape == (32, 32, 3)
+        assert np.array_equal(x, images[i].transpose(1, 2, 0)) and y == labels[i]
+    assert np.array_equal(ds[-1][0], ds[len(ds) - 1][0])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+    ds2 = pickle.loads(pickle.dumps(ds))  # re-opened by URI
+    assert ds2.uri == ds.uri and np.array_equal(ds2[5][0], ds[5][0])
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION), reason="dataset-fashion-mnist not installed")
+def test_open_fashion_mnist():
+    ds = stoker.open("fashion-mnist:" + FASHION)
+    test = stoker.open("fashion-mnist:%s?split=test" % FASHION)
+    assert len(ds) == 60000 and len(test) == 10000 and ds.shape == (28, 28, 1)
+    x, y = ds[0]
+    assert x.shape == (28, 28, 1) and 0 <= y < 10
+
+
+def test_from_numpy_loader_values():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (50, 6, 5, 3), dtype=np.uint8)
+    y = rng.integers(0, 10, 50)
+    ds = stoker.from_numpy(x, y)
+    loader = stoker.Loader(ds, batch_size=16, pipeline="flip 1 | to u8 hwc", output="numpy")
+    got = [(a.copy(), b.copy()) for a, b in loader]
+    assert [len(b) for _, b in got] == [16, 16, 16, 2]
+    assert np.array_equal(np.concatenate([a for a, _ in got]), x[:, :, ::-1])
+    assert np.array_equal(np.concatenate([b for _, b in got]), y)
+    # ToTensor values (float without normalize), like torchvision's to_tensor.
+    loader = stoker.Loader(ds, batch_size=50, transforms=[stoker.ToTensor()], output="torch")
+    t, _ = next(iter(loader))
+    ref = torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255
+    assert torch.allclose(t, ref, atol=1e-7)
+    gray = stoker.from_numpy(x[..., 0])
+    assert gray.shape == (6, 5, 1) and gray[3][1] == 0
+
+
+def test_spec_check():
+    shape, dtype, layout = stoker.spec_check("pad 4 | random_crop 32 | to f16", 32, 32, 3)
+    assert shape == (3, 32, 32) and dtype == "float16" and layout == "CHW"
+    with pytest.raises(stoker.SpecError):
+        stoker.spec_check("random_crop 40", 32, 32, 3)
