@@ -1218,11 +1218,11 @@ static PyObject *loader_state(LoaderObject *self, PyObject *u)
         return NULL;
     stk_loader_state st;
     stk_loader_state_get(self->l, &st);
-    return Py_BuildValue("{sKsKsKsKsIsIsIsi}", "seed", (unsigned long long)st.seed, "epoch",
+    return Py_BuildValue("{sKsKsKsKsIsIsIsisK}", "seed", (unsigned long long)st.seed, "epoch",
                          (unsigned long long)st.epoch, "position", (unsigned long long)st.position,
                          "dataset_size", (unsigned long long)st.dataset_size, "batch_size",
                          st.batch_size, "rank", st.rank, "world_size", st.world_size, "flags",
-                         (int)st.flags);
+                         (int)st.flags, "spec_hash", (unsigned long long)st.spec_hash);
 }
 
 static int dict_u64(PyObject *d, const char *key, uint64_t *out)
@@ -1243,12 +1243,22 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     }
     if (loader_check(self) < 0)
         return NULL;
-    uint64_t seed, epoch, position, size, batch, rank, world, flags;
+    uint64_t seed, epoch, position, size, batch, rank, world, flags, spec_hash;
     if (dict_u64(d, "seed", &seed) < 0 || dict_u64(d, "epoch", &epoch) < 0 ||
         dict_u64(d, "position", &position) < 0 || dict_u64(d, "dataset_size", &size) < 0 ||
         dict_u64(d, "batch_size", &batch) < 0 || dict_u64(d, "rank", &rank) < 0 ||
         dict_u64(d, "world_size", &world) < 0 || dict_u64(d, "flags", &flags) < 0)
         return NULL;
+    /* Without a spec hash (deleted on purpose, to resume under another
+     * pipeline), take this loader's own. */
+    if (PyDict_GetItemString(d, "spec_hash")) {
+        if (dict_u64(d, "spec_hash", &spec_hash) < 0)
+            return NULL;
+    } else {
+        stk_loader_state mine;
+        stk_loader_state_get(self->l, &mine);
+        spec_hash = mine.spec_hash;
+    }
     if (batch > UINT32_MAX || rank > UINT32_MAX || world > UINT32_MAX || flags > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "state_dict has out-of-range fields");
         return NULL;
@@ -1256,7 +1266,7 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     stk_loader_state st = {.seed = seed, .epoch = epoch, .position = position,
                            .dataset_size = size, .batch_size = (uint32_t)batch,
                            .rank = (uint32_t)rank, .world_size = (uint32_t)world,
-                           .flags = (int32_t)flags};
+                           .flags = (int32_t)flags, .spec_hash = spec_hash};
     int rc = stk_loader_state_set(self->l, &st);
     if (rc < 0)
         return raise_last(rc);

@@ -301,6 +301,12 @@ static void test_state_mismatch_rejected(void **state)
     st.batch_size = 9;
     st.position = 100;
     assert_int_equal(stk_loader_state_set(b, &st), STK_EINVAL);
+    /* Same everything but the spec: refused. */
+    stk_loader *c = make_loader(f.ds, "flip 1", (stk_loader_options){.batch_size = 8, .seed = 1});
+    stk_loader_state_get(a, &st);
+    assert_int_equal(stk_loader_state_set(c, &st), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "spec"));
+    stk_loader_destroy(c);
     stk_loader_destroy(a);
     stk_loader_destroy(b);
     fixture_close(&f);

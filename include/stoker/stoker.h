@@ -429,11 +429,13 @@ typedef struct stk_loader_state {
     uint64_t dataset_size;
     uint32_t batch_size, rank, world_size;
     int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last */
+    uint64_t spec_hash;    /* XXH3-64 of the pipeline spec text */
 } stk_loader_state;
 
 STK_API void stk_loader_state_get(const stk_loader *l, stk_loader_state *state);
 /* STK_EINVAL if the state does not match this loader (other dataset size,
- * batch size, sharding or seed) or its position is past the epoch. */
+ * batch size, sharding, seed or pipeline spec) or its position is past the
+ * epoch. */
 STK_API int stk_loader_state_set(stk_loader *l, const stk_loader_state *state);
 
 /* Per-stage time, summed over threads, since creation. */

@@ -328,14 +328,14 @@ class Loader:
         Raises InvalidArgument if the state belongs to another dataset size,
         batch size, sharding, seed or shuffle/drop_last setting, and
         ValueError if it was taken with another pipeline (delete
-        ``state['pipeline']`` to resume anyway)."""
+        ``state['pipeline']`` and ``state['spec_hash']`` to resume anyway)."""
         state = dict(state)
         if state.pop("version", 1) != 1:
             raise ValueError("unknown state_dict version")
         pipeline = state.pop("pipeline", None)
         if pipeline is not None and pipeline != self._pipeline:
             raise ValueError("state_dict was taken with pipeline %r but this Loader runs %r "
-                             "(delete state['pipeline'] to resume anyway)"
+                             "(delete state['pipeline'] and state['spec_hash'] to resume anyway)"
                              % (pipeline, self._pipeline))
         self._core.set_state(state)
 

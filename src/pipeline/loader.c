@@ -53,6 +53,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -114,6 +116,7 @@ struct stk_loader {
     uint64_t per_epoch;         /* batches per epoch */
     uint64_t per_rank;          /* samples per rank per epoch */
     uint32_t chunk_rows;        /* rows claimed at a time */
+    uint64_t spec_hash;         /* of the spec text, part of the resume state */
     worker *workers;            /* opt.threads, owned */
 
     pthread_mutex_t mu;
@@ -445,6 +448,7 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     if (!l)
         return stk_fail(STK_ENOMEM, "loader: out of memory");
     l->ds = ds;
+    l->spec_hash = XXH3_64bits(spec ? spec : "", spec ? strlen(spec) : 0);
     if ((rc = resolve_options(opts, &l->opt)) < 0)
         goto fail_early;
 
@@ -770,12 +774,17 @@ void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
     st->rank = l->opt.rank;
     st->world_size = l->opt.world_size;
     st->flags = state_flags(l);
+    st->spec_hash = l->spec_hash;
 }
 
 int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
 {
     if (!l || !st)
         return stk_fail(STK_EINVAL, "stk_loader_state_set: NULL argument");
+    if (st->spec_hash != l->spec_hash)
+        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec (hash "
+                                    "%016llx, this loader's is %016llx)",
+                        (unsigned long long)st->spec_hash, (unsigned long long)l->spec_hash);
     if (st->seed != l->opt.seed || st->dataset_size != l->ds->count ||
         st->batch_size != l->opt.batch_size || st->rank != l->opt.rank ||
         st->world_size != l->opt.world_size || st->flags != state_flags(l))

@@ -125,6 +125,9 @@ def test_resume_refuses_another_configuration(cifar_dir):
     with pytest.raises(ValueError, match="pipeline"):
         make(cifar_dir, pipeline="flip | to f32").load_state_dict(state)
     del state["pipeline"]
+    with pytest.raises(stoker.InvalidArgument, match="another pipeline spec"):
+        make(cifar_dir, pipeline="flip | to f32").load_state_dict(state)  # the C check
+    del state["spec_hash"]
     make(cifar_dir, pipeline="flip | to f32").load_state_dict(state)
 
 
