@@ -25,6 +25,8 @@ static const char usage[] =
     "  inspect DATASET                 schema, counts, sizes, label histogram, metadata\n"
     "  verify DATASET [--decode]       check shard structure and record checksums\n"
     "  cat DATASET INDEX [--field F]   write one record's field to stdout\n"
+    "  preview DATASET --pipeline SPEC -o FILE.png\n"
+    "                                  a PNG grid of augmented samples (--count, --seed, --columns)\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -102,6 +104,8 @@ int main(int argc, char **argv)
         return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(cmd, "cat"))
         return cmd_cat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "preview"))
+        return cmd_preview(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("stoker %s\n", stk_version_string());
         return 0;
@@ -123,6 +127,8 @@ int main(int argc, char **argv)
                 return cmd_verify(2, sub);
             if (!strcmp(argv[2], "cat"))
                 return cmd_cat(2, sub);
+            if (!strcmp(argv[2], "preview"))
+                return cmd_preview(2, sub);
             cli_error("no command '%s' (try 'stoker help')", argv[2]);
             return EXIT_USAGE;
         }

@@ -2,6 +2,16 @@
  * plan.c — compile a parsed pipeline spec against a fixed input shape, and
  * run it on one sample.
  *
+ * Two kinds of plan share this front door. Specs of pad / crop / flip /
+ * normalize / to on raw images of one fixed shape compile here, into the
+ * fused kernel described below. Everything else — input of any size
+ * (in_height = in_width = in_channels = 0: encoded images, raw images of
+ * varying shape) and specs with resize, random_resized_crop, rotate or
+ * color_jitter — compiles into an image plan (image_plan.c), which then
+ * does all the work; this file only keeps its output description and
+ * dispatches to it. An image plan may use a fixed-shape plan of this file as
+ * its prefix (the ops up to its last pad), through stk_plan_compile_prefix.
+ *
  * Compile walks the ops once, tracking the image size after each, and checks
  * what needs the shape: a crop no larger than its input, reflect/symmetric
  * padding narrower than the image it mirrors, per-channel lists that match
@@ -44,6 +54,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "ops/half.h"
+#include "ops/image_plan.h"
 #include "ops/kernel.h"
 #include "pipeline/spec.h"
 
@@ -77,6 +88,9 @@ struct stk_plan {
     stk_kctx kc;         /* tables point into `mem` */
     stk_kernel_fn kernel;
     void *mem;           /* owned: stk_aligned_alloc'd tables */
+    stk_imgplan *img;    /* owned: set for image pipelines (image_plan.c), which
+                            then do all the work; the fields above are only
+                            the output description */
 };
 
 static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F16 ? 2 : 4; }
@@ -101,7 +115,7 @@ static int64_t seg_bound(int npads, int64_t size)
 }
 
 /* Allocate the kernel's tables and fill them. scale/bias are double inputs. */
-static int build_tables(stk_plan *p, const stk_spec *spec, const double *scale,
+static int build_tables(stk_plan *p, const stk_spec *spec, int nops, const double *scale,
                         const double *bias)
 {
     uint32_t C = p->channels;
@@ -161,9 +175,9 @@ static int build_tables(stk_plan *p, const stk_spec *spec, const double *scale,
      * walk both. */
     void *fill = mem + off[5];
     int k = 0;
-    for (int i = 0; i < spec->nops; i++) {
+    for (int i = 0; i < nops; i++) {
         const stk_spec_op *o = &spec->ops[i];
-        if (o->kind == STK_OP_NORMALIZE || o->kind == STK_OP_TO)
+        if (o->kind == STK_OP_NORMALIZE || o->kind == STK_OP_TO || o->kind == STK_OP_DECODE)
             continue;
         if (o->kind == STK_OP_PAD && o->u.pad.mode == STK_PAD_CONSTANT) {
             for (uint32_t c = 0; c < C; c++) {
@@ -183,37 +197,25 @@ static int build_tables(stk_plan *p, const stk_spec *spec, const double *scale,
     return 0;
 }
 
-int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
-                     uint32_t in_channels, stk_plan **out)
+/* Compile ops [0, nops) of a parsed spec for a fixed input shape. With
+ * force_u8 the output is uint8 HWC whatever the spec says (the prefix of an
+ * image pipeline). */
+static int compile_fixed(const char *text, const stk_spec *spec, int nops, int force_u8,
+                         uint32_t in_height, uint32_t in_width, uint32_t in_channels,
+                         stk_plan **out)
 {
     int rc;
-    stk_spec *spec = NULL;
     stk_plan *p = NULL;
     double *scale = NULL, *bias = NULL;
 
-    if (!out)
-        return stk_fail(STK_EINVAL, "stk_plan_compile: out is NULL");
     *out = NULL;
-    if (!text)
-        return stk_fail(STK_EINVAL, "pipeline spec is NULL");
-    if (in_height == 0 || in_width == 0 || in_channels == 0 || in_height > MAX_AXIS ||
-        in_width > MAX_AXIS || in_channels > MAX_CHANNELS)
-        return stk_fail(STK_EINVAL,
-                        "pipeline spec: input shape %ux%ux%u (HxWxC) is not supported "
-                        "(sides 1..%d, channels 1..%d)",
-                        in_height, in_width, in_channels, MAX_AXIS, MAX_CHANNELS);
-
-    spec = malloc(sizeof *spec);
     p = calloc(1, sizeof *p);
     scale = malloc(sizeof(double) * in_channels);
     bias = malloc(sizeof(double) * in_channels);
-    if (!spec || !p || !scale || !bias) {
+    if (!p || !scale || !bias) {
         rc = stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
         goto fail;
     }
-    rc = stk_spec_parse(text, spec);
-    if (rc < 0)
-        goto fail;
 
     uint32_t C = in_channels;
     int64_t h = in_height, w = in_width;
@@ -221,14 +223,14 @@ int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
     p->in_h = in_height;
     p->in_w = in_width;
     p->channels = C;
-    p->dtype = spec->dtype;
-    p->layout = spec->layout;
+    p->dtype = force_u8 ? STK_U8 : spec->dtype;
+    p->layout = force_u8 ? STK_HWC : spec->layout;
     for (uint32_t c = 0; c < C; c++) {
-        scale[c] = spec->dtype == STK_U8 ? 1.0 : 1.0 / 255.0;
+        scale[c] = p->dtype == STK_U8 ? 1.0 : 1.0 / 255.0;
         bias[c] = 0.0;
     }
 
-    for (int i = 0; i < spec->nops; i++) {
+    for (int i = 0; i < nops; i++) {
         const stk_spec_op *o = &spec->ops[i];
         plan_op *q = &p->ops[p->nops];
         memset(q, 0, sizeof *q);
@@ -331,7 +333,14 @@ int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
             continue; /* not a geometric op */
         }
         case STK_OP_TO:
+        case STK_OP_DECODE:
             continue;
+        case STK_OP_RANDOM_RESIZED_CROP: /* image ops: never here (image_plan.c) */
+        case STK_OP_RESIZE:
+        case STK_OP_ROTATE:
+        case STK_OP_COLOR_JITTER:
+            rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
+            goto fail;
         }
         q->out_h = (int32_t)h;
         q->out_w = (int32_t)w;
@@ -362,22 +371,76 @@ int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
         goto fail;
     }
     p->sample_bytes = (size_t)bytes;
-    rc = build_tables(p, spec, scale, bias);
+    rc = build_tables(p, spec, nops, scale, bias);
     if (rc < 0)
         goto fail;
     p->kernel = stk_kernel_select(p->dtype);
 
-    free(spec);
     free(scale);
     free(bias);
     *out = p;
     return 0;
 
 fail:
-    free(spec);
     free(scale);
     free(bias);
     stk_plan_free(p);
+    return rc;
+}
+
+int stk_plan_compile_prefix(const char *text, const stk_spec *spec, int nops, uint32_t in_h,
+                            uint32_t in_w, uint32_t in_c, stk_plan **out)
+{
+    return compile_fixed(text, spec, nops, 1, in_h, in_w, in_c, out);
+}
+
+int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
+                     uint32_t in_channels, stk_plan **out)
+{
+    int rc;
+    stk_spec *spec = NULL;
+    stk_plan *p = NULL;
+
+    if (!out)
+        return stk_fail(STK_EINVAL, "stk_plan_compile: out is NULL");
+    *out = NULL;
+    if (!text)
+        return stk_fail(STK_EINVAL, "pipeline spec is NULL");
+    int variable = in_height == 0 && in_width == 0 && in_channels == 0;
+    if (!variable && (in_height == 0 || in_width == 0 || in_channels == 0 ||
+                      in_height > MAX_AXIS || in_width > MAX_AXIS || in_channels > MAX_CHANNELS))
+        return stk_fail(STK_EINVAL,
+                        "pipeline spec: input shape %ux%ux%u (HxWxC) is not supported "
+                        "(sides 1..%d, channels 1..%d; all 0 for images of any size)",
+                        in_height, in_width, in_channels, MAX_AXIS, MAX_CHANNELS);
+    spec = malloc(sizeof *spec);
+    if (!spec)
+        return stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
+    if ((rc = stk_spec_parse(text, spec)) < 0)
+        goto done;
+    if (!stk_imgplan_needed(spec, in_height, in_width, in_channels)) {
+        rc = compile_fixed(text, spec, spec->nops, 0, in_height, in_width, in_channels, out);
+        goto done;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) {
+        rc = stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
+        goto done;
+    }
+    rc = stk_imgplan_compile(text, spec, in_height, in_width, in_channels, &p->img, &p->out_h,
+                             &p->out_w, &p->channels, &p->sample_bytes);
+    if (rc < 0) {
+        free(p);
+        goto done;
+    }
+    p->in_h = in_height;
+    p->in_w = in_width;
+    p->dtype = spec->dtype;
+    p->layout = spec->layout;
+    p->random = 1;
+    *out = p;
+done:
+    free(spec);
     return rc;
 }
 
@@ -385,6 +448,7 @@ void stk_plan_free(stk_plan *p)
 {
     if (!p)
         return;
+    stk_imgplan_free(p->img);
     stk_aligned_free(p->mem);
     free(p);
 }
@@ -558,6 +622,13 @@ int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void
 {
     if (!p || !in || !out || !in->pixels)
         return stk_fail(STK_EINVAL, "stk_plan_run: NULL argument");
+    if (p->img) {
+        stk_scratch sc = {NULL, 0};
+        stk_plan_input pin = {in, NULL, 0};
+        int rc = stk_imgplan_run(p->img, &pin, rng, out, &sc, NULL, 1);
+        stk_scratch_free(&sc);
+        return rc;
+    }
     if (in->height != p->in_h || in->width != p->in_w || in->channels != p->channels)
         return stk_fail(STK_EINVAL,
                         "stk_plan_run: image is %ux%ux%u (HxWxC) but the plan was compiled "
@@ -592,11 +663,26 @@ int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void
 int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
                        stk_scratch *scratch)
 {
-    (void)scratch;
-    if (!in)
-        return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL input");
+    if (!p || !in)
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL argument");
+    if (p->img)
+        return stk_imgplan_run(p->img, in, rng, out, scratch, NULL, 1);
     if (in->image)
         return stk_plan_run(p, in->image, rng, out);
-    return stk_fail(STK_EUNSUPPORTED, "encoded images need a decoding pipeline "
-                                      "(decode | random_resized_crop ...), not available yet");
+    return stk_fail(STK_EINVAL, "this pipeline was compiled for raw %ux%ux%u images, not encoded "
+                                "ones",
+                    p->in_h, p->in_w, p->channels);
+}
+
+int stk_plan_trace_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng,
+                         stk_plan_trace *trace)
+{
+    if (!p || !in || !trace)
+        return stk_fail(STK_EINVAL, "stk_plan_trace_input: NULL argument");
+    if (!p->img)
+        return stk_fail(STK_EINVAL, "stk_plan_trace_input: not an image pipeline");
+    stk_scratch sc = {NULL, 0};
+    int rc = stk_imgplan_run(p->img, in, rng, NULL, &sc, trace, 0);
+    stk_scratch_free(&sc);
+    return rc;
 }

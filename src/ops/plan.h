@@ -1,5 +1,6 @@
 /*
- * plan.h — a pipeline spec compiled for one input shape (internal).
+ * plan.h — a pipeline spec compiled for one input shape, or for images of
+ * any size (internal).
  *
  * stk_plan_compile parses the spec text (docs/pipeline.md) and resolves it
  * against the dataset's fixed sample shape into a plan: the output shape,
@@ -11,6 +12,11 @@
  * so results are a pure function of the stream) and writes the finished
  * sample straight into `out` (its row of the batch buffer): geometry, value
  * transform, dtype conversion and layout happen in one pass over the output.
+ *
+ * Compiled with in_height = in_width = in_channels = 0, or with image ops
+ * (resize, random_resized_crop, rotate, color_jitter), the plan is an image
+ * pipeline (image_plan.h): it takes encoded or any-size input through
+ * stk_plan_run_input and the worker's scratch.
  */
 #ifndef STK_OPS_PLAN_H
 #define STK_OPS_PLAN_H
@@ -22,9 +28,10 @@
 
 typedef struct stk_plan stk_plan;
 
-/* Parse + compile. On error returns STK_ESPEC (syntax, unknown op, bad
- * argument — message shows the spec with a caret under the column and what
- * was expected) or STK_EINVAL/STK_ENOMEM, via stk_fail. */
+/* Parse + compile. in_* all 0: images of any size. On error returns
+ * STK_ESPEC (syntax, unknown op, bad argument — message shows the spec with
+ * a caret under the column and what was expected) or STK_EINVAL/STK_ENOMEM,
+ * via stk_fail. */
 int stk_plan_compile(const char *spec, uint32_t in_height, uint32_t in_width,
                      uint32_t in_channels, stk_plan **out);
 void stk_plan_free(stk_plan *p);
@@ -35,7 +42,9 @@ void stk_plan_output(const stk_plan *p, int64_t shape[3], stk_dtype *dtype,
 
 /* Run on one sample. `in` must have the compiled shape (else STK_EINVAL).
  * `rng` may be NULL only when the plan draws nothing. `out` needs no
- * alignment; the kernel may store a tail element twice with the same value. */
+ * alignment; the kernel may store a tail element twice with the same value.
+ * A plan with image stages (resize, rotate, color_jitter...) allocates a
+ * scratch per call here; the loader uses stk_plan_run_input instead. */
 int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void *out);
 
 /*
@@ -61,5 +70,36 @@ typedef struct stk_plan_input {
  */
 int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
                        stk_scratch *scratch);
+
+/*
+ * What one run of an image plan decided (tests and tools: the random
+ * parameters, the DCT scale, the region decoded). stk_plan_trace_input
+ * probes the sample and draws exactly what stk_plan_run_input would draw
+ * from the same stream, without decoding or writing anything.
+ */
+typedef struct stk_plan_trace {
+    uint32_t src_width, src_height; /* the image entering the geometry */
+    int resized;          /* a resize or random_resized_crop ran */
+    int rrc_attempt;      /* 1..10 the attempt accepted, 0 the central fallback,
+                             -1 no random_resized_crop */
+    int64_t box[4];       /* x, y, w, h: the source rectangle resampled (the
+                             crop of random_resized_crop; the whole view for a
+                             resize, whose crops are in off[]) */
+    double scale[2];      /* source pixels per output pixel, x and y */
+    int32_t off[2];       /* x, y offset of the output in the resized grid */
+    unsigned scale_denom; /* JPEG DCT scale 1, 2, 4 or 8 (1 for PNG and raw) */
+    uint32_t region[4];   /* x, y, w, h at full resolution: what was decoded */
+    int hflip, vflip;     /* the output is mirrored */
+    int nrot;
+    double angle[4];      /* the first rotations in degrees, signs as applied */
+    int njitter;
+    int perm[4];          /* first color_jitter: order of 0 brightness,
+                             1 contrast, 2 saturation, 3 hue */
+    double factor[4];     /* its factors; NaN for an op that is off */
+} stk_plan_trace;
+
+/* STK_EINVAL for a fixed-shape plan without image stages. */
+int stk_plan_trace_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng,
+                         stk_plan_trace *trace);
 
 #endif

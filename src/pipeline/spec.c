@@ -756,12 +756,345 @@ static int parse_to(parser *P, const stage *st)
 }
 
 /* ---------------------------------------------------------------------- */
+/* The image pipeline ops                                                  */
+/* ---------------------------------------------------------------------- */
+
+/* One number, or a range `A:B` (also `A,B`), in [a, b). Returns the count
+ * (1 or 2) through *n. */
+static int parse_range(const parser *P, int a, int b, double v[2], int *n, const char *ctx)
+{
+    int cut = -1;
+    for (int i = a; i < b; i++) {
+        if (P->s[i] == ':' || P->s[i] == ',') {
+            if (cut >= 0)
+                return perr(P, i, "expected one number or a range A:B %s, got '%.*s'", ctx,
+                            TOKARG(P, a, b));
+            cut = i;
+        }
+    }
+    int rc;
+    if (cut < 0) {
+        *n = 1;
+        return parse_number(P, a, b, &v[0], ctx);
+    }
+    int e1 = trim_end(P, a, cut), s2 = skip_ws(P, cut + 1, b);
+    if (e1 == a)
+        return perr(P, a, "expected a number before '%c' %s", P->s[cut], ctx);
+    if (s2 == b)
+        return perr(P, cut + 1, "expected a number after '%c' %s", P->s[cut], ctx);
+    if ((rc = parse_number(P, a, e1, &v[0], ctx)) < 0)
+        return rc;
+    if ((rc = parse_number(P, s2, b, &v[1], ctx)) < 0)
+        return rc;
+    if (v[0] > v[1])
+        return perr(P, a, "the range %s must be low:high, got '%.*s'", ctx, TOKARG(P, a, b));
+    *n = 2;
+    return 0;
+}
+
+/* An output size `S` or `H,W`: *n = 1 or 2. */
+static int parse_out_size(const parser *P, const tok *t, uint32_t v[2], int *n, const char *ctx,
+                          const char *what)
+{
+    return parse_ints(P, t->a, t->b, (1u << 1) | (1u << 2), 1, STK_SPEC_MAX_SIZE, v, n, ctx,
+                      what);
+}
+
+static int parse_decode(parser *P, const stage *st)
+{
+    int rc = 0;
+    stk_spec_op *op = new_op(P, STK_OP_DECODE, st->name.a, &rc);
+    if (!op)
+        return rc;
+    if (st->nargs) {
+        const tok *t = &st->args[0];
+        if (t->eq >= 0)
+            return perr(P, t->a, "'decode' takes no arguments, got '%.*s'", TOKARG(P, t->a, t->b));
+        return unexpected(P, st, t);
+    }
+    return 0;
+}
+
+static int parse_rrc(parser *P, const stage *st)
+{
+    static const char ctx[] = "after 'random_resized_crop'";
+    int rc = 0, size_at = -1, scale_at = -1, ratio_at = -1;
+    stk_spec_op *op = new_op(P, STK_OP_RANDOM_RESIZED_CROP, st->name.a, &rc);
+    if (!op)
+        return rc;
+    op->u.rrc.scale[0] = 0.08;
+    op->u.rrc.scale[1] = 1.0;
+    op->u.rrc.ratio[0] = 3.0 / 4.0;
+    op->u.rrc.ratio[1] = 4.0 / 3.0;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            if (size_at >= 0)
+                return unexpected(P, st, t);
+            size_at = i;
+            uint32_t v[2];
+            int n;
+            if ((rc = parse_out_size(P, t, v, &n, ctx, "an output size is S or H,W")) < 0)
+                return rc;
+            op->u.rrc.height = v[0];
+            op->u.rrc.width = n == 2 ? v[1] : v[0];
+            op->arg_col = t->a + 1;
+        } else if (tok_is(P, ka, kb, "scale") || tok_is(P, ka, kb, "ratio")) {
+            int is_scale = tok_is(P, ka, kb, "scale");
+            int *at = is_scale ? &scale_at : &ratio_at;
+            if (*at >= 0)
+                return twice(P, ka, kb);
+            *at = i;
+            double v[2];
+            int n;
+            if ((rc = parse_range(P, va, vb, v, &n, is_scale ? "in scale=" : "in ratio=")) < 0)
+                return rc;
+            if (n != 2)
+                return perr(P, va, "%s= takes a range low:high, e.g. %s, got '%.*s'",
+                            is_scale ? "scale" : "ratio", is_scale ? "0.08:1" : "0.75:1.3333",
+                            TOKARG(P, va, vb));
+            if (!(v[0] > 0.0))
+                return perr(P, va, "%s= must be > 0, got '%.*s'", is_scale ? "scale" : "ratio",
+                            TOKARG(P, va, vb));
+            memcpy(is_scale ? op->u.rrc.scale : op->u.rrc.ratio, v, sizeof v);
+        } else {
+            return unknown_key(P, st, ka, kb, "scale, ratio");
+        }
+    }
+    if (size_at < 0)
+        return perr(P, missing_at(st),
+                    "expected an output size after 'random_resized_crop' (S or H,W)");
+    return 0;
+}
+
+static int parse_resize(parser *P, const stage *st)
+{
+    int rc = 0, have = 0;
+    stk_spec_op *op = new_op(P, STK_OP_RESIZE, st->name.a, &rc);
+    if (!op)
+        return rc;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (keyed)
+            return unknown_key(P, st, ka, kb, NULL);
+        if (have++)
+            return unexpected(P, st, t);
+        uint32_t v[2];
+        int n;
+        if ((rc = parse_out_size(P, t, v, &n, "after 'resize'",
+                                 "resize takes S (the shorter side) or H,W")) < 0)
+            return rc;
+        op->u.resize.height = v[0];
+        op->u.resize.width = n == 2 ? v[1] : v[0];
+        op->u.resize.shorter = n == 1;
+        op->arg_col = t->a + 1;
+    }
+    if (!have)
+        return perr(P, missing_at(st),
+                    "expected a size after 'resize' (S for the shorter side, or H,W)");
+    return 0;
+}
+
+static int parse_rotate(parser *P, const stage *st)
+{
+    int rc = 0, have_deg = 0, have_fill = 0;
+    stk_spec_op *op = new_op(P, STK_OP_ROTATE, st->name.a, &rc);
+    if (!op)
+        return rc;
+    op->u.rotate.nfill = 1;
+    op->u.rotate.fill_col = op->col;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
+        if (keyed < 0)
+            return keyed;
+        if (!keyed || tok_is(P, ka, kb, "degrees")) {
+            if (!keyed)
+                va = t->a, vb = t->b;
+            if (have_deg++)
+                return keyed ? twice(P, ka, kb) : unexpected(P, st, t);
+            double v[2];
+            int n;
+            if ((rc = parse_range(P, va, vb, v, &n, "after 'rotate'")) < 0)
+                return rc;
+            if (n == 1) {
+                if (v[0] < 0.0)
+                    return perr(P, va,
+                                "rotate DEGREES must be >= 0 (the angle is drawn from "
+                                "-DEGREES:DEGREES), got '%.*s'",
+                                TOKARG(P, va, vb));
+                v[1] = v[0];
+                v[0] = -v[0];
+            }
+            if (v[0] < -36000.0 || v[1] > 36000.0)
+                return perr(P, va, "rotate angles must be within -36000:36000 degrees");
+            op->u.rotate.lo = v[0];
+            op->u.rotate.hi = v[1];
+            op->arg_col = va + 1;
+        } else if (tok_is(P, ka, kb, "fill")) {
+            if (have_fill++)
+                return twice(P, ka, kb);
+            uint32_t f[STK_SPEC_MAX_LIST];
+            int n;
+            if ((rc = parse_ints(P, va, vb, 0, 0, 255, f, &n, "in fill=",
+                                 "fill takes 1 value or 1 per channel")) < 0)
+                return rc;
+            op->u.rotate.nfill = (uint32_t)n;
+            for (int k = 0; k < n; k++)
+                op->u.rotate.fill[k] = (uint8_t)f[k];
+            op->u.rotate.fill_col = va + 1;
+        } else {
+            return unknown_key(P, st, ka, kb, "degrees, fill");
+        }
+    }
+    if (!have_deg)
+        return perr(P, missing_at(st), "expected DEGREES after 'rotate' (D for -D:D, or A:B)");
+    return 0;
+}
+
+static int parse_color_jitter(parser *P, const stage *st)
+{
+    static const char *const keys[4] = {"brightness", "contrast", "saturation", "hue"};
+    int rc = 0, npos = 0, seen[4] = {0, 0, 0, 0};
+    stk_spec_op *op = new_op(P, STK_OP_COLOR_JITTER, st->name.a, &rc);
+    if (!op)
+        return rc;
+    int *has[4] = {&op->u.jitter.has_b, &op->u.jitter.has_c, &op->u.jitter.has_s,
+                   &op->u.jitter.has_h};
+    double *rng[4] = {op->u.jitter.b, op->u.jitter.c, op->u.jitter.s, op->u.jitter.h};
+    for (int k = 0; k < 3; k++)
+        rng[k][0] = rng[k][1] = 1.0;
+    for (int i = 0; i < st->nargs; i++) {
+        const tok *t = &st->args[i];
+        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb), which = -1;
+        if (keyed < 0)
+            return keyed;
+        if (!keyed) {
+            if (npos == 4)
+                return unexpected(P, st, t);
+            which = npos++;
+            va = t->a, vb = t->b;
+            if (seen[which])
+                return perr(P, t->a, "'%s' is given twice", keys[which]);
+        } else {
+            for (int k = 0; k < 4; k++)
+                if (tok_is(P, ka, kb, keys[k]))
+                    which = k;
+            if (which < 0)
+                return unknown_key(P, st, ka, kb, "brightness, contrast, saturation, hue");
+            if (seen[which])
+                return twice(P, ka, kb);
+        }
+        seen[which] = 1;
+        char ctx[64];
+        snprintf(ctx, sizeof ctx, "for %s", keys[which]);
+        double v[2];
+        int n;
+        if ((rc = parse_range(P, va, vb, v, &n, ctx)) < 0)
+            return rc;
+        if (which < 3) {
+            if (n == 1) {
+                if (v[0] < 0.0)
+                    return perr(P, va, "%s must be >= 0, got '%.*s'", keys[which],
+                                TOKARG(P, va, vb));
+                double x = v[0];
+                v[0] = 1.0 - x > 0.0 ? 1.0 - x : 0.0;
+                v[1] = 1.0 + x;
+            } else if (v[0] < 0.0) {
+                return perr(P, va, "a %s range must be >= 0, got '%.*s'", keys[which],
+                            TOKARG(P, va, vb));
+            }
+            *has[which] = !(v[0] == 1.0 && v[1] == 1.0);
+        } else {
+            if (n == 1) {
+                if (v[0] < 0.0 || v[0] > 0.5)
+                    return perr(P, va, "hue must be from 0 to 0.5, got '%.*s'", TOKARG(P, va, vb));
+                v[1] = v[0];
+                v[0] = -v[0];
+            } else if (v[0] < -0.5 || v[1] > 0.5) {
+                return perr(P, va, "a hue range must lie within -0.5:0.5, got '%.*s'",
+                            TOKARG(P, va, vb));
+            }
+            *has[which] = !(v[0] == 0.0 && v[1] == 0.0);
+        }
+        rng[which][0] = v[0];
+        rng[which][1] = v[1];
+        if (i == 0)
+            op->arg_col = va + 1;
+    }
+    if (!st->nargs)
+        return perr(P, missing_at(st),
+                    "expected factors after 'color_jitter' (BRIGHTNESS CONTRAST SATURATION [HUE])");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Named pipelines                                                         */
+/* ---------------------------------------------------------------------- */
+
+static const struct spec_preset {
+    const char *name;
+    const char *text;
+} spec_presets[] = {
+    {"imagenet-train-few", "random_resized_crop 224 | flip 0.5 | normalize imagenet | to f32 chw"},
+    {"imagenet-train-extensive", "random_resized_crop 224 | flip 0.5 | color_jitter 0.4 0.4 0.4 | "
+                                 "normalize imagenet | to f32 chw"},
+    {"imagenet-val", "resize 256 | center_crop 224 | normalize imagenet | to f32 chw"},
+};
+#define PRESET_LIST "imagenet-train-few, imagenet-train-extensive, imagenet-val"
+#define NPRESETS ((int)(sizeof spec_presets / sizeof spec_presets[0]))
+
+/* Preset names compare case-insensitively, with '_' the same as '-'. */
+static int preset_name_is(const char *s, size_t n, const char *name)
+{
+    if (strlen(name) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c == '_')
+            c = '-';
+        if (c != name[i])
+            return 0;
+    }
+    return 1;
+}
+
+static int preset_index(const parser *P, int a, int b)
+{
+    for (int k = 0; k < NPRESETS; k++)
+        if (preset_name_is(P->s + a, (size_t)(b - a), spec_presets[k].name))
+            return k;
+    return -1;
+}
+
+const char *stk_spec_preset(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (int k = 0; k < NPRESETS; k++)
+        if (preset_name_is(name, strlen(name), spec_presets[k].name))
+            return spec_presets[k].text;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Op names                                                                */
 /* ---------------------------------------------------------------------- */
 
-static const char *const op_names[] = {"pad",  "random_crop", "center_crop", "flip",
-                                       "hflip", "vflip",      "normalize",   "to"};
-#define OP_NAMES "pad, random_crop, center_crop, flip, hflip, vflip, normalize, to"
+static const char *const op_names[] = {
+    "pad",    "random_crop", "center_crop",         "flip",   "hflip",  "vflip",
+    "normalize", "to",       "decode", "random_resized_crop", "resize", "rotate",
+    "color_jitter", "imagenet-train-few", "imagenet-train-extensive", "imagenet-val"};
+#define OP_NAMES "pad, random_crop, center_crop, flip, hflip, vflip, normalize, to, decode, " \
+                 "random_resized_crop, resize, rotate, color_jitter (presets: " PRESET_LIST ")"
 
 /* Levenshtein distance of [a, b) to word, capped at 9. */
 static int edit_distance(const parser *P, int a, int b, const char *word)
@@ -825,12 +1158,120 @@ static int parse_stage(parser *P, const stage *st)
         return parse_normalize(P, st);
     if (tok_is(P, a, b, "to"))
         return parse_to(P, st);
+    if (tok_is(P, a, b, "decode"))
+        return parse_decode(P, st);
+    if (tok_is(P, a, b, "random_resized_crop"))
+        return parse_rrc(P, st);
+    if (tok_is(P, a, b, "resize"))
+        return parse_resize(P, st);
+    if (tok_is(P, a, b, "rotate"))
+        return parse_rotate(P, st);
+    if (tok_is(P, a, b, "color_jitter"))
+        return parse_color_jitter(P, st);
+    if (preset_index(P, a, b) >= 0)
+        return perr(P, a, "the preset '%.*s' must be the first stage (optionally followed by "
+                          "'| to DTYPE [LAYOUT]')", TOKARG(P, a, b));
     return unknown_op(P, st);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Spec                                                                    */
 /* ---------------------------------------------------------------------- */
+
+/* Order rules that span stages, checked after each stage's ops are added. */
+typedef struct order_state {
+    int to_at, norm_at;
+    int preset_ops; /* ops that came from a preset (the first ones) */
+} order_state;
+
+static int check_order(const char *text, stk_spec *out, int first, order_state *os)
+{
+    for (int k = first; k < out->nops; k++) {
+        stk_spec_op *op = &out->ops[k];
+        switch (op->kind) {
+        case STK_OP_NORMALIZE:
+            if (os->norm_at >= 0)
+                return stk_spec_fail(text, op->col, "normalize is given twice; give it once");
+            os->norm_at = k;
+            break;
+        case STK_OP_PAD:
+            if (os->norm_at >= 0)
+                return stk_spec_fail(text, op->col,
+                                     "pad must come before normalize (fill values are "
+                                     "pixel values 0-255)");
+            break;
+        case STK_OP_TO:
+            os->to_at = k;
+            break;
+        case STK_OP_DECODE:
+            if (k != 0)
+                return stk_spec_fail(text, op->col, "decode must be the first stage");
+            break;
+        case STK_OP_RANDOM_RESIZED_CROP:
+        case STK_OP_RESIZE:
+        case STK_OP_ROTATE:
+        case STK_OP_COLOR_JITTER:
+            if (os->norm_at >= 0)
+                return stk_spec_fail(
+                    text, op->col, "%s must come before normalize (it works on pixel values)",
+                    op->kind == STK_OP_RANDOM_RESIZED_CROP ? "random_resized_crop"
+                    : op->kind == STK_OP_RESIZE            ? "resize"
+                    : op->kind == STK_OP_ROTATE            ? "rotate"
+                                                           : "color_jitter");
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* Parse the stages of P->s from offset i to the end into P->spec. With
+ * `preset_at` >= 0, P->s is the user's text whose first stage (ending at
+ * offset i) was preset `preset_at`: only a `to` may follow, replacing the
+ * preset's own. */
+static int parse_stages(parser *P, int i, order_state *os, int preset_at)
+{
+    stk_spec *out = P->spec;
+    i = skip_ws(P, i, P->len);
+    if (i >= P->len)
+        return 0;
+    for (;;) {
+        stage st;
+        int rc = lex_stage(P, i, &st);
+        if (rc < 0)
+            return rc;
+        if (rc == 0) {
+            if (st.end < P->len)
+                return perr(P, st.end, "expected an op before '|'");
+            return perr(P, st.end, "expected an op after '|'");
+        }
+        if (preset_at >= 0) {
+            if (!tok_is(P, st.name.a, st.name.b, "to"))
+                return perr(P, st.name.a,
+                            "only '| to DTYPE [LAYOUT]' may follow the preset '%s'; to change "
+                            "more, write its stages out: %s",
+                            spec_presets[preset_at].name, spec_presets[preset_at].text);
+            /* Drop the preset's own `to` (its last op). */
+            if (os->to_at >= 0 && os->to_at < os->preset_ops && os->to_at == out->nops - 1) {
+                out->nops--;
+                os->to_at = -1;
+                os->preset_ops = out->nops; /* a later `to` is the user's own */
+            }
+        }
+        if (os->to_at >= 0)
+            return perr(P, st.name.a, "'%.*s' comes after 'to', but 'to' must be the last stage",
+                        TOKARG(P, st.name.a, st.name.b));
+        int first = out->nops;
+        if ((rc = parse_stage(P, &st)) < 0)
+            return rc;
+        if ((rc = check_order(P->s, out, first, os)) < 0)
+            return rc;
+        if (st.end >= P->len)
+            return 0;
+        i = st.end + 1; /* past '|' */
+    }
+}
 
 int stk_spec_parse(const char *text, stk_spec *out)
 {
@@ -842,55 +1283,48 @@ int stk_spec_parse(const char *text, stk_spec *out)
     memset(out, 0, sizeof *out);
     out->text = text;
     parser P = {text, (int)tl, out};
+    order_state os = {-1, -1, 0};
+    int rc, preset_at = -1, start = skip_ws(&P, 0, P.len);
 
-    int i = skip_ws(&P, 0, P.len), to_at = -1, norm_at = -1;
-    if (i < P.len) {
-        for (;;) {
-            stage st;
-            int rc = lex_stage(&P, i, &st);
-            if (rc < 0)
+    /* A preset as the first stage: its stages, then the rest of the text. */
+    if (start < P.len) {
+        stage st;
+        rc = lex_stage(&P, start, &st);
+        if (rc < 0)
+            return rc;
+        if (rc > 0 && (preset_at = preset_index(&P, st.name.a, st.name.b)) >= 0) {
+            if (st.nargs)
+                return perr(&P, st.args[0].a, "the preset '%s' takes no arguments",
+                            spec_presets[preset_at].name);
+            const char *pt = spec_presets[preset_at].text;
+            parser Q = {pt, (int)strlen(pt), out};
+            if ((rc = parse_stages(&Q, 0, &os, -1)) < 0) /* cannot fail: tested */
                 return rc;
-            if (rc == 0) {
-                if (st.end < P.len)
-                    return perr(&P, st.end, "expected an op before '|'");
-                return perr(&P, st.end, "expected an op after '|'");
-            }
-            if (to_at >= 0)
-                return perr(&P, st.name.a,
-                            "'%.*s' comes after 'to', but 'to' must be the last stage",
-                            TOKARG(&P, st.name.a, st.name.b));
-            int first = out->nops;
-            if ((rc = parse_stage(&P, &st)) < 0)
-                return rc;
-            for (int k = first; k < out->nops; k++) {
+            for (int k = 0; k < out->nops; k++) {
                 stk_spec_op *op = &out->ops[k];
-                if (op->kind == STK_OP_NORMALIZE) {
-                    if (norm_at >= 0)
-                        return stk_spec_fail(text, op->col,
-                                             "normalize is given twice; give it once");
-                    norm_at = k;
-                } else if (op->kind == STK_OP_PAD && norm_at >= 0) {
-                    return stk_spec_fail(text, op->col,
-                                         "pad must come before normalize (fill values are "
-                                         "pixel values 0-255)");
-                } else if (op->kind == STK_OP_TO) {
-                    to_at = k;
-                }
+                op->col = op->arg_col = st.name.a + 1;
+                if (op->kind == STK_OP_NORMALIZE)
+                    op->u.normalize.mean_col = op->u.normalize.std_col = op->col;
             }
-            if (st.end >= P.len)
-                break;
-            i = st.end + 1; /* past '|' */
+            out->preset = spec_presets[preset_at].name;
+            os.preset_ops = out->nops;
+            start = st.end < P.len ? st.end + 1 : P.len;
+            if (st.end < P.len && skip_ws(&P, start, P.len) >= P.len)
+                return perr(&P, P.len, "expected an op after '|'");
         }
     }
-    out->has_normalize = norm_at >= 0;
-    if (to_at >= 0) {
-        const stk_spec_op *to = &out->ops[to_at];
-        if (to->u.to.dtype == STK_U8 && norm_at >= 0)
+    if ((rc = parse_stages(&P, start, &os, preset_at)) < 0)
+        return rc;
+
+    out->has_normalize = os.norm_at >= 0;
+    if (os.to_at >= 0) {
+        const stk_spec_op *to = &out->ops[os.to_at];
+        if (to->u.to.dtype == STK_U8 && os.norm_at >= 0)
             return stk_spec_fail(text, to->arg_col,
                                  "u8 output cannot hold normalized values; use f16 or f32");
         out->dtype = to->u.to.dtype;
         out->layout = to->u.to.layout;
-    } else if (norm_at >= 0) {
+    } else if (os.norm_at >= 0) {
         out->dtype = STK_F32;
         out->layout = STK_CHW;
     } else {

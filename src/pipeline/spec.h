@@ -14,6 +14,10 @@
  * a pad op followed by a random_crop op, exactly as if the user had written
  * `pad 4 | random_crop 32`.
  *
+ * Order rules checked here: `decode` only first; `to` only last; resize,
+ * random_resized_crop, rotate and color_jitter before normalize (they work
+ * on pixel values, normalize is folded into the output store).
+ *
  * Columns are 1-based byte offsets into the spec text.
  */
 #ifndef STK_PIPELINE_SPEC_H
@@ -35,6 +39,12 @@ typedef enum stk_op_kind {
     STK_OP_VFLIP,
     STK_OP_NORMALIZE,
     STK_OP_TO,
+    /* The image pipeline (docs/pipeline.md, "Images of any size"). */
+    STK_OP_DECODE,              /* optional first stage; no arguments */
+    STK_OP_RANDOM_RESIZED_CROP, /* u.rrc */
+    STK_OP_RESIZE,              /* u.resize */
+    STK_OP_ROTATE,              /* u.rotate */
+    STK_OP_COLOR_JITTER,        /* u.jitter */
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
@@ -71,11 +81,33 @@ typedef struct stk_spec_op {
             stk_dtype dtype;
             stk_layout layout;
         } to;
+        struct {
+            uint32_t height, width;
+            double scale[2]; /* area fraction range, 0 < lo <= hi */
+            double ratio[2]; /* aspect (w/h) range, 0 < lo <= hi */
+        } rrc;
+        struct {
+            uint32_t height, width; /* `resize H,W` */
+            int shorter;            /* `resize S`: the shorter side to S (height = width = S) */
+        } resize;
+        struct {
+            double lo, hi;                   /* angle range in degrees, lo <= hi */
+            uint32_t nfill;                  /* 1 (broadcast) or per channel */
+            uint8_t fill[STK_SPEC_MAX_LIST]; /* pixel values 0-255 */
+            int fill_col;
+        } rotate;
+        struct {
+            /* Factor ranges; an op is on when its flag is set (torchvision
+             * drops a factor whose range is exactly {1}, or {0} for hue). */
+            int has_b, has_c, has_s, has_h;
+            double b[2], c[2], s[2], h[2];
+        } jitter;
     } u;
 } stk_spec_op;
 
 typedef struct stk_spec {
     const char *text; /* borrowed: the text parsed */
+    const char *preset; /* static: the preset name the text starts with, or NULL */
     int nops;
     stk_spec_op ops[STK_SPEC_MAX_OPS];
     /* The output format: from `to`, or the defaults (u8 hwc; f32 chw when
@@ -86,8 +118,17 @@ typedef struct stk_spec {
 } stk_spec;
 
 /* Parse `text` into *out (which borrows text). Returns 0, or STK_ESPEC /
- * STK_EINVAL via stk_fail with the column-and-caret message. */
+ * STK_EINVAL via stk_fail with the column-and-caret message.
+ *
+ * A spec may be a named preset (imagenet-train-few, imagenet-train-extensive,
+ * imagenet-val), alone or followed by one `| to DTYPE [LAYOUT]` that replaces
+ * the preset's own `to`. The ops of the preset are stored as if written out;
+ * their columns point at the preset name. */
 int stk_spec_parse(const char *text, stk_spec *out);
+
+/* The text a preset stands for, or NULL when `name` is not a preset
+ * (case-insensitive). */
+const char *stk_spec_preset(const char *name);
 
 /* Report an error at `column` (1-based) of `spec`: sets the message
  *   pipeline spec, column N: <formatted>

@@ -1,0 +1,42 @@
+/*
+ * image_plan.h — the image pipeline: specs with resize, random_resized_crop,
+ * rotate or color_jitter, and every spec run on images whose size varies
+ * (encoded JPEG/PNG, raw images of any shape) (internal; plan.c dispatches
+ * here, docs/pipeline.md describes the semantics).
+ *
+ * A compiled image plan is immutable and shared by all workers, like any
+ * stk_plan. Running it on one sample touches only the caller's scratch, the
+ * stack and the output row.
+ */
+#ifndef STK_OPS_IMAGE_PLAN_H
+#define STK_OPS_IMAGE_PLAN_H
+
+#include "codec/codec.h"
+#include "ops/plan.h"
+#include "pipeline/spec.h"
+
+typedef struct stk_imgplan stk_imgplan;
+
+/* Whether a parsed spec needs the image pipeline for this input shape
+ * (always for variable input, in_* = 0). */
+int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c);
+
+/* Compile `spec` (parsed from `text`) for input in_h x in_w x in_c (all 0:
+ * any size). Fills the output shape. Errors via stk_spec_fail / stk_fail. */
+int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
+                        uint32_t in_c, stk_imgplan **out, uint32_t *out_h, uint32_t *out_w,
+                        uint32_t *out_c, size_t *sample_bytes);
+void stk_imgplan_free(stk_imgplan *ip);
+
+/* Run on one sample (plan.h's stk_plan_run_input contract). `trace` may be
+ * NULL; with decode_pixels = 0 the sample is only probed and its geometry
+ * drawn (trace filled, nothing decoded or written). */
+int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
+                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels);
+
+/* plan.c: compile the first `nops` ops of a parsed spec as a fixed-shape
+ * plan writing uint8 HWC (the part of an image spec before its last pad). */
+int stk_plan_compile_prefix(const char *text, const stk_spec *spec, int nops, uint32_t in_h,
+                            uint32_t in_w, uint32_t in_c, stk_plan **out);
+
+#endif
