@@ -113,12 +113,13 @@ static int run_bench(const bench_args *a)
         }
     }
 
-    uint64_t samples = 0, batches = 0, bytes = 0;
+    uint64_t samples = 0, batches = 0, bytes = 0, skipped = 0;
     for (uint64_t e = 0; e < a->epochs; e++) {
         stk_loader_set_epoch(l, e);
         stk_batch b;
         while ((rc = stk_loader_next(l, &b)) == 1) {
             samples += b.size;
+            skipped += b.skipped; /* stats would also count prefetched batches */
             batches++;
             bytes += (uint64_t)b.size * b.sample_bytes;
             if (hash) {
@@ -173,7 +174,7 @@ static int run_bench(const bench_args *a)
                (unsigned long long)a->epochs, a->opt.batch_size ? a->opt.batch_size : 256,
                a->opt.threads ? a->opt.threads : 2, a->opt.prefetch ? a->opt.prefetch : 4, elapsed,
                sps, mbps, sample_bytes, dtype_name(dtype), layout == STK_CHW ? "chw" : "hwc", rss,
-               (unsigned long long)st.skipped, st.read_s, st.augment_s, st.idle_s, st.wait_s);
+               (unsigned long long)skipped, st.read_s, st.augment_s, st.idle_s, st.wait_s);
         if (hash)
             printf(", \"digest\": \"%s\"", digest);
         printf("}\n");
@@ -193,8 +194,8 @@ static int run_bench(const bench_args *a)
         printf("  stages:     read %.3f s, augment %.3f s, worker idle %.3f s (summed over "
                "threads); consumer wait %.3f s\n",
                st.read_s, st.augment_s, st.idle_s, st.wait_s);
-        if (st.skipped)
-            printf("  skipped:    %llu corrupt samples\n", (unsigned long long)st.skipped);
+        if (skipped)
+            printf("  skipped:    %llu corrupt samples\n", (unsigned long long)skipped);
         printf("  peak RSS:   %.1f MB\n", rss);
         if (hash)
             printf("digest: %s\n", digest);

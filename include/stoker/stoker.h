@@ -462,10 +462,11 @@ STK_API const char *stk_loader_errmsg(const stk_loader *l);
 /* Pipeline spec                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Check a spec against an input shape without creating a loader. On success
+/* Check a spec against an input shape without creating a loader; height =
+ * width = channels = 0 means images of any size (encoded datasets). On success
  * fills the output shape (3 dims in the output layout), dtype and layout.
  * On failure returns STK_ESPEC with stk_errmsg() pointing at the column,
- * STK_EINVAL for a zero or oversized input shape, STK_ELIMIT for rows too
+ * STK_EINVAL for an oversized input shape, STK_ELIMIT for rows too
  * wide. */
 STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
                            uint32_t channels, int64_t out_shape[3],

@@ -20,15 +20,16 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
                       StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
                       UnsupportedError, spec_check, strerror)
 from .loader import Dataset, Loader, build_spec, from_numpy, open
-from .transforms import (CenterCrop, Normalize, Pad, RandomCrop, RandomHorizontalFlip,
-                         RandomVerticalFlip, ToTensor, Transform)
+from .transforms import (CenterCrop, ColorJitter, Normalize, Pad, RandomCrop,
+                         RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
+                         RandomVerticalFlip, Resize, ToTensor, Transform)
 
 __version__ = _stoker.version
 
 __all__ = [
     "Loader", "Dataset", "Batch", "open", "from_numpy", "build_spec", "spec_check", "strerror",
     "Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip", "RandomVerticalFlip",
-    "Normalize", "ToTensor",
+    "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter", "Normalize", "ToTensor",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",

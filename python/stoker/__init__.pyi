@@ -119,6 +119,25 @@ class RandomHorizontalFlip(Transform):
 class RandomVerticalFlip(Transform):
     def __init__(self, p: float = ...) -> None: ...
 
+class RandomResizedCrop(Transform):
+    def __init__(self, size: _Size, scale: Tuple[float, float] = ...,
+                 ratio: Tuple[float, float] = ..., interpolation: Any = ...,
+                 antialias: bool | None = ...) -> None: ...
+
+class Resize(Transform):
+    def __init__(self, size: _Size, interpolation: Any = ..., max_size: None = ...,
+                 antialias: bool | None = ...) -> None: ...
+
+class RandomRotation(Transform):
+    def __init__(self, degrees: Union[float, Tuple[float, float]], interpolation: Any = ...,
+                 expand: bool = ..., center: None = ..., fill: _Fill = ...) -> None: ...
+
+class ColorJitter(Transform):
+    def __init__(self, brightness: Union[float, Tuple[float, float]] = ...,
+                 contrast: Union[float, Tuple[float, float]] = ...,
+                 saturation: Union[float, Tuple[float, float]] = ...,
+                 hue: Union[float, Tuple[float, float]] = ...) -> None: ...
+
 class Normalize(Transform):
     def __init__(self, mean: Union[float, Sequence[float]], std: Union[float, Sequence[float]],
                  inplace: bool = ...) -> None: ...

@@ -10,7 +10,8 @@ import math
 import numbers
 
 __all__ = ["Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip",
-           "RandomVerticalFlip", "Normalize", "ToTensor", "to_spec"]
+           "RandomVerticalFlip", "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter",
+           "Normalize", "ToTensor", "to_spec"]
 
 _PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -213,6 +214,130 @@ class RandomVerticalFlip(Transform):
 
     def spec(self):
         return "vflip " + _prob(self.p)
+
+
+def _bilinear_only(interpolation, antialias, what):
+    name = getattr(interpolation, "value", interpolation)
+    if str(name).lower() not in ("bilinear", "2", "interpolationmode.bilinear"):
+        raise ValueError("%s(interpolation=%r) is not supported by stoker: only bilinear "
+                         "(Pillow's antialiased resize)" % (what, interpolation))
+    if antialias is False:
+        raise ValueError("%s(antialias=False) is not supported: stoker always antialiases, "
+                         "as torchvision does for PIL images" % what)
+
+
+def _range(values, what, lo_bound=None):
+    try:
+        lo, hi = values
+    except (TypeError, ValueError):
+        raise ValueError("%s must be a (min, max) pair, got %r" % (what, values))
+    if lo > hi or (lo_bound is not None and lo < lo_bound):
+        raise ValueError("%s must satisfy %smin <= max, got %r"
+                         % (what, "%s <= " % lo_bound if lo_bound is not None else "", values))
+    return "%s:%s" % (_num(lo, what), _num(hi, what))
+
+
+class RandomResizedCrop(Transform):
+    """Crop a random area and aspect, then resize, like torchvision's
+    ``RandomResizedCrop`` (same sampling procedure: up to 10 attempts, then
+    the central fallback; Pillow's antialiased bilinear resize).
+    Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI``.
+    """
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation="bilinear", antialias=None):
+        _bilinear_only(interpolation, antialias, "RandomResizedCrop")
+        self.size = size
+        self.scale = tuple(scale)
+        self.ratio = tuple(ratio)
+        self.spec()
+
+    def spec(self):
+        return "random_resized_crop %s scale=%s ratio=%s" % (
+            _size(self.size), _range(self.scale, "scale", 0), _range(self.ratio, "ratio", 0))
+
+
+class Resize(Transform):
+    """Resize like torchvision's ``Resize``: an int scales the shorter side
+    (the longer one truncated as torchvision computes it), (h, w) gives
+    exactly that size; Pillow's antialiased bilinear. ``max_size`` is not
+    supported. Spec: ``resize S`` or ``resize H,W``.
+    """
+
+    def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
+        _bilinear_only(interpolation, antialias, "Resize")
+        if max_size is not None:
+            raise ValueError("Resize(max_size=...) is not supported by stoker")
+        if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+            self.size = size
+        else:
+            seq = list(size)
+            self.size = seq[0] if len(seq) == 1 else tuple(seq)
+        self.spec()
+
+    def spec(self):
+        if isinstance(self.size, numbers.Integral):
+            return "resize %d" % _int(self.size, "size", 1)
+        return "resize " + _size(self.size)
+
+
+class RandomRotation(Transform):
+    """Rotate by a random angle, like torchvision's ``RandomRotation`` with
+    bilinear interpolation, expand=False, rotation about the centre; ``fill``
+    is a pixel value 0-255 (or one per channel). Spec: ``rotate D [fill=F]``.
+    """
+
+    def __init__(self, degrees, interpolation="bilinear", expand=False, center=None, fill=0):
+        _bilinear_only(interpolation, None, "RandomRotation")
+        if expand:
+            raise ValueError("RandomRotation(expand=True) is not supported (fixed output size)")
+        if center is not None:
+            raise ValueError("RandomRotation(center=...) is not supported (rotates about the "
+                             "image centre)")
+        self.degrees = degrees
+        self.fill = fill
+        self.spec()
+
+    def spec(self):
+        if isinstance(self.degrees, numbers.Real):
+            if self.degrees < 0:
+                raise ValueError("degrees must be >= 0, got %r" % self.degrees)
+            d = _num(self.degrees, "degrees")
+        else:
+            d = _range(self.degrees, "degrees")
+        s = "rotate " + d
+        if self.fill != 0:
+            s += " fill=" + _fill(self.fill)
+        return s
+
+
+class ColorJitter(Transform):
+    """Random brightness, contrast, saturation and hue in a random order,
+    like torchvision's ``ColorJitter`` on float tensors. Each argument is a
+    number x (drawn from [max(0, 1-x), 1+x], hue from [-x, x]) or a
+    (min, max) pair. Spec: ``color_jitter brightness=B contrast=C ...``.
+    """
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        self.brightness = brightness
+        self.contrast = contrast
+        self.saturation = saturation
+        self.hue = hue
+        self.spec()
+
+    def spec(self):
+        parts = []
+        for name in ("brightness", "contrast", "saturation", "hue"):
+            v = getattr(self, name)
+            if isinstance(v, numbers.Real):
+                if v < 0 or (name == "hue" and v > 0.5):
+                    raise ValueError("ColorJitter %s must be in [0, %s], got %r"
+                                     % (name, "0.5" if name == "hue" else "inf", v))
+                text = _num(v, name)
+            else:
+                text = _range(v, name, -0.5 if name == "hue" else 0)
+            parts.append("%s=%s" % (name, text))
+        return "color_jitter " + " ".join(parts)
 
 
 class Normalize(Transform):
