@@ -4,7 +4,7 @@
  * region, scale 1 — a plain full-size libjpeg-turbo decode, as Pillow's
  * Image.open().convert("RGB") does), on N threads, and report images/s.
  *
- *   decode_floor DIR [--threads N] [--limit N] [--epochs E]
+ *   decode_floor DIR [--threads N] [--limit N] [--epochs E] [--json]
  *
  * DIR is walked two levels deep (DIR/CLASS/FILE, the image-folder layout)
  * and the paths sorted; each thread claims the next file from an atomic
@@ -118,18 +118,25 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: decode_floor DIR [--threads N] [--limit N] [--epochs E]\n");
+        fprintf(stderr, "usage: decode_floor DIR [--threads N] [--limit N] [--epochs E] [--json]\n");
         return 2;
     }
-    int threads = 2, epochs = 1;
+    int threads = 2, epochs = 1, json = 0;
     size_t limit = 0;
-    for (int i = 2; i + 1 < argc; i += 2) {
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            break;
         if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--limit"))
             limit = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--epochs"))
             epochs = atoi(argv[i + 1]);
+        i++;
     }
     walk(argv[1], 0);
     if (!npaths) {
@@ -157,6 +164,12 @@ int main(int argc, char **argv)
                  (double)(r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
                  (double)(r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) * 1e-6;
     size_t done = total_jobs - (size_t)bad;
+    if (json) {
+        printf("{\"samples\": %zu, \"undecodable\": %llu, \"threads\": %d, \"elapsed_s\": %.6f, "
+               "\"samples_per_s\": %.2f, \"cpu_s\": %.3f}\n",
+               done, (unsigned long long)bad, threads, dt, done / dt, cpu);
+        return 0;
+    }
     printf("decode_floor: %zu images (%llu undecodable), %d threads: %.1f images/s, "
            "%.1f Mpixel/s; %.3f s wall, %.3f s cpu (%.1f images per cpu-second)\n",
            done, (unsigned long long)bad, threads, done / dt, (double)pixels / dt * 1e-6, dt,

@@ -119,7 +119,7 @@ typedef struct stk_dataset_options {
  *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz] and
  *                                       train-labels-idx1-ubyte[.gz] (t10k-* for test)
  *   fashion-mnist:DIR[?split=...]       the same file names as mnist
- *   stk:PATH[?verify=off|first|always][&io=mmap|pread]
+ *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
  *   imagefolder:DIR                     torchvision's ImageFolder layout

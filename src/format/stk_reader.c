@@ -55,6 +55,7 @@ typedef struct shard {
     const uint8_t *offsets, *lengths, *checksums; /* into the index */
     const uint8_t *columns[STK_MAX_FIELDS];       /* fixed fields, into the index */
     _Atomic uint64_t *verified; /* owned bitmap (policy "first") */
+    _Atomic uint64_t *touched;  /* owned bitmap (mmap): records read once by this process */
     uint8_t header_fields[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE]; /* to compare schemas */
 } shard;
 
@@ -71,7 +72,7 @@ typedef struct shardset {
     uint32_t nmeta;
     int verify;
     bool pread_io;
-    uint64_t max_bytes;
+    uint64_t max_bytes, max_pixels;
 } shardset;
 
 /* ------------------------------------------------------------------------ */
@@ -104,6 +105,7 @@ static void shard_close(shard *s)
         close(s->fd);
     free(s->index_copy);
     free((void *)s->verified);
+    free((void *)s->touched);
     free(s->path);
     memset(s, 0, sizeof *s);
     s->fd = -1;
@@ -321,10 +323,14 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
             goto done;
         }
         s->map = m;
-        /* Records are read in random order; the index is read whole now. */
-        madvise((void *)s->map, s->file_size, MADV_RANDOM);
+        /* Records are read in random order (no readahead around a fault:
+         * record_get asks for each record's own pages instead); the index
+         * is read whole now, sequentially. WILLNEED alone is not enough for
+         * it: the kernel caps one such request at the readahead size. */
         uint64_t page_start = index_offset / STK_PAGE * STK_PAGE;
-        madvise((uint8_t *)m + page_start, s->file_size - page_start, MADV_WILLNEED);
+        if (page_start > s->data_offset)
+            madvise((uint8_t *)m + s->data_offset, page_start - s->data_offset, MADV_RANDOM);
+        madvise((uint8_t *)m + page_start, s->file_size - page_start, MADV_SEQUENTIAL);
         index = s->map + index_offset;
     }
     if (stk_checksum(index, index_size) != stk_rd64(footer + FTR_INDEX_CHECKSUM)) {
@@ -343,6 +349,10 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
             continue;
         s->columns[i] = index + at;
         at += stk_pad_to(s->n * set->fixed_size[i], 8);
+    }
+    if (s->map && !(s->touched = calloc((size_t)(s->n / 64 + 1), sizeof *s->touched))) {
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+        goto done;
     }
     if (set->verify == VERIFY_FIRST) {
         s->verified = calloc((size_t)(s->n / 64 + 1), sizeof *s->verified);
@@ -402,6 +412,13 @@ static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t 
                         (unsigned long long)s->data_offset, (unsigned long long)s->data_end);
     if (s->map) {
         *bytes = s->map + off;
+        /* The first read of a record spanning pages: one readahead request
+         * for all of them, not one synchronous 4 KiB read per page fault
+         * (the data area is MADV_RANDOM). */
+        uint64_t first = off / STK_PAGE * STK_PAGE, tbit = 1ull << (r % 64);
+        if (len && (off + len - 1) / STK_PAGE != off / STK_PAGE &&
+            !(atomic_fetch_or_explicit(&s->touched[r / 64], tbit, memory_order_relaxed) & tbit))
+            madvise((void *)(s->map + first), off + len - first, MADV_WILLNEED);
     } else {
         int rc = stk_scratch_reserve(scratch, len ? len : 1);
         if (rc < 0)
@@ -443,7 +460,7 @@ static int raw_image(const shardset *set, uint32_t field, const shard *s, uint64
     uint32_t h = stk_rd32(p), w = stk_rd32(p + 4), c = stk_rd32(p + 8);
     uint64_t pixels;
     if (!h || !w || !c || c > 4 || !stk_mul_ok((uint64_t)h * w, c, &pixels) ||
-        (uint64_t)h * w > STK_DEFAULT_MAX_PIXELS ||
+        (uint64_t)h * w > set->max_pixels ||
         (f->ndim == 3 && (h != f->dims[0] || w != f->dims[1] || c != f->dims[2])))
         return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): bad raw image shape %ux%ux%u",
                         s->path, (unsigned long long)r, (unsigned long long)global, h, w, c);
@@ -456,9 +473,21 @@ static int raw_image(const shardset *set, uint32_t field, const shard *s, uint64
                                        "bytes, the shape says %llu", s->path,
                             (unsigned long long)r, (unsigned long long)global, content,
                             (unsigned long long)pixels);
-        int rc = stk_scratch_reserve(out, out_at + pixels);
-        if (rc < 0)
-            return rc;
+        /* pread: the record itself sits in out[0, out_at) and px points
+         * into it; grow without losing it (stk_scratch_reserve does not
+         * keep contents). */
+        if (out->cap < out_at + pixels) {
+            stk_scratch grown = {0};
+            int rc = stk_scratch_reserve(&grown, out_at + pixels);
+            if (rc < 0)
+                return rc;
+            if (out_at)
+                memcpy(grown.data, out->data, out_at);
+            if (out->data && px >= out->data && px < out->data + out_at)
+                px = grown.data + (px - out->data);
+            stk_scratch_free(out);
+            *out = grown;
+        }
         size_t got = ZSTD_decompress(out->data + out_at, pixels, px, plen);
         if (ZSTD_isError(got) || got != pixels)
             return stk_fail(STK_EDATA, "%s: record %llu (sample %llu): zstd: %s", s->path,
@@ -787,11 +816,15 @@ int stk_shards_detect(const char *path)
 /* Open                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static int parse_query(const char *uri, const char *query, shardset *set)
+/* ?io= not given: decided from the first shard's schema (see shardset_open). */
+enum { IO_AUTO, IO_MMAP, IO_PREAD };
+
+static int parse_query(const char *uri, const char *query, shardset *set, int *io)
 {
-    /* ?verify=off|first|always & io=mmap|pread */
+    /* ?verify=off|first|always & io=auto|mmap|pread */
     set->verify = VERIFY_FIRST;
     set->pread_io = false;
+    *io = IO_AUTO;
     if (!query || !*query)
         return 0;
     char *copy = stk_strdup(query);
@@ -809,18 +842,46 @@ static int parse_query(const char *uri, const char *query, shardset *set)
             set->verify = VERIFY_FIRST;
         else if (!strcmp(item, "verify") && !strcmp(val, "always"))
             set->verify = VERIFY_ALWAYS;
+        else if (!strcmp(item, "io") && !strcmp(val, "auto"))
+            *io = IO_AUTO;
         else if (!strcmp(item, "io") && !strcmp(val, "mmap"))
-            set->pread_io = false;
+            *io = IO_MMAP;
         else if (!strcmp(item, "io") && !strcmp(val, "pread"))
-            set->pread_io = true;
+            *io = IO_PREAD;
         else {
             rc = stk_fail(STK_EINVAL, "%s: unknown query item '%s%s%s' (known: verify=off|first|"
-                                      "always, io=mmap|pread)", uri, item, eq ? "=" : "", val);
+                                      "always, io=auto|mmap|pread)", uri, item, eq ? "=" : "", val);
             break;
         }
     }
     free(copy);
     return rc;
+}
+
+/* A hint for ?io=auto: does the first shard's first image field hold
+ * encoded images? Reads only the field table; the real open validates
+ * everything (a damaged file simply gets the mmap default and fails there). */
+static bool first_image_is_encoded(const char *path)
+{
+    uint8_t buf[STK_HEADER_SIZE + STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return false;
+    ssize_t n = pread(fd, buf, sizeof buf, 0);
+    close(fd);
+    if (n < STK_HEADER_SIZE || memcmp(buf, STK_SHARD_MAGIC, 8) != 0)
+        return false;
+    uint32_t nfields = stk_rd32(buf + HDR_FIELD_COUNT);
+    for (uint32_t i = 0; i < nfields && i < STK_MAX_FIELDS; i++) {
+        const uint8_t *e = buf + STK_HEADER_SIZE + (size_t)i * STK_FIELD_ENTRY_SIZE;
+        if (e + STK_FIELD_ENTRY_SIZE > buf + n)
+            return false;
+        if (e[FLD_TYPE] == STK_FIELD_IMAGE)
+            return true;
+        if (e[FLD_TYPE] == STK_FIELD_RAW_IMAGE)
+            return false;
+    }
+    return false;
 }
 
 /* Open every shard of `paths` into a new shardset. */
@@ -833,8 +894,19 @@ static int shardset_open(const char *uri, char **paths, uint32_t n, const char *
         return stk_fail(STK_ENOMEM, "out of memory");
     stk_dataset_options o = stk_dataset_options_resolve(opts);
     set->max_bytes = o.max_bytes;
-    if ((rc = parse_query(uri, query, set)) < 0)
+    set->max_pixels = o.max_pixels;
+    int io;
+    if ((rc = parse_query(uri, query, set, &io)) < 0)
         goto fail;
+    if (io == IO_AUTO) {
+        /* Encoded images (~100 KB, then ~1 ms of decoding each) are read with
+         * pread into the worker's scratch: the copy costs nothing next to the
+         * decode, and the process does not keep the whole dataset mapped
+         * and resident. Small raw records are used in place through mmap. */
+        set->pread_io = first_image_is_encoded(paths[0]);
+    } else {
+        set->pread_io = io == IO_PREAD;
+    }
     set->shards = calloc(n, sizeof *set->shards);
     if (!set->shards) {
         rc = stk_fail(STK_ENOMEM, "out of memory");
