@@ -30,6 +30,9 @@ static const char pack_usage[] =
     "  -j, --jobs N           threads reading and validating (2)\n"
     "      --raw              store decoded raw pixels instead of encoded bytes\n"
     "      --zstd LEVEL       with --raw: compress pixels with zstd (1-19)\n"
+    "      --reencode         decode and store new JPEGs (with --max-side, --quality)\n"
+    "      --max-side N       with --reencode: shrink images whose longest side is over N\n"
+    "      --quality Q        with --reencode: JPEG quality 1-100 (90)\n"
     "      --no-validate      keep encoded bytes without decoding them first\n"
     "      --strict           fail on the first unreadable input\n"
     "  -q, --quiet            no progress bar\n"
@@ -88,11 +91,13 @@ int cmd_pack(int argc, char **argv)
         {"raw", no_argument, NULL, 'r'},              {"zstd", required_argument, NULL, 'z'},
         {"no-validate", no_argument, NULL, 'n'},      {"strict", no_argument, NULL, 'S'},
         {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"reencode", no_argument, NULL, 'R'},         {"max-side", required_argument, NULL, 'M'},
+        {"quality", required_argument, NULL, 'Q'},    {NULL, 0, NULL, 0},
     };
     stk_pack_options o = {0};
     pack_ctx ctx = {.bar = isatty(STDERR_FILENO)};
-    uint32_t zstd = 0;
+    uint32_t zstd = 0, quality = 0;
+    bool reencode = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -103,6 +108,9 @@ int cmd_pack(int argc, char **argv)
         case 'r': o.mode = STK_PACK_RAW; break;
         case 'z': if (!cli_parse_u32(optarg, "--zstd", &zstd)) return EXIT_USAGE; break;
         case 'n': o.no_validate = 1; break;
+        case 'R': reencode = true; break;
+        case 'M': if (!cli_parse_u32(optarg, "--max-side", &o.max_side)) return EXIT_USAGE; break;
+        case 'Q': if (!cli_parse_u32(optarg, "--quality", &quality)) return EXIT_USAGE; break;
         case 'S': o.strict = 1; break;
         case 'q': ctx.bar = false; break;
         case 'h': fputs(pack_usage, stdout); return 0;
@@ -114,6 +122,21 @@ int cmd_pack(int argc, char **argv)
         cli_error("pack: expected SRC and DEST (see 'stoker pack --help')");
         return EXIT_USAGE;
     }
+    if (reencode && o.mode == STK_PACK_RAW) {
+        cli_error("--reencode and --raw exclude each other");
+        return EXIT_USAGE;
+    }
+    if (reencode)
+        o.mode = STK_PACK_REENCODE;
+    if ((o.max_side || quality) && !reencode) {
+        cli_error("--max-side and --quality need --reencode");
+        return EXIT_USAGE;
+    }
+    if (quality > 100) {
+        cli_error("--quality: %u is not in 1..100", quality);
+        return EXIT_USAGE;
+    }
+    o.quality = (int)quality;
     if (zstd && o.mode != STK_PACK_RAW) {
         cli_error("--zstd needs --raw (encoded images are kept as they are)");
         return EXIT_USAGE;

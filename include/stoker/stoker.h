@@ -232,6 +232,8 @@ typedef enum stk_pack_mode {
     STK_PACK_KEEP = 0,   /* encoded images byte for byte (validated by decoding);
                             raw sources (CIFAR, IDX) as raw pixels */
     STK_PACK_RAW = 1,    /* decode and store raw pixels (zstd if zstd_level > 0) */
+    STK_PACK_REENCODE = 2, /* decode, shrink to max_side if larger (Pillow's bilinear,
+                              aspect kept), store as a JPEG of `quality` */
 } stk_pack_mode;
 
 typedef struct stk_pack_options {
@@ -246,6 +248,8 @@ typedef struct stk_pack_options {
     /* Called after each block of records, with done <= total. */
     void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
     void *ctx;
+    uint32_t max_side;     /* reencode: longest side kept (0 = no shrinking) */
+    int quality;           /* reencode: JPEG quality 1..100 (0 = 90) */
 } stk_pack_options;
 
 typedef struct stk_pack_result {

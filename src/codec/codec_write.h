@@ -6,6 +6,8 @@
 #ifndef STK_CODEC_CODEC_WRITE_H
 #define STK_CODEC_CODEC_WRITE_H
 
+#include "core/util.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,5 +18,13 @@
  * arguments) or STK_ENOMEM, via stk_fail. */
 int stk_png_write_rgb8(const char *path, const uint8_t *rgb, uint32_t width, uint32_t height,
                        size_t stride);
+
+/* Encode `pixels` (height rows of width pixels of `channels` bytes, 1 gray or
+ * 3 RGB, rows `stride` bytes apart) as a baseline JPEG of `quality` (1-100,
+ * libjpeg's standard tables, 4:2:0 for color like PIL's default) into `out`
+ * (grown as needed); *size gets the byte count. Returns 0, STK_EINVAL or
+ * STK_ENOMEM / STK_EIO (the encoder's message) via stk_fail. */
+int stk_jpeg_encode(const uint8_t *pixels, uint32_t width, uint32_t height, uint32_t channels,
+                    size_t stride, int quality, stk_scratch *out, size_t *size);
 
 #endif

@@ -6,7 +6,8 @@
  * payload in their own per-slot buffer — read the sample; in keep mode
  * validate an encoded image by decoding it fully (a truncated JPEG is only
  * detectable that way) and keep its bytes as they are; in raw mode decode
- * and store pixels (prefix + pixels, or prefix + one zstd frame). The
+ * and store pixels (prefix + pixels, or prefix + one zstd frame); in
+ * reencode mode decode, shrink to max_side and store a new JPEG. The
  * calling thread then writes the block in order. Output is therefore
  * byte-identical whatever `jobs` is, memory stays at one block of payloads,
  * and the writer stays single-threaded.
@@ -17,6 +18,8 @@
  * wrote are removed again, so a failed pack leaves no partial dataset.
  */
 #include "codec/codec.h"
+#include "codec/codec_write.h"
+#include "ops/resample.h"
 #include "core/error.h"
 #include "core/util.h"
 #include "format/dataset.h"
@@ -68,6 +71,7 @@ typedef struct pack_worker {
     packer *p;
     pthread_t thread;
     stk_scratch read_scratch, pixels; /* owned by the thread */
+    stk_scratch dense, resized;       /* owned by the thread: reencode mode */
     ZSTD_CCtx *zstd;
 } pack_worker;
 
@@ -108,6 +112,39 @@ static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *
     return 0;
 }
 
+/* Reencode mode: shrink the decoded image `v` so its longest side is at most
+ * max_side (Pillow's antialiased bilinear, aspect kept, sides rounded), and
+ * encode it as a JPEG into it->payload. */
+static int store_reencoded(packer *p, pack_worker *w, item *it, const stk_image_view *v)
+{
+    uint32_t h = v->height, wd = v->width, c = v->channels;
+    int rc;
+    /* Dense HWC first (raw sources may be planar). */
+    if ((rc = stk_scratch_reserve(&w->dense, (size_t)h * wd * c)) < 0)
+        return rc;
+    stk_image_copy_hwc(v, w->dense.data);
+    const uint8_t *px = w->dense.data;
+    uint32_t long_side = h > wd ? h : wd, max_side = p->opt->max_side;
+    if (c != 1 && c != 3)
+        return stk_fail(STK_EUNSUPPORTED, "reencode: %u-channel images are not supported", c);
+    if (max_side && long_side > max_side) {
+        double f = (double)max_side / long_side;
+        uint32_t oh = (uint32_t)(h * f + 0.5), ow = (uint32_t)(wd * f + 0.5);
+        oh = oh ? oh : 1;
+        ow = ow ? ow : 1;
+        if ((rc = stk_scratch_reserve(&w->resized, (size_t)oh * ow * c)) < 0)
+            return rc;
+        if ((rc = stk_rs_resize_u8(px, h, wd, (ptrdiff_t)wd * c, (int)c, NULL, oh, ow,
+                                   w->resized.data, NULL)) < 0)
+            return rc;
+        px = w->resized.data;
+        h = oh;
+        wd = ow;
+    }
+    return stk_jpeg_encode(px, wd, h, c, (size_t)wd * c, p->opt->quality ? p->opt->quality : 90,
+                           &it->payload, &it->size);
+}
+
 static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     stk_sample s;
@@ -120,12 +157,14 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     }
     it->label = s.label;
     if (s.image.pixels) { /* raw source */
-        if ((rc = store_raw(p, w, it, &s.image)) < 0)
+        rc = p->opt->mode == STK_PACK_REENCODE ? store_reencoded(p, w, it, &s.image)
+                                               : store_raw(p, w, it, &s.image);
+        if (rc < 0)
             set_reason(it, rc);
         return;
     }
     stk_image_view view;
-    if (p->raw_out || !p->opt->no_validate) {
+    if (p->raw_out || !p->opt->no_validate || p->opt->mode == STK_PACK_REENCODE) {
         rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &w->pixels, &view);
         if (rc < 0) {
             char name[1024];
@@ -134,6 +173,11 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
             set_reason(it, rc == STK_ELIMIT ? STK_EDATA : rc);
             return;
         }
+    }
+    if (p->opt->mode == STK_PACK_REENCODE) {
+        if ((rc = store_reencoded(p, w, it, &view)) < 0)
+            set_reason(it, rc);
+        return;
     }
     if (p->raw_out) {
         /* view points into w->pixels; store_raw with zstd also uses
@@ -266,8 +310,13 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     int rc;
     if (!src || !dest)
         return stk_fail(STK_EINVAL, "stk_pack: NULL source or destination");
-    if (o->mode != STK_PACK_KEEP && o->mode != STK_PACK_RAW)
+    if (o->mode != STK_PACK_KEEP && o->mode != STK_PACK_RAW && o->mode != STK_PACK_REENCODE)
         return stk_fail(STK_EINVAL, "stk_pack: unknown mode %d", (int)o->mode);
+    if (o->quality < 0 || o->quality > 100 ||
+        ((o->quality || o->max_side) && o->mode != STK_PACK_REENCODE))
+        return stk_fail(STK_EINVAL, "stk_pack: quality %d / max_side %u: quality must be 1..100, "
+                                    "and both apply to the reencode mode only",
+                        o->quality, o->max_side);
     if (o->zstd_level < 0 || o->zstd_level > 19 || (o->zstd_level && o->mode != STK_PACK_RAW))
         return stk_fail(STK_EINVAL, "stk_pack: zstd level %d: use 1..19, with raw mode only",
                         o->zstd_level);
@@ -288,12 +337,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     if ((rc = dest_ready(dest)) < 0)
         goto done;
     p.encoded_src = !(p.ds->height && p.ds->width && p.ds->channels);
-    p.raw_out = !p.encoded_src || o->mode == STK_PACK_RAW;
+    p.raw_out = o->mode == STK_PACK_RAW || (!p.encoded_src && o->mode == STK_PACK_KEEP);
 
     stk_field_def fields[2] = {{.name = "image"}, {.name = "label", .type = STK_FIELD_INT64}};
     fields[0].type = p.raw_out ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
     fields[0].compression = p.zstd_level ? 1 : 0;
-    if (!p.encoded_src) {
+    if (p.raw_out && !p.encoded_src) {
         fields[0].ndim = 3;
         fields[0].dims[0] = p.ds->height;
         fields[0].dims[1] = p.ds->width;
@@ -426,6 +475,8 @@ done:
         for (uint32_t i = 0; i < jobs; i++) {
             stk_scratch_free(&workers[i].read_scratch);
             stk_scratch_free(&workers[i].pixels);
+            stk_scratch_free(&workers[i].dense);
+            stk_scratch_free(&workers[i].resized);
             ZSTD_freeCCtx(workers[i].zstd);
         }
     if (sync_made) {

@@ -122,3 +122,31 @@ def test_verify_names_shard_and_record_on_damage(folder, tmp_path):
     open(shard, "wb").write(bytes(data))
     p = run_stoker("verify", out, check=False)
     assert p.returncode == 1 and "footer" in p.stdout
+
+
+def test_pack_reencode_shrinks_like_pil(tmp_path):
+    """--reencode --max-side 24 --quality 92: images larger than 24 px are
+    shrunk with Pillow's bilinear (aspect kept) and stored as JPEGs close to
+    PIL's own resize of the source; smaller ones keep their size."""
+    root = tmp_path / "smooth" / "k"
+    root.mkdir(parents=True)
+    yy, xx = np.mgrid[0:90, 0:90]
+    sizes = {}
+    for i, (h, w) in enumerate([(60, 90), (90, 60), (20, 16)]):
+        img = np.stack([(xx[:h, :w] * 2) % 256, (yy[:h, :w] * 3) % 256,
+                        np.full((h, w), 128)], axis=-1).astype(np.uint8)
+        Image.fromarray(img).save(root / ("%d.png" % i))
+        sizes[i] = img
+    out = tmp_path / "re"
+    run_stoker("pack", tmp_path / "smooth", out, "--reencode", "--max-side", 24, "--quality", 92)
+    expect_sizes = [(24, 16), (16, 24), (16, 20)]  # PIL (w, h)
+    for i in range(3):
+        r = subprocess.run([STOKER, "cat", str(out), str(i)], capture_output=True)
+        im = Image.open(io.BytesIO(r.stdout))
+        assert im.format == "JPEG" and im.size == expect_sizes[i]
+        src = Image.fromarray(sizes[i])
+        ref = np.asarray(src.resize(im.size, Image.BILINEAR), dtype=np.float64)
+        err = np.abs(np.asarray(im.convert("RGB"), dtype=np.float64) - ref).mean()
+        assert err < 6.0, (i, err)  # JPEG q92 of smooth content
+    p = run_stoker("pack", tmp_path / "smooth", tmp_path / "bad", "--max-side", 24, check=False)
+    assert p.returncode == 2 and "--reencode" in p.stderr
