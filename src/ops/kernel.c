@@ -19,6 +19,8 @@
  */
 #include "ops/kernel.h"
 
+#include "core/cpu.h"
+
 #include <stdatomic.h>
 #include <string.h>
 
@@ -159,30 +161,6 @@ static const uint8_t stk_perm48[5][3][3][16] = {
 #include "ops/kernel_impl.h"
 #endif
 
-#if STK_X86_SIMD
-/* AVX2 and F16C in the CPU, and YMM state saved by the OS (OSXSAVE and
- * XCR0 bits 1-2), from cpuid directly: __builtin_cpu_supports does not
- * know "f16c" everywhere (clang 14). Computed once; the race on first use
- * is benign (every thread computes the same value). */
-static int have_avx2_f16c(void)
-{
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v >= 0)
-        return v;
-    unsigned a, b, c, d;
-    v = 0;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) && (c & (1u << 28)) &&
-        (c & (1u << 29))) {
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        if ((lo & 6u) == 6u && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 5)))
-            v = 1;
-    }
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-    return v;
-}
-#endif
 
 static _Atomic int forced = STK_ISA_AUTO; /* tests and benchmarks only */
 
@@ -195,7 +173,7 @@ int stk_kernel_isa_available(int isa)
     case STK_ISA_SSE2:
         return 1;
     case STK_ISA_AVX2:
-        return have_avx2_f16c();
+        return stk_cpu_has_avx2_f16c();
 #endif
     default:
         return 0;

@@ -36,6 +36,8 @@
  */
 #include "ops/resample.h"
 
+#include "core/cpu.h"
+
 #include "core/error.h"
 #include "core/util.h"
 #include "ops/kernel.h"
@@ -530,25 +532,6 @@ AVX512 static void vpass_avx512(const stk_rs_axis *ax, int32_t y, const uint8_t 
 
 static const stk_rs_kernels rs_avx512 = {hpass_avx512, vpass_avx512, 4, "avx512"};
 
-/* AVX-512 F and BW in the CPU, and opmask/ZMM state saved by the OS. */
-static int have_avx512bw(void)
-{
-    static _Atomic int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v >= 0)
-        return v;
-    unsigned a, b, c, d;
-    v = 0;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27))) {
-        unsigned lo, hi;
-        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-        if ((lo & 0xE6u) == 0xE6u && __get_cpuid_count(7, 0, &a, &b, &c, &d) &&
-            (b & (1u << 16)) && (b & (1u << 30)))
-            v = 1;
-    }
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-    return v;
-}
 #endif
 
 const stk_rs_kernels *stk_rs_kernels_variant(int i)
@@ -560,7 +543,7 @@ const stk_rs_kernels *stk_rs_kernels_variant(int i)
     case 1:
         return stk_kernel_isa_available(STK_ISA_AVX2) ? &rs_avx2 : NULL;
     case 2:
-        return stk_kernel_isa_available(STK_ISA_AVX2) && have_avx512bw() ? &rs_avx512 : NULL;
+        return stk_kernel_isa_available(STK_ISA_AVX2) && stk_cpu_has_avx512bw() ? &rs_avx512 : NULL;
 #endif
     default:
         return NULL;
@@ -571,7 +554,7 @@ const stk_rs_kernels *stk_rs_kernels_get(void)
 {
 #if RS_X86
     if (strcmp(stk_kernel_isa(), "avx2") == 0) {
-        if (have_avx512bw() && !getenv("STK_NO_AVX512"))
+        if (stk_cpu_has_avx512bw() && !getenv("STK_NO_AVX512"))
             return &rs_avx512;
         return &rs_avx2;
     }
