@@ -1413,12 +1413,117 @@ static PyObject *mod_spec_check(PyObject *m, PyObject *args)
                          kinds[kind_of_dtype(dtype)].name, layout == STK_CHW ? "CHW" : "HWC");
 }
 
+/* pack: stk_pack with the GIL released; skipped inputs are collected in C
+ * (the callback runs without the GIL) and returned as a list. */
+typedef struct pack_skips {
+    char **reasons;
+    uint64_t *indices;
+    size_t n, cap;
+    int oom;
+} pack_skips;
+
+static void pack_on_skip(void *ctx, uint64_t index, const char *reason)
+{
+    pack_skips *k = ctx;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 16;
+        char **r = realloc(k->reasons, cap * sizeof *r);
+        if (r)
+            k->reasons = r;
+        uint64_t *ix = realloc(k->indices, cap * sizeof *ix);
+        if (ix)
+            k->indices = ix;
+        if (!r || !ix) {
+            k->oom = 1;
+            return;
+        }
+        k->cap = cap;
+    }
+    k->reasons[k->n] = strdup(reason);
+    k->indices[k->n] = index;
+    if (!k->reasons[k->n]) {
+        k->oom = 1;
+        return;
+    }
+    k->n++;
+}
+
+static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"src", "dest", "shard_bytes", "jobs", "mode", "zstd_level",
+                             "strict", "validate", "max_side", "quality", NULL};
+    const char *src, *dest, *mode = "keep";
+    unsigned long long shard_bytes = 0;
+    unsigned int jobs = 0, max_side = 0;
+    int zstd_level = 0, strict = 0, validate = 1, quality = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KIsippIi:pack", kwlist, &src, &dest,
+                                     &shard_bytes, &jobs, &mode, &zstd_level, &strict, &validate,
+                                     &max_side, &quality))
+        return NULL;
+    stk_pack_options o = {.shard_bytes = shard_bytes, .jobs = jobs, .zstd_level = zstd_level,
+                          .strict = strict, .no_validate = !validate, .max_side = max_side,
+                          .quality = quality};
+    if (!strcmp(mode, "keep"))
+        o.mode = STK_PACK_KEEP;
+    else if (!strcmp(mode, "raw"))
+        o.mode = STK_PACK_RAW;
+    else if (!strcmp(mode, "reencode"))
+        o.mode = STK_PACK_REENCODE;
+    else {
+        PyErr_Format(PyExc_ValueError, "pack: mode must be 'keep', 'raw' or 'reencode', got '%s'",
+                     mode);
+        return NULL;
+    }
+    pack_skips k = {0};
+    o.on_skip = pack_on_skip;
+    o.ctx = &k;
+    stk_pack_result r = {0};
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_pack(src, dest, &o, &r);
+    if (rc < 0)
+        snprintf(msg, sizeof msg, "%s", stk_errmsg());
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL, *list = NULL;
+    if (rc < 0) {
+        raise_code(rc, msg);
+        goto done;
+    }
+    if (k.oom) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(list = PyList_New((Py_ssize_t)k.n)))
+        goto done;
+    for (size_t i = 0; i < k.n; i++) {
+        PyObject *t = Py_BuildValue("(Ks)", (unsigned long long)k.indices[i], k.reasons[i]);
+        if (!t)
+            goto done;
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    result = Py_BuildValue("{sKsKsIsKsO}", "records", (unsigned long long)r.records, "skipped",
+                           (unsigned long long)r.skipped, "shards", r.shards, "bytes",
+                           (unsigned long long)r.bytes, "skipped_inputs", list);
+done:
+    Py_XDECREF(list);
+    for (size_t i = 0; i < k.n; i++)
+        free(k.reasons[i]);
+    free(k.reasons);
+    free(k.indices);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"strerror", mod_strerror, METH_O,
      "strerror(code)\n--\n\nName and description of a stoker error code."},
     {"spec_check", mod_spec_check, METH_VARARGS,
      "spec_check(spec, height, width, channels)\n--\n\nCheck a pipeline spec against an input "
      "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},
+    {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
+     "pack(src, dest, shard_bytes=0, jobs=0, mode='keep', zstd_level=0, strict=False, "
+     "validate=True, max_side=0, quality=0)\n--\n\nPack a dataset into .stk shards "
+     "(stk_pack); returns a dict with records, skipped, shards, bytes, skipped_inputs."},
     {0},
 };
 

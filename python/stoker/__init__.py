@@ -19,7 +19,7 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
                       LimitError, NotFound, OutOfMemory, PoolExhausted, SpecError, StateError,
                       StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
                       UnsupportedError, spec_check, strerror)
-from .loader import Dataset, Loader, build_spec, from_numpy, open
+from .loader import Dataset, Loader, build_spec, from_numpy, open, pack
 from .transforms import (CenterCrop, ColorJitter, Normalize, Pad, RandomCrop,
                          RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
                          RandomVerticalFlip, Resize, ToTensor, Transform)
@@ -27,7 +27,7 @@ from .transforms import (CenterCrop, ColorJitter, Normalize, Pad, RandomCrop,
 __version__ = _stoker.version
 
 __all__ = [
-    "Loader", "Dataset", "Batch", "open", "from_numpy", "build_spec", "spec_check", "strerror",
+    "Loader", "Dataset", "Batch", "open", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
     "Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip", "RandomVerticalFlip",
     "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter", "Normalize", "ToTensor",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",

@@ -96,6 +96,11 @@ class Dataset:
 def open(uri: Union[str, os.PathLike[str]], *, max_bytes: int | None = ...,
          max_samples: int | None = ..., max_pixels: int | None = ...) -> Dataset: ...
 def from_numpy(images: Any, labels: Any = ...) -> Dataset: ...
+def pack(src: Union[str, os.PathLike[str]], dest: Union[str, os.PathLike[str]], *,
+         shard_size: int | None = ..., jobs: int = ...,
+         mode: Literal["keep", "raw", "reencode"] = ..., zstd_level: int = ...,
+         strict: bool = ..., validate: bool = ..., max_side: int = ...,
+         quality: int = ...) -> dict[str, Any]: ...
 
 # -- transforms ------------------------------------------------------------------
 

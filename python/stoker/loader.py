@@ -8,7 +8,7 @@ import sys
 from . import _stoker
 from .transforms import ToTensor, to_spec
 
-__all__ = ["Loader", "Dataset", "open", "from_numpy"]
+__all__ = ["Loader", "Dataset", "open", "from_numpy", "pack"]
 
 _builtin_open = open
 
@@ -75,6 +75,26 @@ def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
         if v is not None:
             kw[name] = operator.index(v)
     return Dataset(os.fspath(uri), **kw)
+
+
+def pack(src, dest, *, shard_size=None, jobs=2, mode="keep", zstd_level=0, strict=False,
+         validate=True, max_side=0, quality=0):
+    """Pack dataset ``src`` (any URI: an image folder, ``list:FILE``, CIFAR,
+    IDX...) into .stk shards ``dest/shard-NNNNN.stk`` (docs/format.md), like
+    ``stoker pack``.
+
+    ``mode``: ``"keep"`` (encoded images byte for byte, validated by
+    decoding unless ``validate=False``), ``"raw"`` (decoded pixels,
+    ``zstd_level`` 1-19 to compress) or ``"reencode"`` (shrink to
+    ``max_side`` with Pillow's bilinear, store JPEGs of ``quality``).
+    ``shard_size`` in bytes (default 1 GiB); ``jobs`` threads; output is
+    identical for any ``jobs``. Unreadable inputs are skipped and returned
+    in ``result["skipped_inputs"]`` as (index, reason) pairs, or raise
+    ``DataError`` with ``strict=True``. Returns a dict: records, skipped,
+    shards, bytes, skipped_inputs. The GIL is released while packing.
+    """
+    return _stoker.pack(os.fspath(src), os.fspath(dest), int(shard_size or 0), int(jobs), mode,
+                        int(zstd_level), bool(strict), bool(validate), int(max_side), int(quality))
 
 
 def from_numpy(images, labels=None):

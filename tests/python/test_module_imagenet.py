@@ -112,3 +112,23 @@ def test_corrupt_files_named_under_raise_and_skipped_exactly_once(tmp_path):
     assert len(seen) == len(set(seen)) == n_good
     assert set(seen) == set(range(24)) - bad_indices
     assert loader.stats()["skipped"] >= len(bad_indices)
+
+
+def test_pack_from_python_lists_skips_and_loads(jpeg_folder, tmp_path_factory):
+    import os
+    tmp_path = tmp_path_factory.mktemp("packed")  # outside the image folder
+    open(os.path.join(jpeg_folder, "dog", "zz_truncated.jpg"), "wb").write(b"\xff\xd8\xff\xe0junk")
+    out = tmp_path / "shards"
+    r = stoker.pack(jpeg_folder, out, shard_size=20000, jobs=2)
+    assert r["records"] == 18 and r["skipped"] == 1 and r["shards"] >= 2
+    (index, reason), = r["skipped_inputs"]
+    assert "zz_truncated.jpg" in reason
+    ds = stoker.open(str(out))
+    assert len(ds) == 18
+    loader = stoker.Loader(str(out), batch_size=6, transforms=[stoker.RandomResizedCrop(16)],
+                           output="numpy")
+    assert sum(len(labels) for _, labels in loader) == 18
+    with pytest.raises(stoker.DataError, match="zz_truncated"):
+        stoker.pack(jpeg_folder, tmp_path / "strict", strict=True)
+    with pytest.raises(ValueError, match="mode"):
+        stoker.pack(jpeg_folder, tmp_path / "x", mode="zip")
