@@ -32,8 +32,9 @@ static const char usage[] =
     "  version                         print the library version\n"
     "  help [COMMAND]                  this text, or a command's options\n"
     "\n"
-    "DATASET is a URI: cifar10:DIR, cifar100:DIR, idx:IMAGES,LABELS, mnist:DIR,\n"
-    "fashion-mnist:DIR, or a path whose format is detected. See docs/cli.md.\n"
+    "DATASET is a URI: stk:SHARDS, imagefolder:DIR, list:FILE, cifar10:DIR, cifar100:DIR,\n"
+    "idx:IMAGES,LABELS, mnist:DIR, fashion-mnist:DIR, or a path whose format is detected\n"
+    "(.stk shards, an image folder, CIFAR, IDX). See docs/datasets.md.\n"
     "Exit status: 0 success, 1 runtime failure (data, I/O), 2 usage error.\n";
 
 void cli_error(const char *fmt, ...)

@@ -42,11 +42,10 @@
  *   DIR  the same, pixel order reversed (flipped interleaved source -> CHW)
  *   RV   reverse the order of 16 HWC pixels (flipped interleaved -> HWC)
  */
-enum { STK_P48_IL, STK_P48_ILR, STK_P48_DI, STK_P48_DIR, STK_P48_RV };
 /* 48-byte permutations for three-channel pixels (16 pixels), as pshufb masks:
  * mask[perm][output register][input register][byte]; 0x80 zeroes the byte.
  * Generated; see the comment above for what each permutation is. */
-static const uint8_t stk_perm48[5][3][3][16] = {
+const uint8_t stk_perm48[5][3][3][16] = {
     /* IL */ {
         {{0, 0x80, 0x80, 1, 0x80, 0x80, 2, 0x80, 0x80, 3, 0x80, 0x80, 4, 0x80, 0x80, 5},
          {0x80, 0, 0x80, 0x80, 1, 0x80, 0x80, 2, 0x80, 0x80, 3, 0x80, 0x80, 4, 0x80, 0x80},

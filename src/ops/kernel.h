@@ -79,4 +79,12 @@ int stk_kernel_isa_available(int isa);
  * synchronised: call it before compiling plans on other threads. */
 int stk_kernel_force_isa(int isa);
 
+/* Three-channel byte shuffles (pshufb masks) for 16 pixels = 48 bytes in
+ * three registers: stk_perm48[perm][output register][input register], 0x80
+ * zeroes a byte. IL interleave planes to HWC, ILR the same reversed, DI
+ * deinterleave HWC to planes, DIR the same reversed, RV reverse 16 HWC
+ * pixels. Defined in kernel.c (also used by color.c). */
+enum { STK_P48_IL, STK_P48_ILR, STK_P48_DI, STK_P48_DIR, STK_P48_RV };
+extern const uint8_t stk_perm48[5][3][3][16];
+
 #endif
