@@ -5,17 +5,21 @@
  * Image.open().convert("RGB") does), on N threads, and report images/s.
  *
  *   decode_floor DIR [--threads N] [--limit N] [--epochs E] [--json]
+ *   decode_floor --dataset URI [...]
  *
  * DIR is walked two levels deep (DIR/CLASS/FILE, the image-folder layout)
  * and the paths sorted; each thread claims the next file from an atomic
  * counter, reads it into its own buffer (open/read/close, as the image-folder
  * reader does) and decodes it into its own scratch. Undecodable files are
- * counted and skipped. CPU seconds (user + system) are printed too, since
+ * counted and skipped. With --dataset the encoded bytes come from any
+ * dataset stoker opens instead (e.g. shards packed with --restart, to see
+ * what a full decode of the rewritten bytes costs). CPU seconds (user + system) are printed too, since
  * on a shared machine they are steadier than wall time.
  */
 #include "codec/codec.h"
 #include "core/error.h"
 #include "core/util.h"
+#include "format/dataset.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -33,6 +37,28 @@ static size_t npaths, cap;
 static size_t total_jobs;
 static _Atomic size_t next_job;
 static _Atomic uint64_t bad, pixels;
+static stk_dataset *dataset; /* --dataset: read samples from here instead */
+
+static void *dataset_worker(void *arg)
+{
+    (void)arg;
+    stk_scratch sc = {NULL, 0}, rd = {NULL, 0};
+    for (;;) {
+        size_t j = atomic_fetch_add(&next_job, 1);
+        if (j >= total_jobs)
+            break;
+        stk_sample s;
+        stk_image_view v;
+        if (dataset->vt->read(dataset, j % npaths, &s, &rd) < 0 || !s.encoded ||
+            stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &sc, &v) < 0)
+            atomic_fetch_add(&bad, 1);
+        else
+            atomic_fetch_add(&pixels, (uint64_t)v.width * v.height);
+    }
+    stk_scratch_free(&sc);
+    stk_scratch_free(&rd);
+    return NULL;
+}
 
 static void add_path(const char *p)
 {
@@ -121,9 +147,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: decode_floor DIR [--threads N] [--limit N] [--epochs E] [--json]\n");
         return 2;
     }
-    int threads = 2, epochs = 1, json = 0;
+    int threads = 2, epochs = 1, json = 0, first = 2;
+    if (!strcmp(argv[1], "--dataset")) {
+        if (argc < 3 || stk_dataset_open(argv[2], NULL, &dataset) < 0) {
+            fprintf(stderr, "decode_floor: %s\n", argc < 3 ? "--dataset needs a URI" : stk_errmsg());
+            return 1;
+        }
+        first = 3;
+    }
     size_t limit = 0;
-    for (int i = 2; i < argc; i++) {
+    for (int i = first; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) {
             json = 1;
             continue;
@@ -138,12 +171,16 @@ int main(int argc, char **argv)
             epochs = atoi(argv[i + 1]);
         i++;
     }
-    walk(argv[1], 0);
+    if (dataset)
+        npaths = (size_t)dataset->count;
+    else
+        walk(argv[1], 0);
     if (!npaths) {
         fprintf(stderr, "decode_floor: no files under %s\n", argv[1]);
         return 1;
     }
-    qsort(paths, npaths, sizeof *paths, cmp);
+    if (!dataset)
+        qsort(paths, npaths, sizeof *paths, cmp);
     if (limit && limit < npaths)
         npaths = limit;
     total_jobs = npaths * (size_t)epochs;
@@ -154,7 +191,7 @@ int main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &r0);
     double t0 = stk_now();
     for (int i = 0; i < threads; i++)
-        pthread_create(&th[i], NULL, worker, NULL);
+        pthread_create(&th[i], NULL, dataset ? dataset_worker : worker, NULL);
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
     double dt = stk_now() - t0;

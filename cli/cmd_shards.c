@@ -33,6 +33,10 @@ static const char pack_usage[] =
     "      --reencode         decode and store new JPEGs (with --max-side, --quality)\n"
     "      --max-side N       with --reencode: shrink images whose longest side is over N\n"
     "      --quality Q        with --reencode: JPEG quality 1-100 (90)\n"
+    "      --restart N        rewrite JPEGs losslessly with a restart marker every <= N\n"
+    "                         MCUs (same pixels; 4 is a good N) so that random crops\n"
+    "                         decode only the part they cover; stored bytes then differ\n"
+    "                         from the source files\n"
     "      --no-validate      keep encoded bytes without decoding them first\n"
     "      --strict           fail on the first unreadable input\n"
     "  -q, --quiet            no progress bar\n"
@@ -92,7 +96,8 @@ int cmd_pack(int argc, char **argv)
         {"no-validate", no_argument, NULL, 'n'},      {"strict", no_argument, NULL, 'S'},
         {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
         {"reencode", no_argument, NULL, 'R'},         {"max-side", required_argument, NULL, 'M'},
-        {"quality", required_argument, NULL, 'Q'},    {NULL, 0, NULL, 0},
+        {"quality", required_argument, NULL, 'Q'},    {"restart", required_argument, NULL, 'T'},
+        {NULL, 0, NULL, 0},
     };
     stk_pack_options o = {0};
     pack_ctx ctx = {.bar = isatty(STDERR_FILENO)};
@@ -111,6 +116,13 @@ int cmd_pack(int argc, char **argv)
         case 'R': reencode = true; break;
         case 'M': if (!cli_parse_u32(optarg, "--max-side", &o.max_side)) return EXIT_USAGE; break;
         case 'Q': if (!cli_parse_u32(optarg, "--quality", &quality)) return EXIT_USAGE; break;
+        case 'T':
+            if (!cli_parse_u32(optarg, "--restart", &o.restart_interval)) return EXIT_USAGE;
+            if (o.restart_interval < 1 || o.restart_interval > 65535) {
+                cli_error("--restart: %u is not in 1..65535 MCUs", o.restart_interval);
+                return EXIT_USAGE;
+            }
+            break;
         case 'S': o.strict = 1; break;
         case 'q': ctx.bar = false; break;
         case 'h': fputs(pack_usage, stdout); return 0;
@@ -141,6 +153,10 @@ int cmd_pack(int argc, char **argv)
         cli_error("--zstd needs --raw (encoded images are kept as they are)");
         return EXIT_USAGE;
     }
+    if (o.restart_interval && o.mode == STK_PACK_RAW) {
+        cli_error("--restart applies to encoded images, not --raw");
+        return EXIT_USAGE;
+    }
     if (zstd > 19) {
         cli_error("--zstd: level %u is not in 1..19", zstd);
         return EXIT_USAGE;
@@ -162,6 +178,9 @@ int cmd_pack(int argc, char **argv)
            (unsigned long long)r.records, r.shards, r.shards == 1 ? "" : "s", (double)r.bytes / 1e6,
            argv[optind + 1], (unsigned long long)r.skipped, r.skipped == 1 ? "" : "s",
            r.skipped ? " (listed on stderr)" : "");
+    if (o.restart_interval)
+        printf("rewrote %llu of %llu JPEGs with restart markers (the rest kept as they are)\n",
+               (unsigned long long)r.restarted, (unsigned long long)r.records);
     return 0;
 }
 

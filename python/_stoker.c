@@ -1451,18 +1451,18 @@ static void pack_on_skip(void *ctx, uint64_t index, const char *reason)
 static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"src", "dest", "shard_bytes", "jobs", "mode", "zstd_level",
-                             "strict", "validate", "max_side", "quality", NULL};
+                             "strict", "validate", "max_side", "quality", "restart", NULL};
     const char *src, *dest, *mode = "keep";
     unsigned long long shard_bytes = 0;
-    unsigned int jobs = 0, max_side = 0;
+    unsigned int jobs = 0, max_side = 0, restart = 0;
     int zstd_level = 0, strict = 0, validate = 1, quality = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KIsippIi:pack", kwlist, &src, &dest,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|KIsippIiI:pack", kwlist, &src, &dest,
                                      &shard_bytes, &jobs, &mode, &zstd_level, &strict, &validate,
-                                     &max_side, &quality))
+                                     &max_side, &quality, &restart))
         return NULL;
     stk_pack_options o = {.shard_bytes = shard_bytes, .jobs = jobs, .zstd_level = zstd_level,
                           .strict = strict, .no_validate = !validate, .max_side = max_side,
-                          .quality = quality};
+                          .quality = quality, .restart_interval = restart};
     if (!strcmp(mode, "keep"))
         o.mode = STK_PACK_KEEP;
     else if (!strcmp(mode, "raw"))
@@ -1502,9 +1502,10 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
             goto done;
         PyList_SET_ITEM(list, (Py_ssize_t)i, t);
     }
-    result = Py_BuildValue("{sKsKsIsKsO}", "records", (unsigned long long)r.records, "skipped",
+    result = Py_BuildValue("{sKsKsIsKsKsO}", "records", (unsigned long long)r.records, "skipped",
                            (unsigned long long)r.skipped, "shards", r.shards, "bytes",
-                           (unsigned long long)r.bytes, "skipped_inputs", list);
+                           (unsigned long long)r.bytes, "restarted",
+                           (unsigned long long)r.restarted, "skipped_inputs", list);
 done:
     Py_XDECREF(list);
     for (size_t i = 0; i < k.n; i++)
@@ -1522,8 +1523,9 @@ static PyMethodDef module_methods[] = {
      "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(src, dest, shard_bytes=0, jobs=0, mode='keep', zstd_level=0, strict=False, "
-     "validate=True, max_side=0, quality=0)\n--\n\nPack a dataset into .stk shards "
-     "(stk_pack); returns a dict with records, skipped, shards, bytes, skipped_inputs."},
+     "validate=True, max_side=0, quality=0, restart=0)\n--\n\nPack a dataset into .stk shards "
+     "(stk_pack); returns a dict with records, skipped, shards, bytes, restarted, "
+     "skipped_inputs."},
     {0},
 };
 

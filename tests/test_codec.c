@@ -30,6 +30,8 @@
 #include <cmocka.h>
 
 #include "codec/codec.h"
+#include "codec/codec_internal.h"
+#include "codec/codec_write.h"
 #include "core/error.h"
 #include "format/dataset.h"
 #include "testutil.h"
@@ -303,6 +305,16 @@ static const jpeg_case jpeg_cases[] = {
     /* Block smoothing reads two blocks to the left: a crop must leave room
      * (found by fuzzing). */
     {"progressive, luma AC 1..5 unrefined", {3, 90, 2, 2, 1, 0, 0, 0, 1}, 203, 157},
+    /* Restart intervals that divide the MCU row: crops decode through a
+     * window JPEG of the covered intervals (jpeg_window.c). */
+    {"window 4:4:4, R=1", {3, 96, 1, 1, 0, 1, 0, 0, 0}, 203, 157},
+    {"window 4:4:4, R=4", {3, 96, 1, 1, 0, 4, 0, 0, 0}, 224, 157},
+    {"window 4:2:0, R=4", {3, 90, 2, 2, 0, 4, 0, 0, 0}, 190, 131},
+    {"window 4:2:0, R=row", {3, 90, 2, 2, 0, 13, 0, 0, 0}, 203, 157},
+    {"window 4:2:2, R=2", {3, 90, 2, 1, 0, 2, 0, 0, 0}, 160, 98},
+    {"window gray, R=3", {1, 90, 1, 1, 0, 3, 0, 0, 0}, 168, 133},
+    {"window h2v4, R=1", {3, 95, 2, 4, 0, 1, 0, 0, 0}, 203, 157},
+    {"window 4:1:1, R=1", {3, 90, 4, 1, 0, 1, 0, 0, 0}, 203, 157},
     {"tiny 4:2:0", {3, 90, 2, 2, 0, 0, 0, 0, 0}, 1, 1},
     {"thin 4:2:0", {3, 90, 2, 2, 0, 0, 0, 0, 0}, 3, 40},
 };
@@ -465,6 +477,140 @@ static void test_jpeg_regions_exact(void **state)
         stk_scratch_free(&s);
         free(d);
     }
+}
+
+/* Offset of the first marker `m` (FF m) in d, or 0. */
+static size_t find_marker(const uint8_t *d, size_t n, uint8_t m)
+{
+    for (size_t i = 2; i + 1 < n; i++)
+        if (d[i] == 0xFF && d[i + 1] == m)
+            return i;
+    return 0;
+}
+
+/* The window (jpeg_window.c) is really taken for crops of the "window"
+ * cases, is a valid smaller JPEG of the right size, and declines whatever
+ * does not qualify; test_jpeg_regions_exact checks its pixels. */
+static void test_jpeg_window(void **state)
+{
+    (void)state;
+    stk_scratch buf = {0}, s = {0};
+    stk_jpeg_window win;
+    stk_image_info info;
+    int windowed = 0;
+    for (size_t i = 0; i < N_JPEG_CASES; i++) {
+        const jpeg_case *jc = &jpeg_cases[i];
+        size_t n;
+        uint8_t *d = case_jpeg(jc, 300 + i, &n, NULL);
+        stk_rect mid = {jc->w / 3, jc->h / 3, jc->w / 3 ? jc->w / 3 : 1, jc->h / 3 ? jc->h / 3 : 1};
+        stk_rect all = {0, 0, jc->w, jc->h};
+        int rc = stk_jpeg_window_build(d, n, 1u << 28, &mid, &buf, &win);
+        int expect = !strncmp(jc->name, "window", 6);
+        if (rc != expect)
+            print_error("%s: window %d, expected %d\n", jc->name, rc, expect);
+        assert_int_equal(rc, expect);
+        assert_int_equal(stk_jpeg_window_build(d, n, 1u << 28, &all, &buf, &win), 0);
+        if (!expect) {
+            free(d);
+            continue;
+        }
+        windowed++;
+        /* Rebuild (the whole-image call above declined without touching
+         * win) and look at it: smaller, a JPEG containing the crop. */
+        assert_int_equal(stk_jpeg_window_build(d, n, 1u << 28, &mid, &buf, &win), 1);
+        assert_true(win.size < n);
+        assert_true(win.x <= mid.x && win.y <= mid.y);
+        assert_int_equal(stk_image_probe(buf.data, win.size, NULL, &info), 0);
+        assert_true(win.x + info.width >= mid.x + mid.width);
+        assert_true(win.y + info.height >= mid.y + mid.height);
+        assert_true(info.width < jc->w || info.height < jc->h);
+        /* Over the pixel limit: declined (the ordinary path says why). */
+        assert_int_equal(stk_jpeg_window_build(d, n, (uint64_t)jc->w * jc->h - 1, &mid, &buf,
+                                               &win),
+                         0);
+        /* Damage the window relies on: a restart marker renumbered, or the
+         * stream cut before the crop's last row. Declined, and the ordinary
+         * decode then reports the damage. */
+        uint8_t *bad = malloc(n);
+        assert_non_null(bad);
+        memcpy(bad, d, n);
+        size_t rst = find_marker(bad, n, 0xD0);
+        assert_true(rst > 0);
+        bad[rst + 1] = 0xD5;
+        assert_int_equal(stk_jpeg_window_build(bad, n, 1u << 28, &mid, &buf, &win), 0);
+        assert_int_equal(stk_image_decode(bad, n, NULL, NULL, 1, &s, &(stk_image_view){0}),
+                         STK_EDATA);
+        size_t sos = find_marker(d, n, 0xDA);
+        size_t cut = sos + (n - sos) / 3;
+        assert_int_equal(stk_jpeg_window_build(d, cut, 1u << 28, &mid, &buf, &win), 0);
+        assert_int_equal(stk_image_decode(d, cut, NULL, &mid, 1, &s, &(stk_image_view){0}),
+                         STK_EDATA);
+        free(bad);
+        free(d);
+    }
+    assert_true(windowed >= 8);
+    stk_scratch_free(&buf);
+    stk_scratch_free(&s);
+}
+
+/* stk_jpeg_add_restarts (pack --restart): the same pixels at every scale,
+ * a DRI that divides the MCU row (so crops get windows), CMYK left alone,
+ * damage reported. */
+static void test_jpeg_add_restarts(void **state)
+{
+    (void)state;
+    stk_scratch out = {0}, a = {0}, b = {0}, buf = {0};
+    stk_jpeg_window win;
+    for (size_t i = 0; i < N_JPEG_CASES; i++) {
+        const jpeg_case *jc = &jpeg_cases[i];
+        size_t n, m;
+        uint8_t *d = case_jpeg(jc, 400 + i, &n, NULL);
+        for (unsigned maxr = 1; maxr <= 8; maxr += 3) {
+            int rc = stk_jpeg_add_restarts(d, n, 1u << 28, maxr, &out, &m);
+            if (jc->o.comps == 4 || jc->o.partial) {
+                /* CMYK/YCCK, and progressive files whose coefficients are
+                 * not all refined (libjpeg smooths those blocks; a
+                 * baseline copy would not be): kept as they are. */
+                assert_int_equal(rc, 0);
+                break;
+            }
+            assert_int_equal(rc, 1);
+            assert_true(find_marker(out.data, m, 0xDD) > 0);
+            assert_int_equal(find_marker(out.data, m, 0xC2), 0); /* now baseline */
+            for (unsigned scale = 1; scale <= 8; scale *= 2) {
+                stk_image_view va, vb;
+                char what[128];
+                snprintf(what, sizeof what, "%s rewritten (R <= %u), 1/%u", jc->name, maxr, scale);
+                assert_int_equal(stk_image_decode(d, n, NULL, NULL, scale, &a, &va), 0);
+                assert_int_equal(stk_image_decode(out.data, m, NULL, NULL, scale, &b, &vb), 0);
+                uint8_t *want = dense(&va);
+                expect_view_eq(&vb, want, va.width, 0, 0, va.width, va.height, what);
+                free(want);
+            }
+            if (jc->w >= 48 && jc->h >= 48) {
+                stk_rect mid = {jc->w / 3, jc->h / 3, jc->w / 3, jc->h / 3};
+                assert_int_equal(stk_jpeg_window_build(out.data, m, 1u << 28, &mid, &buf, &win),
+                                 1);
+            }
+        }
+        /* Truncated: libjpeg's reason, as STK_EDATA. */
+        if (jc->o.comps != 4 && !jc->o.partial && n > 200) {
+            int rc = stk_jpeg_add_restarts(d, n / 2, 1u << 28, 4, &out, &m);
+            if (rc != STK_EDATA)
+                print_error("%s: truncated file rewritten (%d)\n", jc->name, rc);
+            assert_int_equal(rc, STK_EDATA);
+            assert_non_null(strstr(stk_errmsg(), "JPEG"));
+            assert_int_equal(stk_jpeg_add_restarts(d, n, (uint64_t)jc->w * jc->h - 1, 4, &out, &m),
+                             STK_ELIMIT);
+        }
+        free(d);
+    }
+    assert_int_equal(stk_jpeg_add_restarts((const uint8_t *)"x", 1, 100, 0, &out, &(size_t){0}),
+                     STK_EINVAL);
+    stk_scratch_free(&out);
+    stk_scratch_free(&a);
+    stk_scratch_free(&b);
+    stk_scratch_free(&buf);
 }
 
 /* A JPEG of w x h whose SOF claims new_w x new_h. */
@@ -1004,6 +1150,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jpeg_full_matches_reference),
         cmocka_unit_test(test_jpeg_regions_exact),
+        cmocka_unit_test(test_jpeg_window),
+        cmocka_unit_test(test_jpeg_add_restarts),
         cmocka_unit_test(test_jpeg_limits),
         cmocka_unit_test(test_jpeg_hostile),
         cmocka_unit_test(test_jpeg_scan_limit),

@@ -250,6 +250,13 @@ typedef struct stk_pack_options {
     void *ctx;
     uint32_t max_side;     /* reencode: longest side kept (0 = no shrinking) */
     int quality;           /* reencode: JPEG quality 1..100 (0 = 90) */
+    /* keep / reencode: when > 0, rewrite each YCbCr or gray JPEG losslessly
+     * (same coefficients, same pixels: checked by decoding both) with a
+     * restart marker every <= restart_interval MCUs, so that a crop decodes
+     * only the intervals it covers (docs/codec.md). 4 is a good value. The
+     * stored bytes then differ from the source file's; other files are
+     * kept as they are. */
+    uint32_t restart_interval;
 } stk_pack_options;
 
 typedef struct stk_pack_result {
@@ -257,6 +264,7 @@ typedef struct stk_pack_result {
     uint64_t skipped;      /* inputs left out (listed through on_skip) */
     uint32_t shards;
     uint64_t bytes;        /* total shard bytes */
+    uint64_t restarted;    /* JPEGs rewritten with restart markers */
 } stk_pack_result;
 
 /* Pack dataset `src` (any URI stk_dataset_open accepts) into shards

@@ -100,7 +100,7 @@ def pack(src: Union[str, os.PathLike[str]], dest: Union[str, os.PathLike[str]], 
          shard_size: int | None = ..., jobs: int = ...,
          mode: Literal["keep", "raw", "reencode"] = ..., zstd_level: int = ...,
          strict: bool = ..., validate: bool = ..., max_side: int = ...,
-         quality: int = ...) -> dict[str, Any]: ...
+         quality: int = ..., restart: int = ...) -> dict[str, Any]: ...
 
 # -- transforms ------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
 
 
 def pack(src, dest, *, shard_size=None, jobs=2, mode="keep", zstd_level=0, strict=False,
-         validate=True, max_side=0, quality=0):
+         validate=True, max_side=0, quality=0, restart=0):
     """Pack dataset ``src`` (any URI: an image folder, ``list:FILE``, CIFAR,
     IDX...) into .stk shards ``dest/shard-NNNNN.stk`` (docs/format.md), like
     ``stoker pack``.
@@ -87,14 +87,18 @@ def pack(src, dest, *, shard_size=None, jobs=2, mode="keep", zstd_level=0, stric
     decoding unless ``validate=False``), ``"raw"`` (decoded pixels,
     ``zstd_level`` 1-19 to compress) or ``"reencode"`` (shrink to
     ``max_side`` with Pillow's bilinear, store JPEGs of ``quality``).
+    ``restart`` N > 0 (keep/reencode): rewrite JPEGs losslessly with a
+    restart marker every <= N MCUs (same pixels, checked), so random crops
+    decode only the part they cover; 4 is a good N.
     ``shard_size`` in bytes (default 1 GiB); ``jobs`` threads; output is
     identical for any ``jobs``. Unreadable inputs are skipped and returned
     in ``result["skipped_inputs"]`` as (index, reason) pairs, or raise
     ``DataError`` with ``strict=True``. Returns a dict: records, skipped,
-    shards, bytes, skipped_inputs. The GIL is released while packing.
+    shards, bytes, restarted (JPEGs rewritten), skipped_inputs. The GIL is released while packing.
     """
     return _stoker.pack(os.fspath(src), os.fspath(dest), int(shard_size or 0), int(jobs), mode,
-                        int(zstd_level), bool(strict), bool(validate), int(max_side), int(quality))
+                        int(zstd_level), bool(strict), bool(validate), int(max_side), int(quality),
+                        int(restart))
 
 
 def from_numpy(images, labels=None):

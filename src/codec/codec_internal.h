@@ -32,6 +32,23 @@ int stk_jpeg_decode(const stk_decode_req *req);
 int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
 int stk_png_decode(const stk_decode_req *req);
 
+/* A window JPEG (jpeg_window.c): a valid JPEG of only the restart
+ * intervals that cover a region, whose pixel (0, 0) is the original's
+ * (x, y). */
+typedef struct stk_jpeg_window {
+    uint32_t x, y;
+    size_t size; /* bytes, at the start of the buffer it was built in */
+} stk_jpeg_window;
+
+/* Build the window of `data` that covers region `r` into `buf`. 1 when
+ * built, 0 when the file does not qualify or nothing would be saved (decode
+ * the file itself), STK_ENOMEM. Never reports damage: it declines instead. */
+int stk_jpeg_window_build(const uint8_t *data, size_t size, uint64_t max_pixels,
+                          const stk_rect *r, stk_scratch *buf, stk_jpeg_window *win);
+/* The calling thread's window buffer (freed at thread exit); NULL if none
+ * could be made. */
+stk_scratch *stk_jpeg_window_scratch(void);
+
 /* STK_EINVAL when `r` does not fit inside a width x height image; `what` is
  * "JPEG" or "PNG". */
 int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width,

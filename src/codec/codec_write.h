@@ -1,6 +1,7 @@
 /*
  * codec_write.h — writing images (internal): PNG through libspng's encoder,
- * for `stoker preview` (stk_preview). Kept apart from codec.h, which is the
+ * for `stoker preview` (stk_preview); JPEG encoding and the lossless restart
+ * transcode for `stoker pack`. Kept apart from codec.h, which is the
  * decoding side.
  */
 #ifndef STK_CODEC_CODEC_WRITE_H
@@ -26,5 +27,15 @@ int stk_png_write_rgb8(const char *path, const uint8_t *rgb, uint32_t width, uin
  * STK_ENOMEM / STK_EIO (the encoder's message) via stk_fail. */
 int stk_jpeg_encode(const uint8_t *pixels, uint32_t width, uint32_t height, uint32_t channels,
                     size_t stride, int quality, stk_scratch *out, size_t *size);
+
+/* Rewrite the JPEG `data` losslessly (same DCT coefficients, so the same
+ * decoded pixels) as a baseline JPEG with a restart marker every R MCUs, R
+ * the largest divisor of the MCU row length up to max_interval
+ * (jpeg_restart.c). Returns 1 with the new bytes in `out` / *out_size, 0
+ * when the file is left as it is (not YCbCr or grayscale), STK_EDATA
+ * (corrupt, libjpeg's reason), STK_ELIMIT (over max_pixels), STK_ENOMEM or
+ * STK_EINVAL, via stk_fail. */
+int stk_jpeg_add_restarts(const uint8_t *data, size_t size, uint64_t max_pixels,
+                          unsigned max_interval, stk_scratch *out, size_t *out_size);
 
 #endif

@@ -435,11 +435,34 @@ int stk_jpeg_decode(const stk_decode_req *req)
 {
     stk_jpeg_job job;
     stk_image_info info;
+    stk_decode_req sub;
+    stk_rect sub_region;
     memset(&job, 0, sizeof job);
     job.data = req->data;
     job.size = req->size;
     job.max_pixels = req->max_pixels;
     job.req = req;
     job.info = &info;
+    if (req->region) {
+        /* A crop of a JPEG with suitable restart markers: decode only the
+         * intervals that cover it (jpeg_window.c). */
+        stk_scratch *buf = stk_jpeg_window_scratch();
+        stk_jpeg_window win;
+        int rc = buf ? stk_jpeg_window_build(req->data, req->size, req->max_pixels, req->region,
+                                             buf, &win)
+                     : 0;
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            sub = *req;
+            sub_region = *req->region;
+            sub_region.x -= win.x;
+            sub_region.y -= win.y;
+            sub.region = &sub_region;
+            job.data = buf->data;
+            job.size = win.size;
+            job.req = &sub;
+        }
+    }
     return stk_jpeg_run(&job);
 }

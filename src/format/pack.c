@@ -44,6 +44,7 @@ typedef struct item {
     stk_scratch payload;   /* owned: record bytes for the image field */
     size_t size;
     int64_t label;
+    bool restarted;        /* payload is a restart-marker rewrite of the source */
     int rc;                /* 0 ok, < 0 failed */
     char *reason;          /* owned when rc < 0 */
 } item;
@@ -72,6 +73,7 @@ typedef struct pack_worker {
     pthread_t thread;
     stk_scratch read_scratch, pixels; /* owned by the thread */
     stk_scratch dense, resized;       /* owned by the thread: reencode mode */
+    stk_scratch rewritten, recheck;   /* owned by the thread: restart rewriting */
     ZSTD_CCtx *zstd;
 } pack_worker;
 
@@ -145,11 +147,43 @@ static int store_reencoded(packer *p, pack_worker *w, item *it, const stk_image_
                            &it->payload, &it->size);
 }
 
+/* Restart rewriting (opt->restart_interval): replace the JPEG in
+ * it->payload by its lossless rewrite with restart markers when its decoded
+ * pixels equal `expect` (the payload's own decode). The rewrite is lossless
+ * by construction; the comparison makes sure of it. Files that cannot or
+ * need not be rewritten keep their bytes. */
+static int apply_restarts(packer *p, pack_worker *w, item *it, const stk_image_view *expect)
+{
+    size_t n;
+    stk_image_view v;
+    if (stk_image_sniff(it->payload.data, it->size) != STK_IMAGE_JPEG)
+        return 0;
+    int rc = stk_jpeg_add_restarts(it->payload.data, it->size, STK_DEFAULT_MAX_PIXELS,
+                                   p->opt->restart_interval, &w->rewritten, &n);
+    if (rc <= 0)
+        return rc == STK_ENOMEM ? rc : 0; /* left as it is */
+    if ((rc = stk_image_decode(w->rewritten.data, n, NULL, NULL, 1, &w->recheck, &v)) < 0)
+        return rc == STK_ENOMEM ? rc : 0;
+    if (v.width != expect->width || v.height != expect->height || v.channels != expect->channels)
+        return 0;
+    for (uint32_t y = 0; y < v.height; y++)
+        if (memcmp(v.pixels + y * v.row_stride, expect->pixels + y * expect->row_stride,
+                   (size_t)v.width * v.channels) != 0)
+            return 0;
+    if ((rc = stk_scratch_reserve(&it->payload, n)) < 0)
+        return rc;
+    memcpy(it->payload.data, w->rewritten.data, n);
+    it->size = n;
+    it->restarted = true;
+    return 0;
+}
+
 static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     stk_sample s;
     it->rc = 0;
     it->size = 0;
+    it->restarted = false;
     int rc = p->ds->vt->read(p->ds, index, &s, &w->read_scratch);
     if (rc < 0) {
         set_reason(it, rc);
@@ -164,7 +198,8 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
         return;
     }
     stk_image_view view;
-    if (p->raw_out || !p->opt->no_validate || p->opt->mode == STK_PACK_REENCODE) {
+    if (p->raw_out || !p->opt->no_validate || p->opt->mode == STK_PACK_REENCODE ||
+        p->opt->restart_interval) {
         rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &w->pixels, &view);
         if (rc < 0) {
             char name[1024];
@@ -175,8 +210,17 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
         }
     }
     if (p->opt->mode == STK_PACK_REENCODE) {
-        if ((rc = store_reencoded(p, w, it, &view)) < 0)
+        if ((rc = store_reencoded(p, w, it, &view)) < 0) {
             set_reason(it, rc);
+            return;
+        }
+        if (p->opt->restart_interval) {
+            /* The new JPEG's own pixels are what the rewrite must keep. */
+            if ((rc = stk_image_decode(it->payload.data, it->size, NULL, NULL, 1, &w->pixels,
+                                       &view)) < 0 ||
+                (rc = apply_restarts(p, w, it, &view)) < 0)
+                set_reason(it, rc);
+        }
         return;
     }
     if (p->raw_out) {
@@ -206,6 +250,8 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     }
     memcpy(it->payload.data, s.encoded, s.encoded_size);
     it->size = s.encoded_size;
+    if (p->opt->restart_interval && (rc = apply_restarts(p, w, it, &view)) < 0)
+        set_reason(it, rc);
 }
 
 static void *pack_worker_main(void *arg)
@@ -320,6 +366,10 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     if (o->zstd_level < 0 || o->zstd_level > 19 || (o->zstd_level && o->mode != STK_PACK_RAW))
         return stk_fail(STK_EINVAL, "stk_pack: zstd level %d: use 1..19, with raw mode only",
                         o->zstd_level);
+    if (o->restart_interval > 65535 || (o->restart_interval && o->mode == STK_PACK_RAW))
+        return stk_fail(STK_EINVAL, "stk_pack: restart interval %u: use 1..65535 MCUs, with the "
+                                    "keep or reencode mode",
+                        o->restart_interval);
     uint32_t jobs = o->jobs ? o->jobs : 2;
     if (jobs > 256)
         return stk_fail(STK_EINVAL, "stk_pack: %u jobs is more than 256", jobs);
@@ -433,6 +483,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
             if ((rc = stk_shard_writer_add(w, values)) < 0)
                 goto done;
             res.records++;
+            res.restarted += it->restarted;
             if (stk_shard_writer_bytes(w) >= shard_bytes) {
                 uint64_t bytes = stk_shard_writer_bytes(w);
                 rc = stk_shard_writer_finish(w);
@@ -477,6 +528,8 @@ done:
             stk_scratch_free(&workers[i].pixels);
             stk_scratch_free(&workers[i].dense);
             stk_scratch_free(&workers[i].resized);
+            stk_scratch_free(&workers[i].rewritten);
+            stk_scratch_free(&workers[i].recheck);
             ZSTD_freeCCtx(workers[i].zstd);
         }
     if (sync_made) {

@@ -132,3 +132,17 @@ def test_pack_from_python_lists_skips_and_loads(jpeg_folder, tmp_path_factory):
         stoker.pack(jpeg_folder, tmp_path / "strict", strict=True)
     with pytest.raises(ValueError, match="mode"):
         stoker.pack(jpeg_folder, tmp_path / "x", mode="zip")
+    assert r["restarted"] == 0
+    # restart=4: the JPEGs rewritten with restart markers; the same pixels,
+    # so the same batches as from the byte-for-byte pack.
+    r2 = stoker.pack(jpeg_folder, tmp_path / "rst", restart=4)
+    assert r2["records"] == 18 and r2["restarted"] > 0
+
+    def batches(path):
+        ld = stoker.Loader(str(path), batch_size=6, seed=3, output="numpy",
+                           transforms=[stoker.RandomResizedCrop(16)])
+        return [x.copy() for x, _ in ld]
+    for a, b in zip(batches(out), batches(tmp_path / "rst")):
+        assert np.array_equal(a, b)
+    with pytest.raises(stoker.StokerError, match="restart"):
+        stoker.pack(jpeg_folder, tmp_path / "y", mode="raw", restart=4)

@@ -150,3 +150,50 @@ def test_pack_reencode_shrinks_like_pil(tmp_path):
         assert err < 6.0, (i, err)  # JPEG q92 of smooth content
     p = run_stoker("pack", tmp_path / "smooth", tmp_path / "bad", "--max-side", 24, check=False)
     assert p.returncode == 2 and "--reencode" in p.stderr
+
+
+def test_pack_restart_keeps_pixels_and_crops_agree(folder, tmp_path):
+    """--restart 4: YCbCr and gray JPEGs are rewritten with restart markers
+    (a DRI segment appears) and decode, with PIL, to exactly the source's
+    pixels; CMYK and the PNG keep their bytes. Random-resized-crop batches
+    (which decode through restart windows) are identical to those from the
+    byte-for-byte pack."""
+    root, good, _ = folder
+    big = tmp_path / "big"
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[0:180, 0:260]
+    for c in "pq":
+        (big / c).mkdir(parents=True)
+        for i, sub in enumerate([0, 1, 2]):  # PIL subsampling: 4:4:4, 4:2:2, 4:2:0
+            img = np.stack([(xx * 3 + i * 40) % 256, (yy * 2) % 256, (xx + yy) % 256], -1)
+            img = (img + rng.integers(0, 24, img.shape)).clip(0, 255).astype(np.uint8)
+            Image.fromarray(img).save(big / c / ("%d.jpg" % i), "JPEG", quality=92,
+                                      subsampling=sub)
+    for src, n_jpeg_rewritable in ((root, 9), (big, 6)):
+        plain, rst = tmp_path / (src.name + "-plain"), tmp_path / (src.name + "-rst")
+        run_stoker("pack", src, plain)
+        p = run_stoker("pack", src, rst, "--restart", 4)
+        total = len(glob.glob(str(src / "*" / "*")))
+        if src == root:
+            total -= 4  # the hostile files
+        assert "rewrote %d of %d JPEGs" % (n_jpeg_rewritable, total) in p.stdout, p.stdout
+        for i in range(total):
+            a = subprocess.run([STOKER, "cat", str(plain), str(i)], capture_output=True).stdout
+            b = subprocess.run([STOKER, "cat", str(rst), str(i)], capture_output=True).stdout
+            ia, ib = Image.open(io.BytesIO(a)), Image.open(io.BytesIO(b))
+            if ia.format == "JPEG" and ia.mode in ("RGB", "L"):
+                assert b != a and b"\xff\xdd" in b, i  # rewritten, with a DRI
+            else:
+                assert b == a, i  # CMYK, PNG: kept as they are
+            assert np.array_equal(np.asarray(ia), np.asarray(ib)), i
+        assert "OK:" in run_stoker("verify", rst, "--decode").stdout
+        if src == big:
+            spec = "random_resized_crop 96 | flip | to u8 hwc"
+            digests = []
+            for d in (plain, rst):
+                out = run_stoker("bench", d, "--pipeline", spec, "--batch", 4, "--epochs", 3,
+                                 "--digest").stdout
+                digests.append([l for l in out.splitlines() if l.startswith("digest: ")])
+            assert digests[0] and digests[0] == digests[1]
+    p = run_stoker("pack", root, tmp_path / "x", "--raw", "--restart", 4, check=False)
+    assert p.returncode == 2 and "--restart" in p.stderr
