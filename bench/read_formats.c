@@ -47,8 +47,12 @@
  * once per round — so that load from elsewhere spreads over all methods.
  * The process's CPU time (user + sys) per run is reported beside the wall
  * time: on a busy machine records per CPU-second compares the methods'
- * cost better than wall time does. Warm: one untimed run brings the
- * files in, then R runs, everything reopened for each (for stk: a fresh
+ * cost better than wall time does. Warm: every file is dropped from the
+ * cache (as for cold runs, below), one untimed run of each method brings
+ * its files in again (the shards are first read by the mmap reader, which
+ * for a dataset that fits in half of RAM maps them MADV_HUGEPAGE, so the
+ * kernel caches them in 2 MiB folios and later mappings are set up 2 MiB
+ * at a time), then R runs, everything reopened for each (for stk: a fresh
  * open of a cached file, as a new training process sees it — every page of
  * the mapping faults in once and verify=first hashes every record). For
  * the stk methods R more runs through the same open dataset are reported as
@@ -843,6 +847,13 @@ int main(int argc, char **argv)
         xs[m].tfr_fd = -1;
     }
     fprintf(stderr, "warm-up (untimed)...\n");
+    /* From a cold cache, so that what each method's own first pass leaves
+     * in the page cache (for mmap'd shards: 2 MiB folios, see
+     * stk_reader.c shard_map_advice) is what the warm runs see, not
+     * whatever earlier runs left. */
+    for (int m = 0; m < M_COUNT; m++)
+        if (on[m])
+            drop_caches(&c, (enum method)m);
     for (int m = 0; m < M_COUNT; m++)
         if (on[m]) {
             run_once(&xs[m], 1);

@@ -47,7 +47,8 @@ enum { VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS };
 typedef struct shard {
     char *path;                 /* owned */
     int fd;                     /* owned; -1 when mapped and closed */
-    const uint8_t *map;         /* owned mapping of the whole file, or NULL (pread) */
+    const uint8_t *map;         /* owned mapping of the whole file, or NULL (pread); madvise
+                                   per shard_map_advice */
     uint8_t *index_copy;        /* owned: the index, read with pread (pread mode) */
     uint64_t file_size;
     uint64_t n, first;          /* records; global index of record 0 */
@@ -72,12 +73,46 @@ typedef struct shardset {
     uint32_t nmeta;
     int verify;
     bool pread_io;
+    /* mmap only: the whole dataset fits in half of RAM, so a cold fault may
+     * read the 2 MiB around it (MADV_HUGEPAGE) — see shard_map_advice. */
+    bool huge_pages;
     uint64_t max_bytes, max_pixels;
 } shardset;
 
 /* ------------------------------------------------------------------------ */
 /* Opening one shard                                                         */
 /* ------------------------------------------------------------------------ */
+
+/*
+ * How the kernel should bring a mapped shard in. What a first pass through
+ * a new mapping costs is mostly the page-table set-up: ~0.35-0.45 us per
+ * 4 KiB page, ~100 ms per GB (bench/mmap_floor.c), as much as copying the
+ * bytes. When the page cache holds the shard in 2 MiB folios — as the
+ * writer leaves it (stk_writer.c) and as faults through a MADV_HUGEPAGE
+ * mapping read it — the kernel maps 2 MiB per entry and that cost
+ * disappears (~4 ms per GB).
+ *
+ * So when the dataset fits in half of RAM the whole mapping is
+ * MADV_HUGEPAGE: a cold fault reads the 2 MiB around it (no more bytes in
+ * total than the dataset, which will stay cached), and every later mapping
+ * of it, in this process or the next, is set up 2 MiB at a time. Larger
+ * datasets would read 2 MiB per random record without keeping it, so
+ * there records are read in random order with no readahead around a fault
+ * (record_get asks for each record's own pages instead), and the index is
+ * read whole, sequentially (WILLNEED alone is not enough for it: the kernel
+ * caps one such request at the readahead size).
+ */
+static void shard_map_advice(const shardset *set, shard *s, uint64_t index_offset)
+{
+    if (set->huge_pages) {
+        madvise((void *)s->map, s->file_size, MADV_HUGEPAGE);
+        return;
+    }
+    uint64_t page_start = index_offset / STK_PAGE * STK_PAGE;
+    if (page_start > s->data_offset)
+        madvise((void *)(s->map + s->data_offset), page_start - s->data_offset, MADV_RANDOM);
+    madvise((void *)(s->map + page_start), s->file_size - page_start, MADV_SEQUENTIAL);
+}
 
 static int read_exact(int fd, void *buf, size_t size, uint64_t offset, const char *path)
 {
@@ -323,14 +358,7 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
             goto done;
         }
         s->map = m;
-        /* Records are read in random order (no readahead around a fault:
-         * record_get asks for each record's own pages instead); the index
-         * is read whole now, sequentially. WILLNEED alone is not enough for
-         * it: the kernel caps one such request at the readahead size. */
-        uint64_t page_start = index_offset / STK_PAGE * STK_PAGE;
-        if (page_start > s->data_offset)
-            madvise((uint8_t *)m + s->data_offset, page_start - s->data_offset, MADV_RANDOM);
-        madvise((uint8_t *)m + page_start, s->file_size - page_start, MADV_SEQUENTIAL);
+        shard_map_advice(set, s, index_offset);
         index = s->map + index_offset;
     }
     if (stk_checksum(index, index_size) != stk_rd64(footer + FTR_INDEX_CHECKSUM)) {
@@ -416,7 +444,7 @@ static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t 
          * for all of them, not one synchronous 4 KiB read per page fault
          * (the data area is MADV_RANDOM). */
         uint64_t first = off / STK_PAGE * STK_PAGE, tbit = 1ull << (r % 64);
-        if (len && (off + len - 1) / STK_PAGE != off / STK_PAGE &&
+        if (!set->huge_pages && len && (off + len - 1) / STK_PAGE != off / STK_PAGE &&
             !(atomic_fetch_or_explicit(&s->touched[r / 64], tbit, memory_order_relaxed) & tbit))
             madvise((void *)(s->map + first), off + len - first, MADV_WILLNEED);
     } else {
@@ -906,6 +934,15 @@ static int shardset_open(const char *uri, char **paths, uint32_t n, const char *
         set->pread_io = first_image_is_encoded(paths[0]);
     } else {
         set->pread_io = io == IO_PREAD;
+    }
+    if (!set->pread_io) {
+        uint64_t bytes = 0;
+        struct stat st;
+        for (uint32_t i = 0; i < n; i++)
+            if (stat(paths[i], &st) == 0)
+                bytes += (uint64_t)st.st_size;
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        set->huge_pages = pages > 0 && page > 0 && bytes <= (uint64_t)pages * (uint64_t)page / 2;
     }
     set->shards = calloc(n, sizeof *set->shards);
     if (!set->shards) {

@@ -10,7 +10,13 @@
  *
  * Memory: the index (offsets, lengths, checksums, fixed columns) is kept in
  * growable arrays until finish: ~28 bytes a record for one image + label.
- * Records pass through a 1 MiB write buffer.
+ * Records pass through a 2 MiB write buffer that is always written whole,
+ * so every write() covers exactly one 2 MiB-aligned stretch of the file.
+ * On filesystems with large folios (ext4 and XFS on recent kernels) the
+ * page cache then holds the new shard in 2 MiB folios, and a reader that
+ * maps it while it is still cached gets 2 MiB page-table entries: its first
+ * pass costs ~4 ms per GB of mapping set-up instead of ~100 ms per GB for
+ * 4 KiB pages (bench/mmap_floor.c; docs/benchmarks.md).
  */
 #include "format/stk_writer.h"
 
@@ -28,7 +34,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define WRITE_BUFFER (1u << 20)
+#define WRITE_BUFFER (2u << 20) /* = the x86-64 PMD size; see the essay */
 
 uint64_t stk_checksum(const void *data, size_t size) { return XXH3_64bits(data, size); }
 
@@ -124,18 +130,24 @@ static int flush_buffer(stk_shard_writer *w)
     return rc;
 }
 
+/* Append to the stream; the buffer goes out each time it is full, so all
+ * writes but the last are WRITE_BUFFER bytes at multiples of WRITE_BUFFER. */
 static int emit(stk_shard_writer *w, const void *data, size_t size)
 {
+    const uint8_t *p = data;
     w->pos += size;
-    if (w->buf_len + size > WRITE_BUFFER) {
-        int rc = flush_buffer(w);
-        if (rc < 0)
-            return rc;
-        if (size >= WRITE_BUFFER)
-            return write_all(w, data, size);
+    while (size) {
+        size_t k = WRITE_BUFFER - w->buf_len < size ? WRITE_BUFFER - w->buf_len : size;
+        memcpy(w->buf + w->buf_len, p, k);
+        w->buf_len += k;
+        p += k;
+        size -= k;
+        if (w->buf_len == WRITE_BUFFER) {
+            int rc = flush_buffer(w);
+            if (rc < 0)
+                return rc;
+        }
     }
-    memcpy(w->buf + w->buf_len, data, size);
-    w->buf_len += size;
     return 0;
 }
 
