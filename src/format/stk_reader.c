@@ -92,8 +92,8 @@ typedef struct shardset {
  * mapping read it — the kernel maps 2 MiB per entry and that cost
  * disappears (~4 ms per GB).
  *
- * So when the dataset fits in half of RAM the whole mapping is
- * MADV_HUGEPAGE: a cold fault reads the 2 MiB around it (no more bytes in
+ * So when the dataset fits in half of RAM (or with ?hugepages=on; =off
+ * never) the whole mapping is MADV_HUGEPAGE: a cold fault reads the 2 MiB around it (no more bytes in
  * total than the dataset, which will stay cached), and every later mapping
  * of it, in this process or the next, is set up 2 MiB at a time. Larger
  * datasets would read 2 MiB per random record without keeping it, so
@@ -847,12 +847,13 @@ int stk_shards_detect(const char *path)
 /* ?io= not given: decided from the first shard's schema (see shardset_open). */
 enum { IO_AUTO, IO_MMAP, IO_PREAD };
 
-static int parse_query(const char *uri, const char *query, shardset *set, int *io)
+static int parse_query(const char *uri, const char *query, shardset *set, int *io, int *huge)
 {
-    /* ?verify=off|first|always & io=auto|mmap|pread */
+    /* ?verify=off|first|always & io=auto|mmap|pread & hugepages=auto|on|off */
     set->verify = VERIFY_FIRST;
     set->pread_io = false;
     *io = IO_AUTO;
+    *huge = -1;
     if (!query || !*query)
         return 0;
     char *copy = stk_strdup(query);
@@ -876,9 +877,16 @@ static int parse_query(const char *uri, const char *query, shardset *set, int *i
             *io = IO_MMAP;
         else if (!strcmp(item, "io") && !strcmp(val, "pread"))
             *io = IO_PREAD;
+        else if (!strcmp(item, "hugepages") && !strcmp(val, "auto"))
+            *huge = -1;
+        else if (!strcmp(item, "hugepages") && !strcmp(val, "on"))
+            *huge = 1;
+        else if (!strcmp(item, "hugepages") && !strcmp(val, "off"))
+            *huge = 0;
         else {
             rc = stk_fail(STK_EINVAL, "%s: unknown query item '%s%s%s' (known: verify=off|first|"
-                                      "always, io=auto|mmap|pread)", uri, item, eq ? "=" : "", val);
+                                      "always, io=auto|mmap|pread, hugepages=auto|on|off)",
+                          uri, item, eq ? "=" : "", val);
             break;
         }
     }
@@ -923,8 +931,8 @@ static int shardset_open(const char *uri, char **paths, uint32_t n, const char *
     stk_dataset_options o = stk_dataset_options_resolve(opts);
     set->max_bytes = o.max_bytes;
     set->max_pixels = o.max_pixels;
-    int io;
-    if ((rc = parse_query(uri, query, set, &io)) < 0)
+    int io, huge;
+    if ((rc = parse_query(uri, query, set, &io, &huge)) < 0)
         goto fail;
     if (io == IO_AUTO) {
         /* Encoded images (~100 KB, then ~1 ms of decoding each) are read with
@@ -935,7 +943,9 @@ static int shardset_open(const char *uri, char **paths, uint32_t n, const char *
     } else {
         set->pread_io = io == IO_PREAD;
     }
-    if (!set->pread_io) {
+    if (!set->pread_io && huge >= 0) {
+        set->huge_pages = huge == 1;
+    } else if (!set->pread_io) {
         uint64_t bytes = 0;
         struct stat st;
         for (uint32_t i = 0; i < n; i++)

@@ -36,7 +36,6 @@
 
 #define WRITE_BUFFER (2u << 20) /* = the x86-64 PMD size; see the essay */
 
-uint64_t stk_checksum(const void *data, size_t size) { return XXH3_64bits(data, size); }
 
 int stk_field_layout(const stk_field_def *f, uint8_t *storage, uint32_t *elem_size,
                      uint64_t *fixed_size, const char **why)
