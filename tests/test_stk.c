@@ -141,8 +141,14 @@ static void test_round_trip_every_field(void **state)
     (void)state;
     const char *path = tu_path("all.stk");
     write_shard(path, 0, NREC);
-    const char *uris[] = {"stk:%s", "stk:%s?io=pread", "stk:%s?verify=always", "%s"};
-    for (int u = 0; u < 4; u++) {
+    const char *uris[] = {"stk:%s",
+                          "stk:%s?io=pread",
+                          "stk:%s?verify=always",
+                          "%s",
+                          "stk:%s?io=mmap&hugepages=off",
+                          "stk:%s?io=mmap&hugepages=on&verify=always",
+                          "stk:%s?hugepages=auto"};
+    for (int u = 0; u < (int)(sizeof uris / sizeof uris[0]); u++) {
         char uri[700];
         snprintf(uri, sizeof uri, uris[u], path);
         stk_dataset *ds;
@@ -175,6 +181,13 @@ static void test_round_trip_every_field(void **state)
         assert_int_equal(stk_dataset_read_field(ds, 0, "missing", &d, &sz, NULL), STK_EINVAL);
         assert_int_equal(stk_dataset_read_field(ds, NREC, "blob", &d, &sz, NULL), STK_EINVAL);
         stk_dataset_close(ds);
+    }
+    {
+        char uri[700];
+        stk_dataset *ds;
+        snprintf(uri, sizeof uri, "stk:%s?hugepages=maybe", path);
+        assert_int_equal(stk_dataset_open(uri, NULL, &ds), STK_EINVAL);
+        assert_non_null(strstr(stk_errmsg(), "hugepages=auto|on|off"));
     }
     /* Alignment promises of the format. */
     FILE *f = fopen(path, "rb");
