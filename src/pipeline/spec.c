@@ -364,6 +364,62 @@ static int twice(const parser *P, int ka, int kb)
     return perr(P, ka, "'%.*s' is given twice", TOKARG(P, ka, kb));
 }
 
+/* One argument of a stage, as next_arg hands it over, and the walk's state
+ * (start from {0}). */
+typedef struct stage_arg {
+    int next;       /* arguments handed over so far */
+    unsigned seen;  /* bit k: key k was given */
+    const tok *t; /* the whole argument */
+    int key;      /* index into the op's key table; -1 for a positional argument */
+    int ka, kb;   /* the key (keyed arguments only) */
+    int va, vb;   /* the value: after '=', or the whole positional argument */
+} stage_arg;
+
+/* Does [a, b) name `names`, one name or aliases separated by '|'? */
+static int tok_is_any(const parser *P, int a, int b, const char *names)
+{
+    for (const char *n = names; *n;) {
+        size_t len = strcspn(n, "|");
+        if ((size_t)(b - a) == len && strncasecmp(P->s + a, n, len) == 0)
+            return 1;
+        n += len + (n[len] == '|');
+    }
+    return 0;
+}
+
+/*
+ * The arguments of stage st, one per call and in order: 1 with *a filled,
+ * 0 after the last, < 0 on error. `keys` lists the op's keys (NULL-terminated; aliases as
+ * "mode|padding_mode"), `known` is what an unknown key's message lists
+ * (NULL: the op takes no key=value arguments). Unknown keys and a key given
+ * twice are reported here; positional arguments are the op's to count.
+ */
+static int next_arg(const parser *P, const stage *st, const char *const *keys, const char *known,
+                    stage_arg *a)
+{
+    if (a->next >= st->nargs)
+        return 0;
+    a->t = &st->args[a->next++];
+    a->key = -1;
+    int keyed = split_key(P, a->t, &a->ka, &a->kb, &a->va, &a->vb);
+    if (keyed < 0)
+        return keyed;
+    if (!keyed) {
+        a->va = a->t->a;
+        a->vb = a->t->b;
+        return 1;
+    }
+    for (int k = 0; keys && keys[k] && a->key < 0; k++)
+        if (tok_is_any(P, a->ka, a->kb, keys[k]))
+            a->key = k;
+    if (a->key < 0)
+        return unknown_key(P, st, a->ka, a->kb, known);
+    if (a->seen & (1u << a->key))
+        return twice(P, a->ka, a->kb);
+    a->seen |= 1u << a->key;
+    return 1;
+}
+
 static stk_spec_op *new_op(parser *P, stk_op_kind kind, int col_off, int *rc)
 {
     stk_spec *sp = P->spec;
@@ -445,37 +501,26 @@ static int missing_at(const stage *st) { return st->after_name; }
 
 static int parse_pad(parser *P, const stage *st)
 {
-    int rc = 0, have_size = 0, have_fill = 0, have_mode = 0;
+    static const char *const keys[] = {"fill", "mode|padding_mode", NULL};
+    int rc = 0, have_size = 0;
+    stage_arg a = {0};
     stk_spec_op *op = new_op(P, STK_OP_PAD, st->name.a, &rc);
     if (!op)
         return rc;
     op->u.pad.mode = STK_PAD_CONSTANT;
     op->u.pad.nfill = 1;
     op->u.pad.fill_col = op->col;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
-            if (have_size)
-                return unexpected(P, st, t);
-            rc = parse_pad_sizes(P, t->a, t->b, op, "after 'pad'");
-            have_size = 1;
-        } else if (tok_is(P, ka, kb, "fill")) {
-            if (have_fill++)
-                return twice(P, ka, kb);
-            rc = parse_fill(P, va, vb, op);
-        } else if (tok_is(P, ka, kb, "mode") || tok_is(P, ka, kb, "padding_mode")) {
-            if (have_mode++)
-                return twice(P, ka, kb);
-            rc = parse_mode(P, va, vb, &op->u.pad.mode);
-        } else {
-            return unknown_key(P, st, ka, kb, "fill, mode");
-        }
+    while ((rc = next_arg(P, st, keys, "fill, mode", &a)) > 0) {
+        if (a.key < 0 && have_size++)
+            return unexpected(P, st, a.t);
+        rc = a.key < 0    ? parse_pad_sizes(P, a.va, a.vb, op, "after 'pad'")
+             : a.key == 0 ? parse_fill(P, a.va, a.vb, op)
+                          : parse_mode(P, a.va, a.vb, &op->u.pad.mode);
         if (rc < 0)
             return rc;
     }
+    if (rc < 0)
+        return rc;
     if (!have_size)
         return perr(P, missing_at(st),
                     "expected padding sizes after 'pad' (N, LR,TB or L,T,R,B)");
@@ -501,90 +546,62 @@ static int parse_crop(parser *P, const stage *st, int random)
     const char *name = random ? "random_crop" : "center_crop";
     char ctx[64];
     snprintf(ctx, sizeof ctx, "after '%s'", name);
-    int rc = 0, size_at = -1;
-    int pad_at = -1, pka = 0, fill_at = -1, fka = 0, fkb = 0, mode_at = -1, mka = 0,
-        mkb = 0;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
-            if (size_at >= 0)
-                return unexpected(P, st, t);
-            size_at = i;
-        } else if (random && tok_is(P, ka, kb, "padding")) {
-            if (pad_at >= 0)
-                return twice(P, ka, kb);
-            pad_at = i, pka = ka;
-        } else if (random && tok_is(P, ka, kb, "fill")) {
-            if (fill_at >= 0)
-                return twice(P, ka, kb);
-            fill_at = i, fka = ka, fkb = kb;
-        } else if (random && (tok_is(P, ka, kb, "mode") || tok_is(P, ka, kb, "padding_mode"))) {
-            if (mode_at >= 0)
-                return twice(P, ka, kb);
-            mode_at = i, mka = ka, mkb = kb;
-        } else {
-            return unknown_key(P, st, ka, kb, random ? "padding, fill, mode" : NULL);
-        }
+    /* random_crop's keys; center_crop takes none. */
+    static const char *const keys[] = {"padding", "fill", "mode|padding_mode", NULL};
+    enum { PADDING, FILL, MODE };
+    int rc = 0;
+    stage_arg a = {0}, size = {0}, got[3];
+    while ((rc = next_arg(P, st, random ? keys : NULL, random ? "padding, fill, mode" : NULL, &a)) > 0) {
+        if (a.key >= 0)
+            got[a.key] = a;
+        else if (size.t)
+            return unexpected(P, st, a.t);
+        else
+            size = a;
     }
-    if (size_at < 0)
+    if (rc < 0)
+        return rc;
+    if (!size.t)
         return perr(P, missing_at(st), "expected a crop size after '%s' (H or H,W)", name);
-    if (pad_at < 0 && fill_at >= 0)
-        return perr(P, fka, "'%.*s=' needs padding=", TOKARG(P, fka, fkb));
-    if (pad_at < 0 && mode_at >= 0)
-        return perr(P, mka, "'%.*s=' needs padding=", TOKARG(P, mka, mkb));
+    for (int k = FILL; k <= MODE; k++)
+        if ((a.seen & (1u << k)) && !(a.seen & (1u << PADDING)))
+            return perr(P, got[k].ka, "'%.*s=' needs padding=", TOKARG(P, got[k].ka, got[k].kb));
 
-    if (pad_at >= 0) { /* random_crop ... padding=N  ==  pad N | random_crop ... */
-        stk_spec_op *pad = new_op(P, STK_OP_PAD, pka, &rc);
+    if (a.seen & (1u << PADDING)) { /* random_crop ... padding=N  ==  pad N | random_crop ... */
+        stk_spec_op *pad = new_op(P, STK_OP_PAD, got[PADDING].ka, &rc);
         if (!pad)
             return rc;
         pad->u.pad.mode = STK_PAD_CONSTANT;
         pad->u.pad.nfill = 1;
         pad->u.pad.fill_col = pad->col;
-        int ka, kb, va, vb;
-        split_key(P, &st->args[pad_at], &ka, &kb, &va, &vb);
-        if ((rc = parse_pad_sizes(P, va, vb, pad, "in padding=")) < 0)
+        if ((rc = parse_pad_sizes(P, got[PADDING].va, got[PADDING].vb, pad, "in padding=")) < 0)
             return rc;
-        if (fill_at >= 0) {
-            split_key(P, &st->args[fill_at], &ka, &kb, &va, &vb);
-            if ((rc = parse_fill(P, va, vb, pad)) < 0)
-                return rc;
-        }
-        if (mode_at >= 0) {
-            split_key(P, &st->args[mode_at], &ka, &kb, &va, &vb);
-            if ((rc = parse_mode(P, va, vb, &pad->u.pad.mode)) < 0)
-                return rc;
-        }
+        if ((a.seen & (1u << FILL)) && (rc = parse_fill(P, got[FILL].va, got[FILL].vb, pad)) < 0)
+            return rc;
+        if ((a.seen & (1u << MODE)) &&
+            (rc = parse_mode(P, got[MODE].va, got[MODE].vb, &pad->u.pad.mode)) < 0)
+            return rc;
     }
     stk_spec_op *op =
         new_op(P, random ? STK_OP_RANDOM_CROP : STK_OP_CENTER_CROP, st->name.a, &rc);
     if (!op)
         return rc;
-    return parse_crop_size(P, &st->args[size_at], op, ctx);
+    return parse_crop_size(P, size.t, op, ctx);
 }
 
 static int parse_flip(parser *P, const stage *st, stk_op_kind kind)
 {
+    static const char *const keys[] = {"p", NULL};
     int rc = 0, have_p = 0;
+    stage_arg a = {0};
     stk_spec_op *op = new_op(P, kind, st->name.a, &rc);
     if (!op)
         return rc;
     op->u.flip.p = 0.5;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
-            va = t->a;
-            vb = t->b;
-        } else if (!tok_is(P, ka, kb, "p")) {
-            return unknown_key(P, st, ka, kb, "p");
-        }
-        if (have_p++)
-            return keyed ? twice(P, ka, kb) : unexpected(P, st, t);
+    while ((rc = next_arg(P, st, keys, "p", &a)) > 0) {
+        int va = a.va, vb = a.vb;
+        if (have_p++) /* P, or p=P */
+            return a.key >= 0 ? twice(P, a.ka, a.kb) : unexpected(P, st, a.t);
         char ctx[64];
         snprintf(ctx, sizeof ctx, "after '%.*s'", TOKARG(P, st->name.a, st->name.b));
         double p;
@@ -596,7 +613,7 @@ static int parse_flip(parser *P, const stage *st, stk_op_kind kind)
         op->u.flip.p = p;
         op->arg_col = va + 1;
     }
-    return 0;
+    return rc;
 }
 
 static const struct preset {
@@ -625,42 +642,33 @@ static int set_values(const parser *P, const numlist *L, double *dst, uint32_t *
 
 static int parse_normalize(parser *P, const stage *st)
 {
-    int rc = 0, npos = 0, pos[2] = {0, 0}, mean_at = -1, std_at = -1;
+    static const char *const keys[] = {"mean", "std", NULL};
+    int rc = 0, npos = 0;
+    stage_arg a = {0}, pos[2], kv[2]; /* kv: mean=, std= */
     stk_spec_op *op = new_op(P, STK_OP_NORMALIZE, st->name.a, &rc);
     if (!op)
         return rc;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
-            if (npos == 2)
-                return unexpected(P, st, t);
-            pos[npos++] = i;
-        } else if (tok_is(P, ka, kb, "mean")) {
-            if (mean_at >= 0)
-                return twice(P, ka, kb);
-            mean_at = i;
-        } else if (tok_is(P, ka, kb, "std")) {
-            if (std_at >= 0)
-                return twice(P, ka, kb);
-            std_at = i;
-        } else {
-            return unknown_key(P, st, ka, kb, "mean, std");
-        }
+    while ((rc = next_arg(P, st, keys, "mean, std", &a)) > 0) {
+        if (a.key >= 0)
+            kv[a.key] = a;
+        else if (npos == 2)
+            return unexpected(P, st, a.t);
+        else
+            pos[npos++] = a;
     }
+    if (rc < 0)
+        return rc;
+    int mean_at = a.seen & 1u, std_at = a.seen & 2u;
     numlist L;
-    if (npos && (mean_at >= 0 || std_at >= 0)) {
-        const tok *t = &st->args[mean_at >= 0 ? mean_at : std_at];
-        return perr(P, t->a, "give normalize either MEAN STD or mean= std=, not both");
-    }
+    if (npos && (mean_at || std_at))
+        return perr(P, kv[mean_at ? 0 : 1].t->a,
+                    "give normalize either MEAN STD or mean= std=, not both");
     if (npos >= 1) {
-        const tok *t = &st->args[pos[0]];
+        const tok *t = pos[0].t;
         char c0 = P->s[t->a];
         if ((c0 >= 'a' && c0 <= 'z') || (c0 >= 'A' && c0 <= 'Z')) { /* a preset */
             if (npos == 2)
-                return unexpected(P, st, &st->args[pos[1]]);
+                return unexpected(P, st, pos[1].t);
             for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++) {
                 if (tok_is(P, t->a, t->b, presets[k].name)) {
                     op->u.normalize.nmean = op->u.normalize.nstd = (uint32_t)presets[k].n;
@@ -680,7 +688,7 @@ static int parse_normalize(parser *P, const stage *st)
         op->u.normalize.mean_col = op->arg_col = t->a + 1;
         if (npos < 2)
             return perr(P, st->end, "expected the std values after the normalize mean");
-        t = &st->args[pos[1]];
+        t = pos[1].t;
         if ((rc = parse_list(P, t->a, t->b, &L, "in the normalize std")) < 0)
             return rc;
         if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
@@ -688,24 +696,20 @@ static int parse_normalize(parser *P, const stage *st)
         op->u.normalize.std_col = t->a + 1;
         return 0;
     }
-    if (mean_at < 0 && std_at < 0)
+    if (!mean_at && !std_at)
         return perr(P, missing_at(st),
                     "expected a preset (" PRESET_NAMES ") or MEAN STD after 'normalize'");
-    if (mean_at < 0 || std_at < 0)
-        return perr(P, st->args[mean_at >= 0 ? mean_at : std_at].a,
-                    "normalize needs both mean= and std=");
-    int ka, kb, va, vb;
-    split_key(P, &st->args[mean_at], &ka, &kb, &va, &vb);
-    if ((rc = parse_list(P, va, vb, &L, "in mean=")) < 0)
+    if (!mean_at || !std_at)
+        return perr(P, kv[mean_at ? 0 : 1].t->a, "normalize needs both mean= and std=");
+    if ((rc = parse_list(P, kv[0].va, kv[0].vb, &L, "in mean=")) < 0)
         return rc;
     set_values(P, &L, op->u.normalize.mean, &op->u.normalize.nmean, 0);
-    op->u.normalize.mean_col = op->arg_col = va + 1;
-    split_key(P, &st->args[std_at], &ka, &kb, &va, &vb);
-    if ((rc = parse_list(P, va, vb, &L, "in std=")) < 0)
+    op->u.normalize.mean_col = op->arg_col = kv[0].va + 1;
+    if ((rc = parse_list(P, kv[1].va, kv[1].vb, &L, "in std=")) < 0)
         return rc;
     if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
         return rc;
-    op->u.normalize.std_col = va + 1;
+    op->u.normalize.std_col = kv[1].va + 1;
     return 0;
 }
 
@@ -723,16 +727,12 @@ static int parse_to(parser *P, const stage *st)
         return rc;
     if (st->nargs == 0)
         return perr(P, missing_at(st), "expected a dtype after 'to' (u8, f16 or f32)");
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (keyed)
-            return unknown_key(P, st, ka, kb, NULL);
-        if (i >= 2)
-            return unexpected(P, st, t);
-    }
+    stage_arg a = {0};
+    while ((rc = next_arg(P, st, NULL, NULL, &a)) > 0)
+        if (a.next > 2) /* DTYPE [LAYOUT] */
+            return unexpected(P, st, a.t);
+    if (rc < 0)
+        return rc;
     const tok *t = &st->args[0];
     size_t k;
     for (k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++)
@@ -818,7 +818,9 @@ static int parse_decode(parser *P, const stage *st)
 static int parse_rrc(parser *P, const stage *st)
 {
     static const char ctx[] = "after 'random_resized_crop'";
-    int rc = 0, size_at = -1, scale_at = -1, ratio_at = -1;
+    static const char *const keys[] = {"scale", "ratio", NULL};
+    int rc = 0, have_size = 0;
+    stage_arg a = {0};
     stk_spec_op *op = new_op(P, STK_OP_RANDOM_RESIZED_CROP, st->name.a, &rc);
     if (!op)
         return rc;
@@ -826,28 +828,20 @@ static int parse_rrc(parser *P, const stage *st)
     op->u.rrc.scale[1] = 1.0;
     op->u.rrc.ratio[0] = 3.0 / 4.0;
     op->u.rrc.ratio[1] = 4.0 / 3.0;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
-            if (size_at >= 0)
-                return unexpected(P, st, t);
-            size_at = i;
+    while ((rc = next_arg(P, st, keys, "scale, ratio", &a)) > 0) {
+        int va = a.va, vb = a.vb;
+        if (a.key < 0) {
+            if (have_size++)
+                return unexpected(P, st, a.t);
             uint32_t v[2];
             int n;
-            if ((rc = parse_out_size(P, t, v, &n, ctx, "an output size is S or H,W")) < 0)
+            if ((rc = parse_out_size(P, a.t, v, &n, ctx, "an output size is S or H,W")) < 0)
                 return rc;
             op->u.rrc.height = v[0];
             op->u.rrc.width = n == 2 ? v[1] : v[0];
-            op->arg_col = t->a + 1;
-        } else if (tok_is(P, ka, kb, "scale") || tok_is(P, ka, kb, "ratio")) {
-            int is_scale = tok_is(P, ka, kb, "scale");
-            int *at = is_scale ? &scale_at : &ratio_at;
-            if (*at >= 0)
-                return twice(P, ka, kb);
-            *at = i;
+            op->arg_col = a.t->a + 1;
+        } else {
+            int is_scale = a.key == 0;
             double v[2];
             int n;
             if ((rc = parse_range(P, va, vb, v, &n, is_scale ? "in scale=" : "in ratio=")) < 0)
@@ -860,11 +854,11 @@ static int parse_rrc(parser *P, const stage *st)
                 return perr(P, va, "%s= must be > 0, got '%.*s'", is_scale ? "scale" : "ratio",
                             TOKARG(P, va, vb));
             memcpy(is_scale ? op->u.rrc.scale : op->u.rrc.ratio, v, sizeof v);
-        } else {
-            return unknown_key(P, st, ka, kb, "scale, ratio");
         }
     }
-    if (size_at < 0)
+    if (rc < 0)
+        return rc;
+    if (!have_size)
         return perr(P, missing_at(st),
                     "expected an output size after 'random_resized_crop' (S or H,W)");
     return 0;
@@ -873,16 +867,12 @@ static int parse_rrc(parser *P, const stage *st)
 static int parse_resize(parser *P, const stage *st)
 {
     int rc = 0, have = 0;
+    stage_arg a = {0};
     stk_spec_op *op = new_op(P, STK_OP_RESIZE, st->name.a, &rc);
     if (!op)
         return rc;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (keyed)
-            return unknown_key(P, st, ka, kb, NULL);
+    while ((rc = next_arg(P, st, NULL, NULL, &a)) > 0) {
+        const tok *t = a.t;
         if (have++)
             return unexpected(P, st, t);
         uint32_t v[2];
@@ -895,6 +885,8 @@ static int parse_resize(parser *P, const stage *st)
         op->u.resize.shorter = n == 1;
         op->arg_col = t->a + 1;
     }
+    if (rc < 0)
+        return rc;
     if (!have)
         return perr(P, missing_at(st),
                     "expected a size after 'resize' (S for the shorter side, or H,W)");
@@ -903,22 +895,19 @@ static int parse_resize(parser *P, const stage *st)
 
 static int parse_rotate(parser *P, const stage *st)
 {
-    int rc = 0, have_deg = 0, have_fill = 0;
+    static const char *const keys[] = {"degrees", "fill", NULL};
+    int rc = 0, have_deg = 0;
+    stage_arg a = {0};
     stk_spec_op *op = new_op(P, STK_OP_ROTATE, st->name.a, &rc);
     if (!op)
         return rc;
     op->u.rotate.nfill = 1;
     op->u.rotate.fill_col = op->col;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb);
-        if (keyed < 0)
-            return keyed;
-        if (!keyed || tok_is(P, ka, kb, "degrees")) {
-            if (!keyed)
-                va = t->a, vb = t->b;
+    while ((rc = next_arg(P, st, keys, "degrees, fill", &a)) > 0) {
+        int va = a.va, vb = a.vb;
+        if (a.key <= 0) { /* DEGREES, or degrees=DEGREES */
             if (have_deg++)
-                return keyed ? twice(P, ka, kb) : unexpected(P, st, t);
+                return a.key == 0 ? twice(P, a.ka, a.kb) : unexpected(P, st, a.t);
             double v[2];
             int n;
             if ((rc = parse_range(P, va, vb, v, &n, "after 'rotate'")) < 0)
@@ -937,9 +926,7 @@ static int parse_rotate(parser *P, const stage *st)
             op->u.rotate.lo = v[0];
             op->u.rotate.hi = v[1];
             op->arg_col = va + 1;
-        } else if (tok_is(P, ka, kb, "fill")) {
-            if (have_fill++)
-                return twice(P, ka, kb);
+        } else { /* fill= */
             uint32_t f[STK_SPEC_MAX_LIST];
             int n;
             if ((rc = parse_ints(P, va, vb, 0, 0, 255, f, &n, "in fill=",
@@ -949,10 +936,10 @@ static int parse_rotate(parser *P, const stage *st)
             for (int k = 0; k < n; k++)
                 op->u.rotate.fill[k] = (uint8_t)f[k];
             op->u.rotate.fill_col = va + 1;
-        } else {
-            return unknown_key(P, st, ka, kb, "degrees, fill");
         }
     }
+    if (rc < 0)
+        return rc;
     if (!have_deg)
         return perr(P, missing_at(st), "expected DEGREES after 'rotate' (D for -D:D, or A:B)");
     return 0;
@@ -960,7 +947,7 @@ static int parse_rotate(parser *P, const stage *st)
 
 static int parse_color_jitter(parser *P, const stage *st)
 {
-    static const char *const keys[4] = {"brightness", "contrast", "saturation", "hue"};
+    static const char *const keys[5] = {"brightness", "contrast", "saturation", "hue", NULL};
     int rc = 0, npos = 0, seen[4] = {0, 0, 0, 0};
     stk_spec_op *op = new_op(P, STK_OP_COLOR_JITTER, st->name.a, &rc);
     if (!op)
@@ -970,26 +957,17 @@ static int parse_color_jitter(parser *P, const stage *st)
     double *rng[4] = {op->u.jitter.b, op->u.jitter.c, op->u.jitter.s, op->u.jitter.h};
     for (int k = 0; k < 3; k++)
         rng[k][0] = rng[k][1] = 1.0;
-    for (int i = 0; i < st->nargs; i++) {
-        const tok *t = &st->args[i];
-        int ka, kb, va, vb, keyed = split_key(P, t, &ka, &kb, &va, &vb), which = -1;
-        if (keyed < 0)
-            return keyed;
-        if (!keyed) {
+    stage_arg a = {0};
+    while ((rc = next_arg(P, st, keys, "brightness, contrast, saturation, hue", &a)) > 0) {
+        int va = a.va, vb = a.vb, which = a.key;
+        if (which < 0) { /* positional: B C S [H] in order */
             if (npos == 4)
-                return unexpected(P, st, t);
+                return unexpected(P, st, a.t);
             which = npos++;
-            va = t->a, vb = t->b;
             if (seen[which])
-                return perr(P, t->a, "'%s' is given twice", keys[which]);
-        } else {
-            for (int k = 0; k < 4; k++)
-                if (tok_is(P, ka, kb, keys[k]))
-                    which = k;
-            if (which < 0)
-                return unknown_key(P, st, ka, kb, "brightness, contrast, saturation, hue");
-            if (seen[which])
-                return twice(P, ka, kb);
+                return perr(P, a.t->a, "'%s' is given twice", keys[which]);
+        } else if (seen[which]) {
+            return twice(P, a.ka, a.kb);
         }
         seen[which] = 1;
         char ctx[64];
@@ -1025,9 +1003,11 @@ static int parse_color_jitter(parser *P, const stage *st)
         }
         rng[which][0] = v[0];
         rng[which][1] = v[1];
-        if (i == 0)
+        if (a.next == 1)
             op->arg_col = va + 1;
     }
+    if (rc < 0)
+        return rc;
     if (!st->nargs)
         return perr(P, missing_at(st),
                     "expected factors after 'color_jitter' (BRIGHTNESS CONTRAST SATURATION [HUE])");
