@@ -5,7 +5,9 @@
  * Worker threads claim samples of the block and prepare each record's
  * payload in their own per-slot buffer — read the sample; in keep mode
  * validate an encoded image by decoding it fully (a truncated JPEG is only
- * detectable that way) and keep its bytes as they are; in raw mode decode
+ * detectable that way) and keep its bytes as they are (or, with
+ * restart_interval, its lossless rewrite with restart markers, kept only if
+ * it decodes to the same pixels: apply_restarts); in raw mode decode
  * and store pixels (prefix + pixels, or prefix + one zstd frame); in
  * reencode mode decode, shrink to max_side and store a new JPEG. The
  * calling thread then writes the block in order. Output is therefore
