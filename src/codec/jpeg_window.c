@@ -46,9 +46,10 @@
  *
  * Cost. One forward scan for 0xFF over the entropy data up to the last
  * covered row (memchr; RSTn markers are the only 0xFF bytes not followed by
- * a stuffed 0x00), and one copy of the covered intervals: a few
- * microseconds against the hundreds that the skipped Huffman decoding
- * costs. APPn/COM segments other than JFIF (APP0) and Adobe (APP14), which
+ * a stuffed 0x00), and one copy per covered interval: 17 us for a centred
+ * crop of half the area of a 106 KB, 420x370 photo rewritten with `--restart
+ * 4` (whose 53-MCU rows get one interval per MCU), against 300 us of
+ * Huffman decoding saved (0.60 instead of 0.90 ms). APPn/COM segments other than JFIF (APP0) and Adobe (APP14), which
  * can change how colours are read, are left out of the window.
  */
 #include "codec/codec_internal.h"
