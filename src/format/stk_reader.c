@@ -56,7 +56,7 @@ typedef struct shard {
     const uint8_t *offsets, *lengths, *checksums; /* into the index */
     const uint8_t *columns[STK_MAX_FIELDS];       /* fixed fields, into the index */
     _Atomic uint64_t *verified; /* owned bitmap (policy "first") */
-    _Atomic uint64_t *touched;  /* owned bitmap (mmap): records read once by this process */
+    _Atomic uint64_t *touched;  /* owned bitmap (mmap without huge pages): records read once */
     uint8_t header_fields[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE]; /* to compare schemas */
 } shard;
 
@@ -93,9 +93,10 @@ typedef struct shardset {
  * disappears (~4 ms per GB).
  *
  * So when the dataset fits in half of RAM (or with ?hugepages=on; =off
- * never) the whole mapping is MADV_HUGEPAGE: a cold fault reads the 2 MiB around it (no more bytes in
- * total than the dataset, which will stay cached), and every later mapping
- * of it, in this process or the next, is set up 2 MiB at a time. Larger
+ * never) the whole mapping is MADV_HUGEPAGE: a cold fault reads the 2 MiB
+ * around it (no more bytes in total than the dataset, which will stay
+ * cached), and every later mapping of it, in this process or the next, is
+ * set up 2 MiB at a time. Larger
  * datasets would read 2 MiB per random record without keeping it, so
  * there records are read in random order with no readahead around a fault
  * (record_get asks for each record's own pages instead), and the index is
@@ -378,7 +379,7 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
         s->columns[i] = index + at;
         at += stk_pad_to(s->n * set->fixed_size[i], 8);
     }
-    if (s->map && !(s->touched = calloc((size_t)(s->n / 64 + 1), sizeof *s->touched))) {
+    if (s->map && !set->huge_pages && !(s->touched = calloc((size_t)(s->n / 64 + 1), sizeof *s->touched))) {
         rc = stk_fail(STK_ENOMEM, "out of memory");
         goto done;
     }
