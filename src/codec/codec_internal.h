@@ -49,6 +49,11 @@ int stk_jpeg_window_build(const uint8_t *data, size_t size, uint64_t max_pixels,
  * could be made. */
 stk_scratch *stk_jpeg_window_scratch(void);
 
+/* Is libjpeg warning `msg_code` one whose pixels are intact (metadata, junk
+ * between segments)? Every other warning is treated as an error, by the
+ * decoder (jpeg.c) and the restart transcoder (jpeg_write.c) alike. */
+int stk_jpeg_warning_is_benign(int msg_code);
+
 /* STK_EINVAL when `r` does not fit inside a width x height image; `what` is
  * "JPEG" or "PNG". */
 int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width,

@@ -31,7 +31,7 @@ int stk_jpeg_encode(const uint8_t *pixels, uint32_t width, uint32_t height, uint
 /* Rewrite the JPEG `data` losslessly (same DCT coefficients, so the same
  * decoded pixels) as a baseline JPEG with a restart marker every R MCUs, R
  * the largest divisor of the MCU row length up to max_interval
- * (jpeg_restart.c). Returns 1 with the new bytes in `out` / *out_size, 0
+ * (jpeg_write.c). Returns 1 with the new bytes in `out` / *out_size, 0
  * when the file is left as it is (not YCbCr or grayscale), STK_EDATA
  * (corrupt, libjpeg's reason), STK_ELIMIT (over max_pixels), STK_ENOMEM or
  * STK_EINVAL, via stk_fail. */

@@ -126,20 +126,26 @@ static void stk_jpeg_error_exit(j_common_ptr cinfo)
     longjmp(e->jump, 1);
 }
 
-static void stk_jpeg_emit_message(j_common_ptr cinfo, int level)
+int stk_jpeg_warning_is_benign(int msg_code)
 {
-    if (level >= 0)
-        return; /* trace messages */
-    switch (cinfo->err->msg_code) {
+    switch (msg_code) {
     case JWRN_JFIF_MAJOR:  /* unknown JFIF revision: metadata only */
     case JWRN_ADOBE_XFORM: /* unknown Adobe transform code: libjpeg guesses */
     case JWRN_BOGUS_ICC:   /* bad ICC marker: we do not use ICC */
     case JWRN_EXTRANEOUS_DATA: /* junk before a marker, skipped; PIL accepts it */
-        cinfo->err->num_warnings++;
-        return;
+        return 1;
     default:
-        stk_jpeg_error_exit(cinfo); /* truncation or corrupt data */
+        return 0; /* truncation or corrupt data */
     }
+}
+
+static void stk_jpeg_emit_message(j_common_ptr cinfo, int level)
+{
+    if (level >= 0)
+        return; /* trace messages */
+    if (!stk_jpeg_warning_is_benign(cinfo->err->msg_code))
+        stk_jpeg_error_exit(cinfo);
+    cinfo->err->num_warnings++;
 }
 
 static void stk_jpeg_output_message(j_common_ptr cinfo) { (void)cinfo; }

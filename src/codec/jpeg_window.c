@@ -20,7 +20,7 @@
  * and end with EOI. That "window" JPEG is what stk_jpeg_decode hands to
  * libjpeg, with the crop moved into the window's coordinates; libjpeg then
  * never sees the rest of the file. `stoker pack --restart N` writes such
- * JPEGs (a lossless coefficient transcode, jpeg_restart.c); a camera JPEG
+ * JPEGs (a lossless coefficient transcode, jpeg_write.c); a camera JPEG
  * with a suitable DRI benefits as it is.
  *
  * Exactness. Every block's pixels depend only on its own coefficients,
