@@ -22,8 +22,7 @@
  * Warnings are errors. libjpeg treats a truncated file as a warning
  * (JWRN_JPEG_EOF: it pads the stream with a fake EOI and fills the missing
  * blocks with grey) and corrupt entropy data likewise (bad Huffman code,
- * premature end of a data segment, extraneous bytes before a marker, lost
- * restart sync). emit_message turns each of those into the same error
+ * premature end of a data segment, lost restart sync). emit_message turns each of those into the same error
  * path, so a damaged file is STK_EDATA and never grey pixels. Four
  * warnings are tolerated because the pixels are intact: an unknown JFIF
  * revision, an unknown Adobe transform code, a bad ICC marker (metadata

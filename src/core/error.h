@@ -6,7 +6,7 @@
  * thread's buffer (what stk_errmsg() returns) and returns `code`, so the
  * idiom is `return stk_fail(STK_EFORMAT, "%s: record %llu: ...", ...)`.
  * Objects that outlive the call (a loader whose worker failed) copy the
- * message into their own buffer with stk_errbuf_set / stk_errbuf_publish.
+ * message and code into their own stk_errbuf with stk_errbuf_capture.
  */
 #ifndef STK_CORE_ERROR_H
 #define STK_CORE_ERROR_H

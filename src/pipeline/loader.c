@@ -34,14 +34,17 @@
  *
  * Locking: one mutex `mu` guards every slot's state fields and the cursors.
  * Two condition variables: `work_cv` (workers wait for something to fill)
- * and `ready_cv` (the consumer waits for its batch). Every wait re-checks
- * `stopping`, `failed` and `generation` after waking, and every state change
- * that could unblock someone broadcasts the matching variable, so stopping,
- * resetting, failing or interrupting never leaves a thread asleep.
+ * and `ready_cv` (the consumer waits for its batch). Every wait sits in a
+ * loop that, after waking, re-checks `stopping` and `failed` and then looks at
+ * the slots afresh (a worker claims again, the consumer looks up its seq
+ * again), and every state change that could unblock someone broadcasts the
+ * matching variable, so stopping, resetting, failing or interrupting never
+ * leaves a thread asleep.
  *
- * Resets (set_epoch, state_set) bump `generation`: READY slots become FREE at
- * once; a FILLING slot with workers still writing into it is marked
- * `cancelled` and goes FREE when its last writer leaves. Lent slots are never
+ * Resets (set_epoch, state_set) act on the slots themselves (there is no
+ * generation counter): READY slots become FREE at once; a FILLING slot with
+ * workers still writing into it is marked `cancelled` and goes FREE when its
+ * last writer leaves. Lent slots are never
  * touched: a lent batch stays valid until released.
  */
 #include "core/error.h"
@@ -127,7 +130,6 @@ struct stk_loader {
     slot *slots;                /* max_batches entries; first nslots in use */
     uint32_t nslots;
     uint32_t pending;           /* slots FILLING or READY (not cancelled) */
-    uint64_t generation;        /* bumped by every reset */
     uint64_t base_epoch, base_pos; /* what seq 0 is since the last reset */
     uint64_t fill_seq;          /* next seq to assign */
     uint64_t deliver_seq;       /* next seq to lend */
@@ -196,7 +198,6 @@ static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos)
         }
     }
     l->pending = 0;
-    l->generation++;
     l->base_epoch = epoch;
     l->base_pos = pos;
     l->fill_seq = l->deliver_seq = 0;
