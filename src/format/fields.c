@@ -151,6 +151,16 @@ const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label)
     return ds->class_names[label];
 }
 
+uint64_t stk_dataset_skipped_count(const stk_dataset *ds)
+{
+    return ds ? ds->nskipped : 0;
+}
+
+const char *stk_dataset_skipped(const stk_dataset *ds, uint64_t i)
+{
+    return ds && i < ds->nskipped ? ds->skipped[i] : NULL;
+}
+
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
 {
     if (ds->vt->sample_name)
