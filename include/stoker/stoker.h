@@ -122,7 +122,7 @@ typedef struct stk_dataset_options {
  *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
- *   imagefolder:DIR                     torchvision's ImageFolder layout
+ *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
  *                                       paths from FILE's directory

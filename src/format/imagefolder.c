@@ -32,10 +32,15 @@
  *     at read time, as it would in torchvision);
  *   - a class with no such file is an error (STK_EFORMAT), listing the
  *     classes, as torchvision's "Found no valid file for the classes ...".
- *   One departure: a directory symlink that leads back to one of its own
- *   ancestors is not followed (os.walk would loop until the path grows too
- *   long, listing the same files again and again).
- *   Subdirectories that cannot be opened are skipped, as os.walk does.
+ *   Departures, so that nothing is lost or listed twice in silence: every
+ *   directory is known by (st_dev, st_ino), the root and the classes
+ *   registered first; a directory met again (a symlink back to the root or
+ *   an ancestor, where os.walk would loop until the path is too long, or a
+ *   second path to a listed directory) is left out, and so is one that
+ *   cannot be opened or read (os.walk skips it silently). Each is recorded
+ *   in ds->skipped with the reason (stk_dataset_skipped), or with
+ *   "?strict=1" fails the open with STK_EDATA. Subdirectories are walked
+ *   in name order, so which path to a directory wins is fixed.
  *
  * List files: one sample per line, "PATH<TAB>LABEL". A relative PATH is
  * resolved against the directory of the list file, an absolute one is used
