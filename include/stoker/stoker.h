@@ -171,6 +171,16 @@ STK_API void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
 STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
                                  uint8_t *pixels, size_t capacity, int64_t *label);
 
+/* Sample `index` as stk_dataset_read gives it (encoded samples decoded
+ * whole to RGB), for samples whose size varies (stk_dataset_info height,
+ * width, channels 0): the pixels go to a new malloc'd buffer, *pixels,
+ * that the caller frees with free(); shape gets (height, width, channels)
+ * and *label the label (label may be NULL). Thread-safe. Returns the
+ * number of bytes, or a negative code (*pixels NULL then): STK_EDATA for
+ * an unreadable or undecodable sample, naming it. */
+STK_API int64_t stk_dataset_read_alloc(const stk_dataset *ds, uint64_t index, uint8_t **pixels,
+                                       uint32_t shape[3], int64_t *label);
+
 /* Fields: what a record holds. Every dataset has at least an image field
  * ("image") and an int64 "label"; .stk shards have the fields of their
  * schema (docs/format.md). */
