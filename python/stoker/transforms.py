@@ -269,10 +269,11 @@ class RandomResizedCrop(Transform):
 
 
 class Resize(Transform):
-    """Resize like torchvision's ``Resize``: an int scales the shorter side
-    (the longer one truncated as torchvision computes it), (h, w) gives
-    exactly that size; Pillow's antialiased bilinear. ``max_size`` is not
-    supported. Spec: ``resize S`` or ``resize H,W``.
+    """Resize like torchvision's ``Resize``: an int (or ``(s,)``) scales the
+    shorter side (the longer one truncated as torchvision computes it),
+    (h, w) gives exactly that size — written ``resize H,W`` even when h == w,
+    since ``resize S`` means the shorter side; Pillow's antialiased
+    bilinear. ``max_size`` is not supported.
     """
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
