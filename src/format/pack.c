@@ -16,8 +16,11 @@
  *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
- * silently dropped. Any other error stops the pack; shards this call already
- * wrote are removed again, so a failed pack leaves no partial dataset.
+ * silently dropped. So is each input the open of the source left out
+ * (stk_dataset_skipped: an image folder's unreadable directory or symlink
+ * loop), with index UINT64_MAX, before any record. Any other error stops
+ * the pack; shards this call already wrote are removed again, so a failed
+ * pack leaves no partial dataset.
  */
 #include "codec/codec.h"
 #include "codec/codec_write.h"
