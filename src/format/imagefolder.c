@@ -721,7 +721,13 @@ int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
     w.strict = keys[0].value == 1;
     w.skipped = &skipped;
     w.out = &dirs;
-    if (fstat(f->root_fd, &st) != 0 || (rc = stk_seen_add(&w, st.st_dev, st.st_ino, ".")))
+    if (fstat(f->root_fd, &st) != 0) {
+        char ebuf[128];
+        rc = stk_fail(STK_EIO, "cannot stat the directory: %s",
+                      strerror_r(errno, ebuf, sizeof ebuf));
+        goto walk_fail;
+    }
+    if ((rc = stk_seen_add(&w, st.st_dev, st.st_ino, ".")))
         goto walk_fail;
     for (size_t c = 0; c < classes.n; c++)
         if (fstatat(f->root_fd, classes.v[c], &st, 0) == 0 &&
