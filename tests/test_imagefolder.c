@@ -11,7 +11,11 @@
  * reader's own sort. Every sample's bytes are compared with what the test
  * wrote into that file (each file holds its own relative path), and
  * failures assert the code and that the message names the file (and
- * line).
+ * line). Directories that are left out — met again through a symlink, or
+ * unreadable (checked by a process that really cannot read them: as root,
+ * a child that drops to uid 65534 first) — must be reported with the
+ * reason and fail strict=1 / pack --strict; class names with any byte must
+ * survive pack and open, stored in the escape docs/format.md specifies.
  */
 #include <stdarg.h>
 #include <stddef.h>
