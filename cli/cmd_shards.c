@@ -207,6 +207,37 @@ static const char *type_name(stk_field_type t)
     return "?";
 }
 
+/* Print a class name on one line whatever its bytes: a backslash doubled,
+ * LF as backslash-n, other control bytes and bytes outside well-formed
+ * UTF-8 as backslash-xHH (the escape of the class_names metadata,
+ * docs/format.md). Returns the characters printed. */
+static int print_class_name(const char *name)
+{
+    const unsigned char *s = (const unsigned char *)name;
+    size_t n = strlen(name);
+    int cols = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        for (size_t j = 1; j < k; j++)
+            if (i + j >= n || (s[i + j] & 0xC0) != 0x80)
+                k = 0;
+        /* overlong, surrogate and > U+10FFFF forms */
+        if (k > 2 && ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) ||
+                      (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F)))
+            k = 0;
+        if (c == '\\' || c == '\n')
+            cols += fputs(c == '\n' ? "\\n" : "\\\\", stdout) >= 0 ? 2 : 0;
+        else if (k == 0 || c < 0x20 || c == 0x7F)
+            cols += printf("\\x%02x", c);
+        else
+            cols += fwrite(s + i, 1, k, stdout) == k;
+        i += k ? k : 1;
+    }
+    return cols;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
@@ -280,8 +311,9 @@ int cmd_inspect(int argc, char **argv)
         printf("labels:   %lld classes\n", (long long)(max_label + 1));
         for (int64_t l = 0; l <= max_label && l < 1024; l++) {
             const char *name = stk_dataset_class_name(ds, (uint32_t)l);
-            printf("  %4lld %-24s %llu\n", (long long)l, name ? name : "",
-                   (unsigned long long)counts[l]);
+            printf("  %4lld ", (long long)l);
+            int cols = print_class_name(name ? name : "");
+            printf("%*s %llu\n", cols < 24 ? 24 - cols : 0, "", (unsigned long long)counts[l]);
         }
         if (other)
             printf("  (%llu samples with labels outside 0..1023)\n", (unsigned long long)other);
@@ -292,6 +324,8 @@ int cmd_inspect(int argc, char **argv)
         if (v)
             printf("%-9s %s\n", keys[k], v);
     }
+    for (uint64_t i = 0; i < stk_dataset_skipped_count(ds); i++)
+        printf("skipped:  %s\n", stk_dataset_skipped(ds, i));
     stk_dataset_close(ds);
     return rc < 0 ? EXIT_RUNTIME : 0;
 }

@@ -153,6 +153,13 @@ static const struct kind {
 
 static int kind_of_dtype(stk_dtype d) { return d == STK_U8 ? K_U8 : d == STK_F16 ? K_F16 : K_F32; }
 
+/* A C message as str: UTF-8, bytes that are not (a file name's) kept as
+ * lone surrogates, as os.fsdecode does, never a UnicodeDecodeError. */
+static PyObject *message_str(const char *msg)
+{
+    return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "surrogateescape");
+}
+
 /* Raise the exception class mapped to `code` with `msg` (the C detail; the
  * code's description when empty). The exception gets a `code` attribute. */
 static PyObject *raise_code(int code, const char *msg)
@@ -160,7 +167,11 @@ static PyObject *raise_code(int code, const char *msg)
     PyObject *type = (code < 0 && -code < N_CODES && code_exc[-code]) ? code_exc[-code] : StokerError;
     if (!msg || !*msg)
         msg = stk_strerror(code);
-    PyObject *exc = PyObject_CallFunction(type, "s", msg);
+    PyObject *m = message_str(msg);
+    if (!m)
+        return NULL;
+    PyObject *exc = PyObject_CallFunctionObjArgs(type, m, NULL);
+    Py_DECREF(m);
     if (!exc)
         return NULL;
     PyObject *c = PyLong_FromLong(code);
@@ -658,7 +669,9 @@ static void dataset_dealloc(DatasetObject *self)
 
 static Py_ssize_t dataset_len(DatasetObject *self) { return (Py_ssize_t)self->info.count; }
 
-/* read(index) -> (_Array uint8 H,W,C, label) */
+/* read(index) -> (_Array uint8 H,W,C, label). Datasets of one fixed shape
+ * read straight into the array; others (encoded images of any size) are
+ * decoded into a buffer of their own size first (stk_dataset_read_alloc). */
 static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
 {
     uint64_t index;
@@ -669,26 +682,89 @@ static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
                      (unsigned long long)index, (unsigned long long)self->info.count);
         return NULL;
     }
-    int64_t shape[3] = {self->info.height, self->info.width, self->info.channels};
-    ArrayObject *a = array_new(K_U8, 3, shape);
-    if (!a)
-        return NULL;
     int64_t label = 0, rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_read(self->ds, index, a->data, self->sample_bytes, &label);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        Py_DECREF(a);
-        return raise_last((int)rc);
+    ArrayObject *a;
+    if (self->sample_bytes == 0) {
+        uint8_t *px = NULL;
+        uint32_t dims[3] = {0, 0, 0};
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_dataset_read_alloc(self->ds, index, &px, dims, &label);
+        Py_END_ALLOW_THREADS
+        if (rc < 0)
+            return raise_last((int)rc);
+        int64_t shape[3] = {dims[0], dims[1], dims[2]};
+        a = array_new(K_U8, 3, shape);
+        if (a)
+            memcpy(a->data, px, (size_t)rc);
+        free(px);
+        if (!a)
+            return NULL;
+    } else {
+        int64_t shape[3] = {self->info.height, self->info.width, self->info.channels};
+        a = array_new(K_U8, 3, shape);
+        if (!a)
+            return NULL;
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_dataset_read(self->ds, index, a->data, self->sample_bytes, &label);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            Py_DECREF(a);
+            return raise_last((int)rc);
+        }
     }
-    PyObject *res = Py_BuildValue("(NL)", (PyObject *)a, (long long)label);
-    return res;
+    return Py_BuildValue("(NL)", (PyObject *)a, (long long)label);
 }
 
 static PyObject *dataset_get_uri(DatasetObject *self, void *c) { return PyUnicode_FromString(self->info.uri ? self->info.uri : ""); }
 static PyObject *dataset_get_format(DatasetObject *self, void *c) { return PyUnicode_FromString(self->info.format ? self->info.format : ""); }
-static PyObject *dataset_get_shape(DatasetObject *self, void *c) { return Py_BuildValue("(III)", self->info.height, self->info.width, self->info.channels); }
+/* (H, W, C), or None when samples differ in size (encoded images). */
+static PyObject *dataset_get_shape(DatasetObject *self, void *c)
+{
+    if (self->sample_bytes == 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(III)", self->info.height, self->info.width, self->info.channels);
+}
 static PyObject *dataset_get_num_classes(DatasetObject *self, void *c) { return PyLong_FromUnsignedLong(self->info.num_classes); }
+
+/* Class names (label -> name) decoded as os.fsdecode does, so that a
+ * folder name that is not UTF-8 comes back as os.listdir gives it; None
+ * when the dataset has no label map. */
+static PyObject *dataset_get_classes(DatasetObject *self, void *c)
+{
+    if (self->info.num_classes == 0 || !stk_dataset_class_name(self->ds, 0))
+        Py_RETURN_NONE;
+    PyObject *list = PyList_New((Py_ssize_t)self->info.num_classes);
+    if (!list)
+        return NULL;
+    for (uint32_t i = 0; i < self->info.num_classes; i++) {
+        const char *name = stk_dataset_class_name(self->ds, i);
+        PyObject *u = PyUnicode_DecodeFSDefault(name ? name : "");
+        if (!u) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+    return list;
+}
+
+/* The messages of what the open left out (stk_dataset_skipped). */
+static PyObject *dataset_get_skipped(DatasetObject *self, void *c)
+{
+    uint64_t n = stk_dataset_skipped_count(self->ds);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *u = message_str(stk_dataset_skipped(self->ds, i));
+        if (!u) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
+    }
+    return list;
+}
 
 static PyMethodDef dataset_methods[] = {
     {"read", (PyCFunction)dataset_read, METH_O,
@@ -704,8 +780,10 @@ static PyMethodDef dataset_methods[] = {
 static PyGetSetDef dataset_getset[] = {
     {"uri", (getter)dataset_get_uri, NULL, "The URI the dataset was opened with.", NULL},
     {"format", (getter)dataset_get_format, NULL, "'cifar10', 'cifar100', 'idx' or 'memory'.", NULL},
-    {"shape", (getter)dataset_get_shape, NULL, "(height, width, channels) of every sample.", NULL},
+    {"shape", (getter)dataset_get_shape, NULL, "(height, width, channels) of every sample, or None when samples differ in size (encoded images).", NULL},
     {"num_classes", (getter)dataset_get_num_classes, NULL, "Number of classes, 0 when unknown.", NULL},
+    {"classes", (getter)dataset_get_classes, NULL, "Class names, label -> name (os.fsdecode'd), or None.", NULL},
+    {"skipped_inputs", (getter)dataset_get_skipped, NULL, "Messages for the inputs the open left out (an image folder's unreadable directories, symlink loops).", NULL},
     {0},
 };
 
@@ -1497,7 +1575,12 @@ static PyObject *mod_pack(PyObject *m, PyObject *args, PyObject *kw)
     if (!(list = PyList_New((Py_ssize_t)k.n)))
         goto done;
     for (size_t i = 0; i < k.n; i++) {
-        PyObject *t = Py_BuildValue("(Ks)", (unsigned long long)k.indices[i], k.reasons[i]);
+        /* UINT64_MAX: an input that is not one sample (a directory). */
+        PyObject *why = message_str(k.reasons[i]);
+        PyObject *t = !why ? NULL
+                      : k.indices[i] == UINT64_MAX
+                          ? Py_BuildValue("(ON)", Py_None, why)
+                          : Py_BuildValue("(KN)", (unsigned long long)k.indices[i], why);
         if (!t)
             goto done;
         PyList_SET_ITEM(list, (Py_ssize_t)i, t);

@@ -11,23 +11,32 @@
  * reader's own sort. Every sample's bytes are compared with what the test
  * wrote into that file (each file holds its own relative path), and
  * failures assert the code and that the message names the file (and
- * line).
+ * line). Directories that are left out — met again through a symlink, or
+ * unreadable (checked by a process that really cannot read them: as root,
+ * a child that drops to uid 65534 first) — must be reported with the
+ * reason and fail strict=1 / pack --strict; class names with any byte must
+ * survive pack and open, stored in the escape docs/format.md specifies.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "codec/codec_write.h"
 #include "core/error.h"
+#include "format/class_names.h"
 #include "format/dataset.h"
 #include "stoker/stoker.h"
 #include "testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const char *__asan_default_options(void);
@@ -266,26 +275,51 @@ static void test_imagefolder_symlinks(void **state)
     assert_int_equal(symlink("does-not-exist", p), 0);
     free(p);
 
+    /* A link from one class into another: real/tolinked -> ../linked. */
+    p = fmt("%s/real/tolinked", root);
+    assert_int_equal(symlink("../linked", p), 0);
+    free(p);
+
     char *uri = fmt("imagefolder:%s", root);
     stk_dataset *ds = open_ok(uri, NULL);
     stk_dataset_info info;
     stk_dataset_info_get(ds, &info);
     /* Class "linked" (a symlink): o.png, inner/i.jpg. Class "real":
-     * broken.jpg, r.jpg, then real/loop, which is the root: not an
-     * ancestor of real/, so it is walked once — real/loop/linked/... lists
-     * o.png and inner/i.jpg again (as os.walk would) — while
-     * real/loop/real (= real/) and real/self (= real/) are ancestors and
-     * are not followed (os.walk would loop until the path is too long). */
+     * broken.jpg, r.jpg. real/loop is the root, real/self is real/ and
+     * real/tolinked is class "linked": each is a directory met again, so
+     * each is left out and reported — neither walked forever nor listed a
+     * second time under another label (os.walk would list linked's images
+     * again under "real", through real/loop/linked and real/tolinked). */
     assert_string_equal(ds->class_names[0], "linked");
     assert_string_equal(ds->class_names[1], "real");
     expect_sample(ds, 0, "o.png", 0);
     expect_sample(ds, 1, "inner/i.jpg", 0);
     expect_read_fail(ds, 2, STK_EDATA, "real/broken.jpg", "cannot open");
     expect_sample(ds, 3, "real/r.jpg", 1);
-    expect_sample(ds, 4, "o.png", 1);       /* real/loop/linked/o.png */
-    expect_sample(ds, 5, "inner/i.jpg", 1); /* real/loop/linked/inner/i.jpg */
-    assert_int_equal(info.count, 6);
+    assert_int_equal(info.count, 4);
+    /* Reported in walk order (subdirectories by name). */
+    assert_int_equal(stk_dataset_skipped_count(ds), 3);
+    p = fmt("imagefolder: %s/real/loop: is the dataset root again (a symlink loop); not followed",
+            root);
+    assert_string_equal(stk_dataset_skipped(ds, 0), p);
+    free(p);
+    p = fmt("imagefolder: %s/real/self: is the same directory as real (a symlink loop or a "
+            "second path to it); its images are listed once, under real",
+            root);
+    assert_string_equal(stk_dataset_skipped(ds, 1), p);
+    free(p);
+    assert_non_null(strstr(stk_dataset_skipped(ds, 2), "/real/tolinked: is the same directory as "
+                                                       "linked"));
+    assert_null(stk_dataset_skipped(ds, 3));
     stk_dataset_close(ds);
+    free(uri);
+
+    /* strict=1: the first directory left out fails the open. */
+    uri = fmt("imagefolder:%s?strict=1", root);
+    expect_open_fail(uri, NULL, STK_EDATA, "real/loop: is the dataset root again", "strict=1");
+    free(uri);
+    uri = fmt("imagefolder:%s?strict=yes", root);
+    expect_open_fail(uri, NULL, STK_EINVAL, "strict", NULL);
     free(uri);
     free(root);
     free(other);
@@ -391,6 +425,199 @@ static void test_imagefolder_read_errors(void **state)
     stk_dataset_close(ds);
     free(uri);
     free(root);
+}
+
+/* A directory that cannot be opened must be listed as left out (and fail
+ * strict=1 and pack --strict), never lose its images silently. Run by a
+ * process that cannot open a mode-000 directory: this one when not root;
+ * when root (who may open anything), a child that drops to uid/gid 65534
+ * first. The child reports failures by exit status, with the reason on
+ * stderr. */
+static int unreadable_checks(void)
+{
+    char dir[] = "/tmp/stk-unreadable-XXXXXX";
+    char path[600], dest[600];
+    stk_dataset *ds = NULL;
+    int rc, bad = 0;
+    static uint8_t rgb[4 * 4 * 3];
+#define CHECK(c)                                                                          \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "unreadable_checks: %s:%d: %s (last message: %s)\n", __FILE__, \
+                    __LINE__, #c, stk_errmsg());                                          \
+            bad = 1;                                                                      \
+            goto out;                                                                     \
+        }                                                                                 \
+    } while (0)
+
+    CHECK(mkdtemp(dir) != NULL);
+    static const char *const files[] = {"good/a.png", "good/locked/b.png",
+                                        "good/locked/sub/c.png", "other/d.png"};
+    for (size_t i = 0; i < 4; i++) {
+        char *slash;
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        for (slash = path + strlen(dir) + 1; (slash = strchr(slash, '/')); slash++) {
+            *slash = '\0';
+            mkdir(path, 0755);
+            *slash = '/';
+        }
+        CHECK(stk_png_write_rgb8(path, rgb, 4, 4, 12) == 0);
+    }
+    snprintf(path, sizeof path, "%s/good/locked", dir);
+    CHECK(chmod(path, 0) == 0);
+    {
+        int probe = open(path, O_RDONLY | O_DIRECTORY);
+        if (probe >= 0) {
+            close(probe);
+            fprintf(stderr, "unreadable_checks: SKIPPED: this process can still open a mode-000 "
+                            "directory (it has CAP_DAC_OVERRIDE)\n");
+            bad = 77;
+            goto out;
+        }
+    }
+
+    snprintf(path, sizeof path, "imagefolder:%s", dir);
+    CHECK(stk_dataset_open(path, NULL, &ds) == 0);
+    CHECK(ds->count == 2); /* good/a.png, other/d.png */
+    CHECK(stk_dataset_skipped_count(ds) == 1);
+    snprintf(path, sizeof path,
+             "imagefolder: %s/good/locked: cannot open directory: Permission denied; its images "
+             "are left out",
+             dir);
+    CHECK(strcmp(stk_dataset_skipped(ds, 0), path) == 0);
+    stk_dataset_close(ds);
+    ds = NULL;
+
+    snprintf(path, sizeof path, "imagefolder:%s?strict=1", dir);
+    rc = stk_dataset_open(path, NULL, &ds);
+    CHECK(rc == STK_EDATA && ds == NULL);
+    CHECK(strstr(stk_errmsg(), "good/locked: cannot open directory: Permission denied"));
+
+    /* pack: listed as a skipped input (index UINT64_MAX); --strict fails. */
+    {
+        stk_pack_options po = {0};
+        stk_pack_result pr = {0};
+        snprintf(path, sizeof path, "imagefolder:%s", dir);
+        snprintf(dest, sizeof dest, "%s-out", dir);
+        CHECK(stk_pack(path, dest, &po, &pr) == 0);
+        CHECK(pr.records == 2 && pr.skipped == 1);
+        po.strict = 1;
+        snprintf(dest, sizeof dest, "%s-out-strict", dir);
+        rc = stk_pack(path, dest, &po, &pr);
+        CHECK(rc == STK_EDATA);
+        CHECK(strstr(stk_errmsg(), "good/locked: cannot open directory"));
+    }
+
+    /* A class directory that cannot be opened: the class is empty, and the
+     * error says why. */
+    snprintf(path, sizeof path, "%s/other", dir);
+    CHECK(chmod(path, 0) == 0);
+    snprintf(path, sizeof path, "imagefolder:%s", dir);
+    rc = stk_dataset_open(path, NULL, &ds);
+    CHECK(rc == STK_EFORMAT && ds == NULL);
+    CHECK(strstr(stk_errmsg(), "found no valid file for the class other"));
+    CHECK(strstr(stk_errmsg(), "other: cannot open directory: Permission denied"));
+
+out:
+    stk_dataset_close(ds);
+    snprintf(path, sizeof path, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s' '%s-out' '%s-out-strict'",
+             dir, dir, dir, dir);
+    if (system(path) != 0)
+        fprintf(stderr, "unreadable_checks: could not remove %s\n", dir);
+    return bad;
+#undef CHECK
+}
+
+static void test_imagefolder_unreadable(void **state)
+{
+    (void)state;
+    int status = 0;
+    pid_t pid;
+    if (geteuid() != 0) {
+        assert_int_equal(unreadable_checks(), 0);
+        return;
+    }
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0) {
+            fprintf(stderr, "test_imagefolder_unreadable: cannot drop root privileges: %s\n",
+                    strerror(errno));
+            _exit(3);
+        }
+        _exit(unreadable_checks());
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        skip();
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* The label map survives any directory name: a newline, a backslash, a
+ * tab, UTF-8 and bytes that are not UTF-8, through pack and open. The
+ * stored text is checked against the escape rule of docs/format.md,
+ * written out by hand. */
+static void test_imagefolder_class_names(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"a\nb", "back\\slash", "plain", "tab\there",
+                                        "\xc3\xa9-utf8", "\xff\xfe bad"}; /* in strcmp order */
+    static const char stored[] = "a\\nb\nback\\\\slash\nplain\ntab\\x09here\n\xc3\xa9-utf8\n"
+                                 "\\xff\\xfe bad";
+    static uint8_t rgb[2 * 3 * 3];
+    char *root = strdup(tu_path("names")), *dest = strdup(tu_path("names_out")), *p;
+    stk_pack_options po = {0};
+    stk_pack_result pr = {0};
+    stk_dataset *src, *packed;
+    assert_int_equal(mkdir(root, 0755), 0);
+    for (size_t i = 0; i < 6; i++) {
+        p = fmt("%s/%s", root, names[5 - i]);
+        assert_int_equal(mkdir(p, 0755), 0);
+        free(p);
+        p = fmt("%s/%s/img.png", root, names[5 - i]);
+        rgb[0] = (uint8_t)(5 - i);
+        assert_int_equal(stk_png_write_rgb8(p, rgb, 3, 2, 9), 0);
+        free(p);
+    }
+    p = fmt("imagefolder:%s", root);
+    src = open_ok(p, NULL);
+    assert_int_equal(src->num_classes, 6);
+    for (uint32_t c = 0; c < 6; c++)
+        assert_string_equal(stk_dataset_class_name(src, c), names[c]);
+    assert_int_equal(stk_pack(p, dest, &po, &pr), 0);
+    free(p);
+    assert_int_equal(pr.records, 6);
+
+    packed = open_ok(dest, NULL);
+    assert_string_equal(stk_dataset_metadata(packed, "class_names"), stored);
+    assert_int_equal(packed->num_classes, 6);
+    for (uint32_t c = 0; c < 6; c++) {
+        int64_t label = -1;
+        uint8_t px[2 * 3 * 3];
+        assert_string_equal(stk_dataset_class_name(packed, c), names[c]);
+        assert_int_equal(stk_dataset_read(packed, c, px, sizeof px, &label), sizeof px);
+        assert_int_equal(label, c);
+        assert_int_equal(px[0], c); /* the image of that class's folder */
+    }
+    stk_dataset_close(packed);
+    stk_dataset_close(src);
+
+    /* Decoding is lenient to backslashes that escape nothing (label maps
+     * written before the escape existed), and "\x00" is not a byte. */
+    {
+        char **v = NULL;
+        uint32_t n = 0;
+        assert_int_equal(stk_class_names_decode("c:\\dir\\q\nx\\x00y\\x4A\\\\n\\", &v, &n), 0);
+        assert_int_equal(n, 2);
+        assert_string_equal(v[0], "c:\\dir\\q");
+        assert_string_equal(v[1], "x\\x00yJ\\n\\");
+        free(v[0]);
+        free(v[1]);
+        free(v);
+    }
+    free(root);
+    free(dest);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -526,6 +753,8 @@ int main(void)
         cmocka_unit_test(test_imagefolder_symlinks),
         cmocka_unit_test(test_imagefolder_errors),
         cmocka_unit_test(test_imagefolder_read_errors),
+        cmocka_unit_test(test_imagefolder_unreadable),
+        cmocka_unit_test(test_imagefolder_class_names),
         cmocka_unit_test(test_list),
         cmocka_unit_test(test_list_bad_lines),
     };

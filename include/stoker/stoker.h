@@ -122,7 +122,7 @@ typedef struct stk_dataset_options {
  *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
- *   imagefolder:DIR                     torchvision's ImageFolder layout
+ *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
  *                                       paths from FILE's directory
@@ -171,6 +171,16 @@ STK_API void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
 STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
                                  uint8_t *pixels, size_t capacity, int64_t *label);
 
+/* Sample `index` as stk_dataset_read gives it (encoded samples decoded
+ * whole to RGB), for samples whose size varies (stk_dataset_info height,
+ * width, channels 0): the pixels go to a new malloc'd buffer, *pixels,
+ * that the caller frees with free(); shape gets (height, width, channels)
+ * and *label the label (label may be NULL). Thread-safe. Returns the
+ * number of bytes, or a negative code (*pixels NULL then): STK_EDATA for
+ * an unreadable or undecodable sample, naming it. */
+STK_API int64_t stk_dataset_read_alloc(const stk_dataset *ds, uint64_t index, uint8_t **pixels,
+                                       uint32_t shape[3], int64_t *label);
+
 /* Fields: what a record holds. Every dataset has at least an image field
  * ("image") and an int64 "label"; .stk shards have the fields of their
  * schema (docs/format.md). */
@@ -214,6 +224,16 @@ STK_API const char *stk_dataset_metadata(const stk_dataset *ds, const char *key)
 /* Name of class `label` (lent), or NULL when the dataset has no label map. */
 STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label);
 
+/* Inputs the open left out without failing, each with a message naming it
+ * and the reason: an image folder's directories that cannot be opened or
+ * read, and directories met a second time through a symlink (a loop back
+ * to the root or an ancestor, or a second path to a listed directory).
+ * `imagefolder:DIR?strict=1` fails on the first one instead, and stk_pack
+ * reports them through on_skip (index UINT64_MAX) or, strict, fails. The
+ * message is lent (lives with the dataset); NULL when i >= the count. */
+STK_API uint64_t stk_dataset_skipped_count(const stk_dataset *ds);
+STK_API const char *stk_dataset_skipped(const stk_dataset *ds, uint64_t i);
+
 /* Shards of a .stk dataset (0 for other formats). */
 typedef struct stk_shard_info {
     const char *path;     /* lent */
@@ -243,7 +263,9 @@ typedef struct stk_pack_options {
     int zstd_level;        /* raw mode: 0 = uncompressed, 1..19 */
     int strict;            /* fail on the first unreadable input */
     int no_validate;       /* keep mode: do not decode to validate */
-    /* Called (from the packing thread) for each input left out. */
+    /* Called (from the packing thread) for each input left out: `index` is
+     * the sample's, or UINT64_MAX for an input that is not one sample (a
+     * directory the open left out: stk_dataset_skipped). */
     void (*on_skip)(void *ctx, uint64_t index, const char *reason);
     /* Called after each block of records, with done <= total. */
     void (*on_progress)(void *ctx, uint64_t done, uint64_t total);

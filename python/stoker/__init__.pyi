@@ -1,7 +1,7 @@
 # Type stubs for the stoker package (python/stoker/ and the C extension
 # stoker._stoker). See docs/python.md.
 import os
-from typing import Any, Iterator, Literal, Mapping, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Literal, Mapping, Sequence, Tuple, Union
 
 __version__: str
 __all__: list[str]
@@ -79,15 +79,23 @@ class Batch:
 # -- datasets --------------------------------------------------------------------
 
 class Dataset:
-    """An opened dataset: len(ds), ds[i] -> (H x W x C uint8 ndarray, label)."""
+    """An opened dataset: len(ds), ds[i] -> (H x W x C uint8 ndarray, label);
+    encoded images are decoded at their own size."""
     @property
     def uri(self) -> str: ...
     @property
     def format(self) -> str: ...
     @property
-    def shape(self) -> Tuple[int, int, int]: ...
+    def shape(self) -> Tuple[int, int, int] | None:
+        """(H, W, C), or None when samples differ in size (encoded images)."""
     @property
     def num_classes(self) -> int: ...
+    @property
+    def classes(self) -> List[str] | None:
+        """Class names, label -> name (os.fsdecode'd), or None."""
+    @property
+    def skipped_inputs(self) -> List[str]:
+        """Messages for the inputs the open left out (unreadable directories, loops)."""
     def __len__(self) -> int: ...
     def __getitem__(self, index: int) -> Tuple[Any, int]: ...
     def __iter__(self) -> Iterator[Tuple[Any, int]]: ...
@@ -95,7 +103,8 @@ class Dataset:
 
 def open(uri: Union[str, os.PathLike[str]], *, max_bytes: int | None = ...,
          max_samples: int | None = ..., max_pixels: int | None = ...) -> Dataset: ...
-def from_numpy(images: Any, labels: Any = ...) -> Dataset: ...
+def from_numpy(images: Any, labels: Any = ...) -> Dataset:
+    """labels: integers (exact-integer floats accepted; any other value is a ValueError)."""
 def pack(src: Union[str, os.PathLike[str]], dest: Union[str, os.PathLike[str]], *,
          shard_size: int | None = ..., jobs: int = ...,
          mode: Literal["keep", "raw", "reencode"] = ..., zstd_level: int = ...,

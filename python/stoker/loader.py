@@ -23,10 +23,17 @@ class Dataset(_stoker.Dataset):
     """A dataset opened by :func:`stoker.open` (or made by :func:`stoker.from_numpy`).
 
     ``len(ds)`` samples; ``ds[i]`` is ``(pixels, label)`` with ``pixels`` a
-    new ``H x W x C`` uint8 NumPy array and ``label`` an int. ``ds.shape`` is
-    ``(H, W, C)``, ``ds.num_classes`` the class count (0 if unknown),
-    ``ds.format`` and ``ds.uri`` say what was opened. Immutable: safe from
-    any thread, and usable in a forked child.
+    new ``H x W x C`` uint8 NumPy array and ``label`` an int (encoded
+    images — JPEG/PNG of an image folder or of ``keep`` shards — are
+    decoded whole to RGB, each at its own size). ``ds.shape`` is
+    ``(H, W, C)`` when every sample has that shape, ``None`` when samples
+    differ in size (encoded images: look at ``ds[i][0].shape``).
+    ``ds.num_classes`` is the class count (0 if unknown), ``ds.classes``
+    the class names (label -> name, ``None`` without a label map),
+    ``ds.skipped_inputs`` the messages for inputs the open left out (an
+    image folder's unreadable directories and symlink loops), ``ds.format``
+    and ``ds.uri`` say what was opened. Immutable: safe from any thread,
+    and usable in a forked child.
     """
 
     def __getitem__(self, index):
@@ -45,8 +52,10 @@ class Dataset(_stoker.Dataset):
             yield self[i]
 
     def __repr__(self):
-        return "<stoker.Dataset %s %r: %d samples of %s>" % (self.format, self.uri, len(self),
-                                                             "x".join(map(str, self.shape)))
+        shape = self.shape
+        return "<stoker.Dataset %s %r: %d samples of %s>" % (
+            self.format, self.uri, len(self),
+            "x".join(map(str, shape)) if shape is not None else "varying size")
 
     def __reduce__(self):
         # Re-opened by URI in the unpickling process (files are read again).
@@ -67,14 +76,24 @@ def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
 
     Raises :class:`stoker.NotFound` (a ``FileNotFoundError``) for a missing
     path, :class:`stoker.FormatError` for a malformed file, and so on; the
-    message names the file and the reason.
+    message names the file and the reason. Inputs the open leaves out
+    without failing (an image folder's unreadable directories, symlink
+    loops: ``ds.skipped_inputs``) are also announced with a
+    ``RuntimeWarning``; ``imagefolder:DIR?strict=1`` fails on them instead.
     """
     kw = {}
     for name, v in (("max_bytes", max_bytes), ("max_samples", max_samples),
                     ("max_pixels", max_pixels)):
         if v is not None:
             kw[name] = operator.index(v)
-    return Dataset(os.fspath(uri), **kw)
+    ds = Dataset(os.fspath(uri), **kw)
+    skipped = ds.skipped_inputs
+    if skipped:
+        import warnings
+        warnings.warn("stoker.open(%r): %d input%s left out: %s" % (
+            ds.uri, len(skipped), "" if len(skipped) == 1 else "s", "; ".join(skipped)),
+            RuntimeWarning, stacklevel=2)
+    return ds
 
 
 def pack(src, dest, *, shard_size=None, jobs=2, mode="keep", zstd_level=0, strict=False,
@@ -105,7 +124,10 @@ def from_numpy(images, labels=None):
     """An in-memory dataset copied from NumPy-compatible arrays.
 
     ``images``: uint8, shape ``(N, H, W, C)`` or ``(N, H, W)`` (one channel).
-    ``labels``: ``N`` integers or None (all 0).
+    ``labels``: ``N`` integers or None (all 0), stored as int64 class
+    labels. Float labels are accepted only when every value is an exact
+    integer (``[0.0, 2.0]``); any other value (``0.9``, NaN, out of int64
+    range) is a ``ValueError`` naming it — never truncated.
     """
     import numpy
     images = numpy.asarray(images)
@@ -119,10 +141,51 @@ def from_numpy(images, labels=None):
     images = numpy.ascontiguousarray(images)
     n, h, w, c = images.shape
     if labels is not None:
-        labels = numpy.ascontiguousarray(numpy.asarray(labels), dtype=numpy.int64)
+        labels = _int64_labels(numpy, labels)
         if labels.shape != (n,):
             raise ValueError("labels must have shape (%d,), got %s" % (n, labels.shape))
     return Dataset._from_buffers(images, labels, n, h, w, c)
+
+
+def _int64_labels(numpy, labels):
+    """labels as a C-contiguous int64 array, refusing any value that would
+    change on the way (fractions, NaN/inf, out of int64 range)."""
+    a = numpy.asarray(labels)
+    if a.dtype == numpy.bool_ or numpy.issubdtype(a.dtype, numpy.signedinteger):
+        return numpy.ascontiguousarray(a, dtype=numpy.int64)
+    if numpy.issubdtype(a.dtype, numpy.unsignedinteger):
+        big = numpy.flatnonzero(a > numpy.iinfo(numpy.int64).max) if a.size else []
+        if len(big):
+            raise ValueError("labels must fit int64: labels[%d] = %d does not"
+                             % (big[0], a.flat[big[0]]))
+        return numpy.ascontiguousarray(a, dtype=numpy.int64)
+    if numpy.issubdtype(a.dtype, numpy.floating):
+        f = a.astype(numpy.float64)  # exact for float16/32/64
+        # 2**63 is the first float past int64's range.
+        ok = numpy.isfinite(f) & (f == numpy.floor(f)) & (f >= -2.0 ** 63) & (f < 2.0 ** 63)
+        bad = numpy.flatnonzero(~ok)
+        if len(bad):
+            raise ValueError(
+                "labels must be integers (stoker stores int64 class labels and will not "
+                "truncate): labels[%d] = %r is not (%d non-integer value%s)"
+                % (bad[0], a.flat[bad[0]].item(), len(bad), "" if len(bad) == 1 else "s"))
+        return numpy.ascontiguousarray(f.astype(numpy.int64))
+    if a.dtype == object:  # e.g. Python ints beyond int64, mixed types
+        out = numpy.empty(a.shape, dtype=numpy.int64)
+        for i, v in enumerate(a.flat):
+            try:
+                iv = operator.index(v)
+            except TypeError:
+                if isinstance(v, float) and v.is_integer():
+                    iv = int(v)
+                else:
+                    raise ValueError("labels must be integers (stoker will not truncate): "
+                                     "labels[%d] = %r is not" % (i, v))
+            if not -2 ** 63 <= iv < 2 ** 63:
+                raise ValueError("labels must fit int64: labels[%d] = %d does not" % (i, iv))
+            out.flat[i] = iv
+        return out
+    raise TypeError("labels must be integers, got an array of %s" % a.dtype)
 
 
 def _norm_dtype(dtype):

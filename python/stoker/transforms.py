@@ -53,6 +53,17 @@ def _size(size, what="size"):
     return "%d" % h if h == w else "%d,%d" % (h, w)
 
 
+def _pair(size, what="size"):
+    """(h, w) of a 2-sequence of ints >= 1."""
+    try:
+        seq = list(size)
+    except TypeError:
+        raise TypeError("%s must be an int or a sequence (h, w), got %r" % (what, size))
+    if len(seq) != 2:
+        raise ValueError("%s must have 1 or 2 values (h, w), got %r" % (what, size))
+    return _int(seq[0], what, 1), _int(seq[1], what, 1)
+
+
 def _padding(padding):
     """torchvision's padding: N, (N,), (LR, TB) or (L, T, R, B)."""
     if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
@@ -258,10 +269,11 @@ class RandomResizedCrop(Transform):
 
 
 class Resize(Transform):
-    """Resize like torchvision's ``Resize``: an int scales the shorter side
-    (the longer one truncated as torchvision computes it), (h, w) gives
-    exactly that size; Pillow's antialiased bilinear. ``max_size`` is not
-    supported. Spec: ``resize S`` or ``resize H,W``.
+    """Resize like torchvision's ``Resize``: an int (or ``(s,)``) scales the
+    shorter side (the longer one truncated as torchvision computes it),
+    (h, w) gives exactly that size — written ``resize H,W`` even when h == w,
+    since ``resize S`` means the shorter side; Pillow's antialiased
+    bilinear. ``max_size`` is not supported.
     """
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
@@ -278,7 +290,10 @@ class Resize(Transform):
     def spec(self):
         if isinstance(self.size, numbers.Integral):
             return "resize %d" % _int(self.size, "size", 1)
-        return "resize " + _size(self.size)
+        # Always both numbers: "resize S" would mean the shorter side, so
+        # a square (S, S) must stay "resize S,S" (exactly S x S).
+        h, w = _pair(self.size, "size")
+        return "resize %d,%d" % (h, w)
 
 
 class RandomRotation(Transform):

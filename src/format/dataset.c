@@ -88,6 +88,9 @@ void stk_dataset_close(stk_dataset *ds)
             free(ds->class_names[i]);
         free(ds->class_names);
     }
+    for (uint64_t i = 0; i < ds->nskipped; i++)
+        free(ds->skipped[i]);
+    free(ds->skipped);
     free(ds->uri);
     free(ds);
 }

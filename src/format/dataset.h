@@ -63,6 +63,10 @@ struct stk_dataset {
     uint32_t num_classes;  /* 0 = unknown */
     char **class_names;    /* num_classes names (label -> name), or NULL;
                               owned: freed by stk_dataset_close with each name */
+    char **skipped;        /* nskipped messages, one per input the open left out
+                              (an image folder's unreadable directory, a symlink
+                              loop), or NULL; owned: freed by stk_dataset_close */
+    uint64_t nskipped;
     void *impl;            /* owned by the reader */
 };
 

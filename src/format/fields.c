@@ -6,7 +6,9 @@
  * `read`: "image" (raw_image with the dataset's fixed shape, or an encoded
  * image for file-per-sample sources) and "label" (int64 scalar).
  */
+#include "codec/codec.h"
 #include "core/error.h"
+#include "core/image.h"
 #include "format/dataset.h"
 
 #include <stdio.h>
@@ -151,6 +153,16 @@ const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label)
     return ds->class_names[label];
 }
 
+uint64_t stk_dataset_skipped_count(const stk_dataset *ds)
+{
+    return ds ? ds->nskipped : 0;
+}
+
+const char *stk_dataset_skipped(const stk_dataset *ds, uint64_t i)
+{
+    return ds && i < ds->nskipped ? ds->skipped[i] : NULL;
+}
+
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
 {
     if (ds->vt->sample_name)
@@ -170,4 +182,57 @@ int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *in
         return stk_fail(STK_EINVAL, "%s: not a .stk dataset (it has no shards)",
                         ds ? ds->uri : "(null)");
     return ds->vt->shard_info(ds, i, info);
+}
+
+int64_t stk_dataset_read_alloc(const stk_dataset *ds, uint64_t index, uint8_t **pixels,
+                               uint32_t shape[3], int64_t *label)
+{
+    stk_scratch scratch = {0}, decoded = {0};
+    stk_sample s;
+    const stk_image_view *v = &s.image;
+    uint64_t bytes = 0;
+    int rc;
+
+    if (pixels)
+        *pixels = NULL;
+    if (!ds || !pixels || !shape)
+        return stk_fail(STK_EINVAL, "stk_dataset_read_alloc: NULL argument");
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    memset(&s, 0, sizeof s);
+    rc = ds->vt->read(ds, index, &s, &scratch);
+    if (rc)
+        goto out;
+    if (!s.image.pixels) { /* encoded: decode it whole, to RGB */
+        rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &decoded, &s.image);
+        if (rc < 0) {
+            char name[1024];
+            stk_dataset_sample_name(ds, index, name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
+            goto out;
+        }
+    }
+    if (!stk_mul_ok(v->height, v->width, &bytes) || !stk_mul_ok(bytes, v->channels, &bytes) ||
+        bytes > INT64_MAX || bytes > SIZE_MAX) {
+        rc = stk_fail(STK_EFORMAT, "%s: sample %llu: shape %ux%ux%u is too large", ds->uri,
+                      (unsigned long long)index, v->height, v->width, v->channels);
+        goto out;
+    }
+    if (!(*pixels = malloc(bytes ? (size_t)bytes : 1))) {
+        rc = stk_fail(STK_ENOMEM, "%s: sample %llu: out of memory for %llu bytes", ds->uri,
+                      (unsigned long long)index, (unsigned long long)bytes);
+        goto out;
+    }
+    stk_image_copy_hwc(v, *pixels);
+    shape[0] = v->height;
+    shape[1] = v->width;
+    shape[2] = v->channels;
+    if (label)
+        *label = s.label;
+
+out:
+    stk_scratch_free(&scratch);
+    stk_scratch_free(&decoded);
+    return rc ? rc : (int64_t)bytes;
 }

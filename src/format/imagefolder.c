@@ -32,10 +32,15 @@
  *     at read time, as it would in torchvision);
  *   - a class with no such file is an error (STK_EFORMAT), listing the
  *     classes, as torchvision's "Found no valid file for the classes ...".
- *   One departure: a directory symlink that leads back to one of its own
- *   ancestors is not followed (os.walk would loop until the path grows too
- *   long, listing the same files again and again).
- *   Subdirectories that cannot be opened are skipped, as os.walk does.
+ *   Departures, so that nothing is lost or listed twice in silence: every
+ *   directory is known by (st_dev, st_ino), the root and the classes
+ *   registered first; a directory met again (a symlink back to the root or
+ *   an ancestor, where os.walk would loop until the path is too long, or a
+ *   second path to a listed directory) is left out, and so is one that
+ *   cannot be opened or read (os.walk skips it silently). Each is recorded
+ *   in ds->skipped with the reason (stk_dataset_skipped), or with
+ *   "?strict=1" fails the open with STK_EDATA. Subdirectories are walked
+ *   in name order, so which path to a directory wins is fixed.
  *
  * List files: one sample per line, "PATH<TAB>LABEL". A relative PATH is
  * resolved against the directory of the list file, an absolute one is used
@@ -64,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,12 +383,103 @@ static int stk_cmp_dir(const void *a, const void *b)
     return strcmp(((const stk_dir_rec *)a)->rel, ((const stk_dir_rec *)b)->rel);
 }
 
-/* The chain of directories being walked, for cycle detection. */
-typedef struct stk_walk_anc {
+/* The directories met so far, by (st_dev, st_ino): an open-addressing hash
+ * set seeded with the root and every class directory before the walk, so
+ * a directory reached a second time — a symlink back to the root or to an
+ * ancestor (a cycle), or a second path to a directory already listed — is
+ * recognised and left out (and reported) instead of listed again. */
+typedef struct stk_seen_dir {
     dev_t dev;
     ino_t ino;
-    const struct stk_walk_anc *up;
-} stk_walk_anc;
+    char *rel; /* owned: the path it was first met by ("." = the root); NULL = free slot */
+} stk_seen_dir;
+
+typedef struct stk_walker {
+    int root_fd;
+    const char *root;     /* DIR as given, for messages (lent) */
+    int strict;           /* fail instead of skipping */
+    stk_seen_dir *seen;   /* owned: cap slots */
+    size_t nseen, cap;
+    stk_strvec *skipped;  /* lent: messages for what was left out */
+    stk_dir_list *out;    /* lent: the directories of the class being walked */
+} stk_walker;
+
+static size_t stk_seen_slot(const stk_walker *w, dev_t dev, ino_t ino)
+{
+    uint64_t h = ((uint64_t)dev * 0x9E3779B97F4A7C15ull) ^ (uint64_t)ino;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    size_t i = (size_t)h & (w->cap - 1);
+    while (w->seen[i].rel && !(w->seen[i].dev == dev && w->seen[i].ino == ino))
+        i = (i + 1) & (w->cap - 1);
+    return i;
+}
+
+/* The path the directory (dev, ino) was first met by, or NULL. */
+static const char *stk_seen_find(const stk_walker *w, dev_t dev, ino_t ino)
+{
+    return w->cap ? w->seen[stk_seen_slot(w, dev, ino)].rel : NULL;
+}
+
+static int stk_seen_add(stk_walker *w, dev_t dev, ino_t ino, const char *rel)
+{
+    if (2 * (w->nseen + 1) > w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        stk_seen_dir *old = w->seen;
+        size_t oldcap = w->cap;
+        if (cap > SIZE_MAX / sizeof *old)
+            return stk_fail(STK_ENOMEM, "too many directories");
+        w->seen = calloc(cap, sizeof *old);
+        if (!w->seen) {
+            w->seen = old;
+            return stk_fail(STK_ENOMEM, "out of memory listing %s", rel);
+        }
+        w->cap = cap;
+        for (size_t i = 0; i < oldcap; i++)
+            if (old[i].rel)
+                w->seen[stk_seen_slot(w, old[i].dev, old[i].ino)] = old[i];
+        free(old);
+    }
+    size_t i = stk_seen_slot(w, dev, ino);
+    if (w->seen[i].rel)
+        return 0;
+    if (!(w->seen[i].rel = stk_strdup(rel)))
+        return STK_ENOMEM;
+    w->seen[i].dev = dev;
+    w->seen[i].ino = ino;
+    w->nseen++;
+    return 0;
+}
+
+static void stk_walker_free(stk_walker *w)
+{
+    for (size_t i = 0; i < w->cap; i++)
+        free(w->seen[i].rel);
+    free(w->seen);
+    w->seen = NULL;
+    w->cap = w->nseen = 0;
+}
+
+/* Leave directory `rel` out: record "ROOT/REL: reason (...)" in the
+ * skipped list, or, strict, fail with it as STK_EDATA. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static int stk_walk_skip(stk_walker *w, const char *rel, const char *why, ...)
+{
+    char reason[512], msg[PATH_MAX + 640];
+    size_t n = strlen(w->root);
+    va_list ap;
+    va_start(ap, why);
+    vsnprintf(reason, sizeof reason, why, ap);
+    va_end(ap);
+    snprintf(msg, sizeof msg, "imagefolder: %s%s%s: %s", w->root,
+             n && w->root[n - 1] == '/' ? "" : "/", rel, reason);
+    if (w->strict) /* the caller prefixes "imagefolder: ROOT: " */
+        return stk_fail(STK_EDATA, "%s: %s (strict=1)", rel, reason);
+    return stk_strvec_push(w->skipped, msg, strlen(msg));
+}
 
 /* Is the entry a directory (following symlinks), as os.scandir's
  * is_dir() says? */
@@ -397,39 +494,51 @@ static int stk_entry_is_dir(DIR *d, const struct dirent *e)
 }
 
 /* os.walk(rel, followlinks=True), collecting one stk_dir_rec per
- * directory. A directory that cannot be opened is skipped (os.walk's
- * default onerror), except when the process is out of descriptors or
- * memory, which would silently lose files. */
-static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_dir_list *out)
+ * directory into w->out, subdirectories visited in name order (so which of
+ * two paths to one directory is listed does not depend on readdir order).
+ * `top` is the class directory itself. A directory that cannot be opened
+ * or read, or that was met before (stk_seen_dir), is left out with its
+ * whole subtree and reported through stk_walk_skip; running out of
+ * descriptors or memory is fatal, as it would lose files silently. */
+static int stk_walk(stk_walker *w, const char *rel, int top)
 {
     stk_strvec subdirs = {0};
     stk_dir_rec rec = {0};
-    stk_walk_anc me;
     struct dirent *e;
     struct stat st;
+    const char *first;
     char ebuf[128];
     DIR *d = NULL;
     int fd, rc = 0;
 
-    fd = openat(root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    fd = openat(w->root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
             return stk_fail(STK_EIO, "%s: cannot open directory: %s", rel,
                             strerror_r(errno, ebuf, sizeof ebuf));
-        return 0;
+        return stk_walk_skip(w, rel, "cannot open directory: %s; its images are left out",
+                             strerror_r(errno, ebuf, sizeof ebuf));
     }
     if (fstat(fd, &st) != 0) {
+        rc = stk_walk_skip(w, rel, "cannot stat directory: %s; its images are left out",
+                           strerror_r(errno, ebuf, sizeof ebuf));
         close(fd);
-        return 0;
+        return rc;
     }
-    for (const stk_walk_anc *a = up; a; a = a->up)
-        if (a->dev == st.st_dev && a->ino == st.st_ino) {
-            close(fd); /* a symlink back to an ancestor: do not loop */
-            return 0;
-        }
-    me.dev = st.st_dev;
-    me.ino = st.st_ino;
-    me.up = up;
+    first = stk_seen_find(w, st.st_dev, st.st_ino);
+    if (first && !(top && strcmp(first, rel) == 0)) {
+        close(fd);
+        if (strcmp(first, ".") == 0)
+            return stk_walk_skip(w, rel, "is the dataset root again (a symlink loop); not "
+                                         "followed");
+        return stk_walk_skip(w, rel, "is the same directory as %s (a symlink loop or a second "
+                                     "path to it); its images are listed once, under %s",
+                             first, first);
+    }
+    if (!first && (rc = stk_seen_add(w, st.st_dev, st.st_ino, rel)) != 0) {
+        close(fd);
+        return rc;
+    }
     d = fdopendir(fd);
     if (!d) {
         close(fd);
@@ -441,8 +550,21 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
         rc = STK_ENOMEM;
         goto out;
     }
-    while ((e = readdir(d)) != NULL) {
-        const char *name = e->d_name;
+    for (;;) {
+        const char *name;
+        errno = 0;
+        if (!(e = readdir(d))) {
+            if (errno) {
+                /* A listing cut short would lose files silently: leave the
+                 * whole directory out and say so. */
+                rc = stk_walk_skip(w, rel, "error reading directory: %s; its images are left "
+                                           "out",
+                                   strerror_r(errno, ebuf, sizeof ebuf));
+                goto out;
+            }
+            break;
+        }
+        name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
         if (stk_entry_is_dir(d, e))
@@ -457,24 +579,33 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
 
     if (rec.files.n > 1)
         qsort(rec.files.v, rec.files.n, sizeof *rec.files.v, stk_cmp_str);
-    if (out->n == out->cap) {
-        size_t cap = out->cap ? out->cap * 2 : 16;
-        stk_dir_rec *v = realloc(out->v, cap * sizeof *v);
+    if (subdirs.n > 1)
+        qsort(subdirs.v, subdirs.n, sizeof *subdirs.v, stk_cmp_str);
+    if (w->out->n == w->out->cap) {
+        size_t cap = w->out->cap ? w->out->cap * 2 : 16;
+        stk_dir_rec *v = realloc(w->out->v, cap * sizeof *v);
         if (!v) {
             rc = stk_fail(STK_ENOMEM, "out of memory listing %s", rel);
             goto out;
         }
-        out->v = v;
-        out->cap = cap;
+        w->out->v = v;
+        w->out->cap = cap;
     }
-    out->v[out->n++] = rec;
+    w->out->v[w->out->n++] = rec;
     memset(&rec, 0, sizeof rec);
 
     for (size_t i = 0; i < subdirs.n; i++) {
         size_t rl = strlen(rel), nl = strlen(subdirs.v[i]);
         char *child;
-        if (rl + 1 + nl >= PATH_MAX)
-            continue; /* os.walk fails on it too (ENAMETOOLONG) and moves on */
+        if (rl + 1 + nl >= PATH_MAX) {
+            /* os.walk fails on it too (ENAMETOOLONG) and moves on */
+            rc = stk_walk_skip(w, rel, "subdirectory %s: path longer than PATH_MAX; its "
+                                       "images are left out",
+                               subdirs.v[i]);
+            if (rc)
+                goto out;
+            continue;
+        }
         child = malloc(rl + 1 + nl + 1);
         if (!child) {
             rc = stk_fail(STK_ENOMEM, "out of memory listing %s", rel);
@@ -483,7 +614,7 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
         memcpy(child, rel, rl);
         child[rl] = '/';
         memcpy(child + rl + 1, subdirs.v[i], nl + 1);
-        rc = stk_walk(root_fd, child, &me, out);
+        rc = stk_walk(w, child, 0);
         free(child);
         if (rc)
             goto out;
@@ -513,8 +644,16 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
         return stk_fail(STK_EIO, "%s: cannot read directory: %s", f->root,
                         strerror_r(errno, ebuf, sizeof ebuf));
     }
-    while ((e = readdir(d)) != NULL) {
-        const char *name = e->d_name;
+    for (;;) {
+        const char *name;
+        errno = 0;
+        if (!(e = readdir(d))) {
+            if (errno)
+                rc = stk_fail(STK_EIO, "%s: error reading directory: %s", f->root,
+                              strerror_r(errno, ebuf, sizeof ebuf));
+            break;
+        }
+        name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
         if (stk_entry_is_dir(d, e) && (rc = stk_strvec_push(classes, name, strlen(name))))
@@ -529,17 +668,21 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
 int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
                          const stk_dataset_options *opts, stk_dataset **out)
 {
+    static const char *const strict_values[] = {"0", "1", NULL};
+    stk_query_key keys[] = {{"strict", strict_values, -1}};
     stk_dataset_options o = stk_dataset_options_resolve(opts);
-    stk_strvec classes = {0};
+    stk_strvec classes = {0}, skipped = {0};
     stk_dir_list dirs = {0};
+    stk_walker w = {0};
     stk_dataset *ds = NULL;
     stk_files_impl *f;
+    struct stat st;
     char empty[512];
-    size_t nempty = 0, used = 0;
+    size_t nempty = 0, used = 0, why = SIZE_MAX; /* why: a skip that emptied a class */
     int rc;
 
     *out = NULL;
-    rc = stk_query_parse(uri, "imagefolder", query, NULL, 0);
+    rc = stk_query_parse(uri, "imagefolder", query, keys, 1);
     if (rc)
         return rc;
     if (!*dir)
@@ -570,14 +713,34 @@ int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
         goto fail;
     }
 
+    /* Seed the set of directories met with the root and the classes, so
+     * that a link from inside one class to the root or to another class
+     * is a repeat, whichever class is walked first. */
+    w.root_fd = f->root_fd;
+    w.root = dir;
+    w.strict = keys[0].value == 1;
+    w.skipped = &skipped;
+    w.out = &dirs;
+    if (fstat(f->root_fd, &st) != 0) {
+        char ebuf[128];
+        rc = stk_fail(STK_EIO, "cannot stat the directory: %s",
+                      strerror_r(errno, ebuf, sizeof ebuf));
+        goto walk_fail;
+    }
+    if ((rc = stk_seen_add(&w, st.st_dev, st.st_ino, ".")))
+        goto walk_fail;
+    for (size_t c = 0; c < classes.n; c++)
+        if (fstatat(f->root_fd, classes.v[c], &st, 0) == 0 &&
+            (rc = stk_seen_add(&w, st.st_dev, st.st_ino, classes.v[c])))
+            goto walk_fail;
+
     empty[0] = '\0';
     for (size_t c = 0; c < classes.n; c++) {
         uint64_t before = ds->count;
-        rc = stk_walk(f->root_fd, classes.v[c], NULL, &dirs);
-        if (rc) {
-            stk_fail_prefix(rc, "imagefolder: %s", dir);
-            goto fail;
-        }
+        size_t skipped_before = skipped.n;
+        rc = stk_walk(&w, classes.v[c], 1);
+        if (rc)
+            goto walk_fail;
         if (dirs.n > 1)
             qsort(dirs.v, dirs.n, sizeof *dirs.v, stk_cmp_dir);
         for (size_t i = 0; i < dirs.n; i++) {
@@ -591,18 +754,21 @@ int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
         }
         stk_dir_list_free(&dirs);
         if (ds->count == before) {
-            int w = snprintf(empty + used, sizeof empty - used, "%s%s", nempty ? ", " : "",
+            int n = snprintf(empty + used, sizeof empty - used, "%s%s", nempty ? ", " : "",
                              classes.v[c]);
-            if (w > 0 && (size_t)w < sizeof empty - used)
-                used += (size_t)w;
+            if (n > 0 && (size_t)n < sizeof empty - used)
+                used += (size_t)n;
             nempty++;
+            if (why == SIZE_MAX && skipped.n > skipped_before)
+                why = skipped_before;
         }
     }
     if (nempty) {
         rc = stk_fail(STK_EFORMAT,
                       "imagefolder: %s: found no valid file for the class%s %s%s (supported "
-                      "extensions: " STK_IMG_EXT_LIST ")",
-                      dir, nempty > 1 ? "es" : "", empty, used + 1 >= sizeof empty ? "..." : "");
+                      "extensions: " STK_IMG_EXT_LIST ")%s%s",
+                      dir, nempty > 1 ? "es" : "", empty, used + 1 >= sizeof empty ? "..." : "",
+                      why != SIZE_MAX ? "; " : "", why != SIZE_MAX ? skipped.v[why] : "");
         goto fail;
     }
 
@@ -611,20 +777,29 @@ int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
         rc = stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
         goto fail;
     }
-    /* The names move from the vector to the dataset. */
+    /* The names move from the vector to the dataset, and so do the
+     * messages for what was left out. */
     for (size_t c = 0; c < classes.n; c++) {
         ds->class_names[c] = classes.v[c];
         classes.v[c] = NULL;
     }
     ds->num_classes = (uint32_t)classes.n;
+    ds->skipped = skipped.v;
+    ds->nskipped = skipped.n;
+    memset(&skipped, 0, sizeof skipped);
     stk_files_trim(ds, f);
     stk_strvec_free(&classes);
+    stk_walker_free(&w);
     *out = ds;
     return 0;
 
+walk_fail:
+    stk_fail_prefix(rc, "imagefolder: %s", dir);
 fail:
+    stk_walker_free(&w);
     stk_dir_list_free(&dirs);
     stk_strvec_free(&classes);
+    stk_strvec_free(&skipped);
     stk_dataset_close(ds);
     return rc;
 }

@@ -16,14 +16,18 @@
  *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
- * silently dropped. Any other error stops the pack; shards this call already
- * wrote are removed again, so a failed pack leaves no partial dataset.
+ * silently dropped. So is each input the open of the source left out
+ * (stk_dataset_skipped: an image folder's unreadable directory or symlink
+ * loop), with index UINT64_MAX, before any record. Any other error stops
+ * the pack; shards this call already wrote are removed again, so a failed
+ * pack leaves no partial dataset.
  */
 #include "codec/codec.h"
 #include "codec/codec_write.h"
 #include "ops/resample.h"
 #include "core/error.h"
 #include "core/util.h"
+#include "format/class_names.h"
 #include "format/dataset.h"
 #include "format/stk_format.h"
 #include "format/stk_writer.h"
@@ -285,26 +289,6 @@ static void *pack_worker_main(void *arg)
     return NULL;
 }
 
-static char *join_class_names(const stk_dataset *ds)
-{
-    if (!ds->class_names || !ds->num_classes)
-        return NULL;
-    size_t n = 0;
-    for (uint32_t i = 0; i < ds->num_classes; i++)
-        n += strlen(ds->class_names[i]) + 1;
-    char *s = malloc(n);
-    if (!s)
-        return NULL;
-    char *at = s;
-    for (uint32_t i = 0; i < ds->num_classes; i++) {
-        size_t k = strlen(ds->class_names[i]);
-        memcpy(at, ds->class_names[i], k);
-        at += k;
-        *at++ = i + 1 < ds->num_classes ? '\n' : '\0';
-    }
-    return s;
-}
-
 /* mkdir -p */
 static int make_dirs(const char *dest)
 {
@@ -388,6 +372,18 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         return rc;
     if ((rc = dest_ready(dest)) < 0)
         goto done;
+    /* Inputs the open left out (an image folder's unreadable directories,
+     * symlink loops) are skipped inputs too: listed, or fatal when strict. */
+    for (uint64_t i = 0; i < stk_dataset_skipped_count(p.ds); i++) {
+        const char *why = stk_dataset_skipped(p.ds, i);
+        if (o->strict) {
+            rc = stk_fail(STK_EDATA, "%s (strict)", why);
+            goto done;
+        }
+        res.skipped++;
+        if (o->on_skip)
+            o->on_skip(o->ctx, UINT64_MAX, why);
+    }
     p.encoded_src = !(p.ds->height && p.ds->width && p.ds->channels);
     p.raw_out = o->mode == STK_PACK_RAW || (!p.encoded_src && o->mode == STK_PACK_KEEP);
 
@@ -400,7 +396,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         fields[0].dims[1] = p.ds->width;
         fields[0].dims[2] = p.ds->channels;
     }
-    names = join_class_names(p.ds);
+    /* The label map, escaped so that any name survives (class_names.c). */
+    if (p.ds->class_names && p.ds->num_classes &&
+        !(names = stk_class_names_encode(p.ds->class_names, p.ds->num_classes))) {
+        rc = STK_ENOMEM;
+        goto done;
+    }
     char created_by[64];
     snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
     stk_kv meta[3];

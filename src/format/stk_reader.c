@@ -24,6 +24,7 @@
  */
 #include "core/error.h"
 #include "core/util.h"
+#include "format/class_names.h"
 #include "format/dataset.h"
 #include "format/stk_format.h"
 #include "format/stk_schema.h"
@@ -1013,32 +1014,14 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
             ds->channels = f->dims[2];
         }
     }
-    /* Label map from the metadata: one name a line. */
+    /* Label map from the metadata: one escaped name a line (class_names.c). */
     const char *names = shards_metadata(ds, "class_names");
     if (names && *names) {
-        uint32_t k = 1;
-        for (const char *c = names; *c; c++)
-            k += *c == '\n';
-        ds->class_names = calloc(k, sizeof *ds->class_names);
-        if (!ds->class_names) {
+        int nrc = stk_class_names_decode(names, &ds->class_names, &ds->num_classes);
+        if (nrc < 0) {
             stk_dataset_close(ds);
-            return stk_fail(STK_ENOMEM, "out of memory");
+            return nrc;
         }
-        const char *start = names;
-        for (uint32_t i = 0; i < k; i++) {
-            const char *end = strchr(start, '\n');
-            size_t len = end ? (size_t)(end - start) : strlen(start);
-            ds->class_names[i] = malloc(len + 1);
-            if (!ds->class_names[i]) {
-                ds->num_classes = i;
-                stk_dataset_close(ds);
-                return stk_fail(STK_ENOMEM, "out of memory");
-            }
-            memcpy(ds->class_names[i], start, len);
-            ds->class_names[i][len] = '\0';
-            start = end ? end + 1 : start + len;
-        }
-        ds->num_classes = k;
     }
     *out = ds;
     return 0;
