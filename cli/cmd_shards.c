@@ -446,7 +446,7 @@ int cmd_cat(int argc, char **argv)
         status = EXIT_RUNTIME;
     }
 done:
-    free(data);
+    stk_free(data);
     stk_dataset_close(ds);
     return status;
 }

@@ -142,7 +142,7 @@ static void exercise(stk_dataset *ds)
         check(stk_dataset_read_field(ds, i, NULL, &p, &n, shape) == 0 && n == bytes,
               "read_field image");
         check(!memcmp(p, px, n), "read_field and stk_dataset_read agree");
-        free(p);
+        stk_free(p);
         int64_t l2 = -2;
         check(stk_dataset_label(ds, i, &l2) == 0 && l2 == label, "stk_dataset_label");
     }

@@ -183,8 +183,8 @@ static void compare_reads(int ra, void *da, size_t na, const uint32_t *sa, int r
                   "read_field: a raw image over max_pixels was delivered");
         }
     }
-    free(da);
-    free(db);
+    stk_free(da);
+    stk_free(db);
 }
 
 static void read_record(stk_dataset *a, stk_dataset *b, uint64_t r, uint32_t nfields)
@@ -329,8 +329,8 @@ static void run_file(void)
         int r1 = stk_dataset_read_field(a, r + info.count / 2, NULL, &d1, &n1, NULL);
         check(r0 == r1 && n0 == n1 && (r0 < 0 || !memcmp(d0, d1, n0)),
               "record r of shard 0 and of shard 1 (the same file) differ");
-        free(d0);
-        free(d1);
+        stk_free(d0);
+        stk_free(d1);
     }
     stk_dataset_close(a);
     stk_dataset_close(b);

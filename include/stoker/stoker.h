@@ -24,7 +24,19 @@
  * (stk_loader_errmsg()).
  *
  * Ownership is stated on every function: "lent" memory stays owned by stoker
- * and is valid only for the stated time; do not free or modify it.
+ * and is valid only for the stated time; do not free or modify it. Memory a
+ * function gives to the caller is freed with stk_free().
+ *
+ * ABI (docs/abi.md). Within a major version the size and layout of every
+ * public struct stay fixed: each ends in reserved space (`reserved_`), and a
+ * new field is carved out of it. In structs the caller fills (options,
+ * states) the reserved words must be zero (zero-initialise the struct: `=
+ * {0}` or memset) and a non-zero word is refused with STK_EINVAL, so a
+ * program built against a newer header fails clearly on an older library
+ * instead of having a new option ignored; a new field's zero value always
+ * means the old behaviour. In structs the library fills (info, results,
+ * stats, batches) the reserved words are zeroed. Codes and enum values are
+ * only appended.
  */
 #ifndef STOKER_STOKER_H
 #define STOKER_STOKER_H
@@ -92,6 +104,12 @@ STK_API const char *stk_strerror(int code);
  * when no call has failed). */
 STK_API const char *stk_errmsg(void);
 
+/* Frees memory that a stoker function gave to the caller (its doc comment
+ * says so: stk_dataset_read_field's buffer). NULL is a no-op. Use it rather
+ * than free(): the library and the program may not share one allocator (a
+ * statically linked library, a Python extension, another C runtime). */
+STK_API void stk_free(void *p);
+
 /* ------------------------------------------------------------------------ */
 /* Datasets                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -104,6 +122,7 @@ typedef struct stk_dataset_options {
                              each decompressed array (default 16 GiB) */
     uint64_t max_samples; /* largest sample count accepted (default 2^40) */
     uint64_t max_pixels;  /* largest pixels per sample (default 2^28) */
+    uint64_t reserved_[5]; /* must be zero (ABI: see the top of this file) */
 } stk_dataset_options;
 
 /*
@@ -158,6 +177,7 @@ typedef struct stk_dataset_info {
     uint64_t count;       /* number of samples */
     uint32_t height, width, channels; /* sample shape; 0 where it varies */
     uint32_t num_classes; /* 0 when unknown */
+    uint64_t reserved_[4]; /* zeroed by the library */
 } stk_dataset_info;
 
 /* Fill *info. Thread-safe. */
@@ -199,6 +219,7 @@ typedef struct stk_field_info {
     uint32_t ndim;        /* fixed shape, 0 = scalar (or varies, for images) */
     uint32_t dims[4];
     int compressed;       /* raw images stored zstd-compressed */
+    uint64_t reserved_[2]; /* zeroed by the library */
 } stk_field_info;
 
 STK_API uint32_t stk_dataset_field_count(const stk_dataset *ds);
@@ -206,7 +227,7 @@ STK_API uint32_t stk_dataset_field_count(const stk_dataset *ds);
 STK_API int stk_dataset_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *info);
 
 /* The value of field `field` (a name; NULL means the image field) of sample
- * `index`, in a new malloc'd buffer the caller frees: encoded bytes as
+ * `index`, in a new buffer the caller frees with stk_free(): encoded bytes as
  * stored, raw images as HWC pixels (decompressed, with the shape in *shape if
  * not NULL), int64/float32 as little-endian arrays, strings without NUL.
  * Checksums are verified as the dataset's policy says. Thread-safe. */
@@ -240,6 +261,7 @@ typedef struct stk_shard_info {
     uint64_t records;
     uint64_t first_index; /* global index of its record 0 */
     uint64_t file_bytes;
+    uint64_t reserved_[2]; /* zeroed by the library */
 } stk_shard_info;
 STK_API uint32_t stk_dataset_shard_count(const stk_dataset *ds);
 STK_API int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
@@ -279,6 +301,7 @@ typedef struct stk_pack_options {
      * stored bytes then differ from the source file's; other files are
      * kept as they are. */
     uint32_t restart_interval;
+    uint64_t reserved_[8]; /* must be zero (ABI: see the top of this file) */
 } stk_pack_options;
 
 typedef struct stk_pack_result {
@@ -287,6 +310,7 @@ typedef struct stk_pack_result {
     uint32_t shards;
     uint64_t bytes;        /* total shard bytes */
     uint64_t restarted;    /* JPEGs rewritten with restart markers */
+    uint64_t reserved_[4]; /* zeroed by the library */
 } stk_pack_result;
 
 /* Pack dataset `src` (any URI stk_dataset_open accepts) into shards
@@ -303,11 +327,13 @@ typedef struct stk_verify_options {
      * damage to the shard's structure. */
     void (*on_damage)(void *ctx, const char *shard, uint64_t record, const char *reason);
     void *ctx;
+    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
 } stk_verify_options;
 
 typedef struct stk_verify_result {
     uint32_t shards, bad_shards;
     uint64_t records, bad_records;
+    uint64_t reserved_[4]; /* zeroed by the library */
 } stk_verify_result;
 
 /* Check every shard's structure and every record's checksum (and decode
@@ -330,6 +356,7 @@ typedef struct stk_sampler_options {
     uint32_t world_size;   /* 0 means 1 */
     int no_shuffle;        /* nonzero: the order is 0, 1, 2, ... */
     int drop_last;         /* see below */
+    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
 } stk_sampler_options;
 
 /*
@@ -377,6 +404,10 @@ typedef struct stk_loader_options {
     int drop_last;
     uint32_t rank, world_size;
     stk_error_policy on_error;
+    /* Must be zero (ABI: see the top of this file). The GPU backend's
+     * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
+     * out of this space, zero meaning "batches in host memory" as today. */
+    uint64_t reserved_[8];
 } stk_loader_options;
 
 /*
@@ -408,8 +439,14 @@ typedef struct stk_batch {
     uint64_t epoch;          /* which epoch this batch belongs to */
     uint64_t position;       /* its batch index within the epoch */
     uint32_t skipped;        /* samples of this batch left out (skip policy) */
-    uint32_t slot_;          /* private: which buffer */
-    uint64_t ticket_;        /* private: guards against double release */
+    /* Opaque token naming the lent buffer to stk_loader_release (which
+     * buffer, and which lending of it, so a second release is caught). Copy
+     * it with the struct; never compute or change it. */
+    uint64_t handle;
+    /* Zeroed by the library. Where the data lives will be carved out of
+     * this space for the GPU backend (device type and ordinal, the stream the
+     * batch is ready on); all zero means host memory, as today. */
+    uint64_t reserved_[4];
 } stk_batch;
 
 /*
@@ -464,6 +501,7 @@ typedef struct stk_loader_state {
     uint32_t batch_size, rank, world_size;
     int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last */
     uint64_t spec_hash;    /* XXH3-64 of the pipeline spec text */
+    uint64_t reserved_[4]; /* zeroed by state_get; must be zero for state_set */
 } stk_loader_state;
 
 STK_API void stk_loader_state_get(const stk_loader *l, stk_loader_state *state);
@@ -484,6 +522,7 @@ typedef struct stk_loader_stats {
     uint32_t batches_allocated; /* buffers in the pool now */
     uint64_t pool_bytes;     /* bytes of batch buffers allocated */
     uint64_t pool_exhausted; /* next() calls that found every buffer lent */
+    uint64_t reserved_[8];   /* zeroed by the library */
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);

@@ -25,6 +25,19 @@ void *stk_aligned_alloc(size_t bytes)
 
 void stk_aligned_free(void *p) { free(p); }
 
+void stk_free(void *p) { free(p); }
+
+int stk_reserved_check(const uint64_t *words, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (words[i])
+            return stk_fail(STK_EINVAL,
+                            "%s: reserved_[%zu] is not zero (zero-initialise the struct; a "
+                            "program built against a newer stoker.h needs a newer libstoker)",
+                            what, i);
+    return 0;
+}
+
 int stk_scratch_reserve(stk_scratch *s, size_t bytes)
 {
     if (s->cap >= bytes)

@@ -24,6 +24,10 @@ static inline bool stk_add_ok(uint64_t a, uint64_t b, uint64_t *out)
 void *stk_aligned_alloc(size_t bytes); /* STK_ALIGN-aligned, NULL on failure */
 void stk_aligned_free(void *p);
 
+/* STK_EINVAL naming `what` unless all `n` words of a public struct's
+ * reserved_ space are zero (docs/abi.md). */
+int stk_reserved_check(const uint64_t *words, size_t n, const char *what);
+
 /* A growable buffer owned by one thread. */
 typedef struct stk_scratch {
     uint8_t *data; /* stk_aligned_alloc'd */

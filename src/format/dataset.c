@@ -38,6 +38,7 @@
 
 #include "codec/codec.h"
 #include "core/error.h"
+#include "core/util.h"
 #include "format/reader_util.h"
 
 #include <stdlib.h>
@@ -614,6 +615,8 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
     *out = NULL;
     if (!uri || !*uri)
         return stk_fail(STK_EINVAL, "stk_dataset_open: empty URI");
+    if (opts && (rc = stk_reserved_check(opts->reserved_, sizeof opts->reserved_ / sizeof opts->reserved_[0], "stk_dataset_options")) < 0)
+        return rc;
 
     for (size_t i = 0; i < sizeof stk_uri_prefixes / sizeof stk_uri_prefixes[0]; i++) {
         size_t plen = strlen(stk_uri_prefixes[i].prefix);

@@ -342,6 +342,8 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     int rc;
     if (!src || !dest)
         return stk_fail(STK_EINVAL, "stk_pack: NULL source or destination");
+    if ((rc = stk_reserved_check(o->reserved_, sizeof o->reserved_ / sizeof o->reserved_[0], "stk_pack_options")) < 0)
+        return rc;
     if (o->mode != STK_PACK_KEEP && o->mode != STK_PACK_RAW && o->mode != STK_PACK_REENCODE)
         return stk_fail(STK_EINVAL, "stk_pack: unknown mode %d", (int)o->mode);
     if (o->quality < 0 || o->quality > 100 ||

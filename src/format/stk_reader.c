@@ -658,7 +658,8 @@ static int shards_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *
     if (i >= set->nshards)
         return stk_fail(STK_EINVAL, "%s: no shard %u (%u shards)", ds->uri, i, set->nshards);
     const shard *s = &set->shards[i];
-    *info = (stk_shard_info){s->path, s->n, s->first, s->file_size};
+    *info = (stk_shard_info){.path = s->path, .records = s->n, .first_index = s->first,
+                             .file_bytes = s->file_size};
     return 0;
 }
 
@@ -1043,10 +1044,15 @@ static void report(const stk_verify_options *o, const char *shard_path, uint64_t
 int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result)
 {
     stk_verify_result res = {0};
+    if (!uri)
+        return stk_fail(STK_EINVAL, "stk_verify: NULL URI");
+    int rc;
+    if (opts && (rc = stk_reserved_check(opts->reserved_, sizeof opts->reserved_ / sizeof opts->reserved_[0], "stk_verify_options")) < 0)
+        return rc;
     const char *path = strncmp(uri, "stk:", 4) == 0 ? uri + 4 : uri;
     char **paths;
     uint32_t n;
-    int rc = list_shards(path, &paths, &n);
+    rc = list_shards(path, &paths, &n);
     if (rc < 0)
         return rc;
     stk_scratch scratch = {0}, pixels = {0};

@@ -70,6 +70,18 @@
 #define MAX_THREADS 1024
 #define MAX_SLOTS 4096
 
+/* A lent batch's public `handle`: the slot's lend count (ticket) above the
+ * slot index, so a stale copy of a batch (released twice, or kept after its
+ * slot was lent again) never matches. */
+#define HANDLE_SLOT_BITS 16
+#define HANDLE_SLOT_MASK ((UINT64_C(1) << HANDLE_SLOT_BITS) - 1)
+_Static_assert(MAX_SLOTS <= HANDLE_SLOT_MASK + 1, "slot index must fit the batch handle");
+
+static uint64_t batch_handle(uint64_t ticket, uint32_t slot_index)
+{
+    return (ticket << HANDLE_SLOT_BITS) | slot_index;
+}
+
 typedef enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_LENT } slot_state;
 
 typedef struct slot {
@@ -409,6 +421,10 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
     memset(o, 0, sizeof *o);
     if (in)
         *o = *in;
+    int rc = stk_reserved_check(o->reserved_, sizeof o->reserved_ / sizeof o->reserved_[0],
+                                "stk_loader_options");
+    if (rc < 0)
+        return rc;
     if (!o->batch_size)
         o->batch_size = DEFAULT_BATCH_SIZE;
     if (!o->threads)
@@ -620,8 +636,7 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     b->epoch = s->epoch;
     b->position = s->position;
     b->skipped = s->skipped;
-    b->slot_ = (uint32_t)(s - l->slots);
-    b->ticket_ = s->ticket;
+    b->handle = batch_handle(s->ticket, (uint32_t)(s - l->slots));
 }
 
 int stk_loader_next(stk_loader *l, stk_batch *batch)
@@ -700,8 +715,10 @@ int stk_loader_release(stk_loader *l, stk_batch *b)
         return stk_fail(STK_EINVAL, "stk_loader_release: NULL argument");
     int rc = 0;
     pthread_mutex_lock(&l->mu);
-    slot *s = b->slot_ < l->nslots ? &l->slots[b->slot_] : NULL;
-    if (!s || s->state != SLOT_LENT || s->ticket != b->ticket_ || s->data != b->data) {
+    uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
+    slot *s = index < l->nslots ? &l->slots[index] : NULL;
+    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
+        s->data != b->data) {
         rc = stk_fail(STK_ESTATE, "stk_loader_release: this batch is not lent (released twice?)");
     } else {
         s->state = SLOT_FREE;
@@ -782,6 +799,10 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
 {
     if (!l || !st)
         return stk_fail(STK_EINVAL, "stk_loader_state_set: NULL argument");
+    int rc = stk_reserved_check(st->reserved_, sizeof st->reserved_ / sizeof st->reserved_[0],
+                                "stk_loader_state");
+    if (rc < 0)
+        return rc;
     if (st->spec_hash != l->spec_hash)
         return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec (hash "
                                     "%016llx, this loader's is %016llx)",

@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/util.h"
 
 #include <stdlib.h>
 
@@ -59,6 +60,10 @@ int stk_sampler_create(const stk_sampler_options *o, stk_sampler **out)
     *out = NULL;
     if (!o)
         return stk_fail(STK_EINVAL, "sampler: options are required");
+    int rc = stk_reserved_check(o->reserved_, sizeof o->reserved_ / sizeof o->reserved_[0],
+                                "stk_sampler_options");
+    if (rc < 0)
+        return rc;
     uint32_t w = o->world_size ? o->world_size : 1;
     uint32_t b = o->batch_size ? o->batch_size : 1;
     if (o->dataset_size == 0)

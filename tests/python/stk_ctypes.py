@@ -15,14 +15,14 @@ class Batch(C.Structure):
                 ("indices", C.POINTER(C.c_uint64)), ("size", C.c_uint32), ("ndim", C.c_uint32),
                 ("shape", C.c_int64 * 4), ("dtype", C.c_int), ("layout", C.c_int),
                 ("sample_bytes", C.c_size_t), ("epoch", C.c_uint64), ("position", C.c_uint64),
-                ("skipped", C.c_uint32), ("slot_", C.c_uint32), ("ticket_", C.c_uint64)]
+                ("skipped", C.c_uint32), ("handle", C.c_uint64), ("reserved_", C.c_uint64 * 4)]
 
 
 class LoaderOptions(C.Structure):
     _fields_ = [("batch_size", C.c_uint32), ("threads", C.c_uint32), ("prefetch", C.c_uint32),
                 ("max_batches", C.c_uint32), ("seed", C.c_uint64), ("no_shuffle", C.c_int),
                 ("drop_last", C.c_int), ("rank", C.c_uint32), ("world_size", C.c_uint32),
-                ("on_error", C.c_int)]
+                ("on_error", C.c_int), ("reserved_", C.c_uint64 * 8)]
 
 
 lib.stk_errmsg.restype = C.c_char_p

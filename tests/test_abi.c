@@ -1,0 +1,244 @@
+/*
+ * test_abi.c — the ABI rules of docs/abi.md, checked.
+ *
+ * 1. The size of every public struct is pinned (LP64 values, computed by
+ *    hand from the field lists in stoker.h). A field added anywhere but in
+ *    the reserved_ space changes a size and fails here: carve new fields out
+ *    of reserved_ instead and shrink it by as many words.
+ * 2. Structs the caller fills refuse non-zero reserved words with
+ *    STK_EINVAL and a message naming the struct and the word.
+ * 3. Structs the library fills come back with their reserved words zeroed
+ *    (they are poisoned with 0xff before the call).
+ * 4. A batch's handle is opaque but not forgeable by accident: a second
+ *    release, a stale copy after the buffer was lent again, or a changed
+ *    handle are refused with STK_ESTATE.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoker/stoker.h"
+#include "testutil.h"
+
+#define NWORDS(a) (sizeof(a) / sizeof((a)[0]))
+
+static void test_struct_sizes_are_pinned(void **state)
+{
+    (void)state;
+    /* 3 limits + 5 reserved words */
+    assert_int_equal(sizeof(stk_dataset_options), 8 * 8);
+    /* 2 pointers, count, 4 x u32, 4 reserved words */
+    assert_int_equal(sizeof(stk_dataset_info), 16 + 8 + 16 + 32);
+    /* name, type + ndim, dims[4], compressed (+4 padding), 2 reserved */
+    assert_int_equal(sizeof(stk_field_info), 8 + 8 + 16 + 8 + 16);
+    /* path, 3 x u64, 2 reserved */
+    assert_int_equal(sizeof(stk_shard_info), 8 + 24 + 16);
+    /* shard_bytes; jobs, mode, zstd_level, strict, no_validate (+4); 3 pointers;
+     * max_side, quality; restart_interval (+4); 8 reserved */
+    assert_int_equal(sizeof(stk_pack_options), 8 + 24 + 24 + 8 + 8 + 64);
+    assert_int_equal(sizeof(stk_pack_result), 8 + 8 + 8 + 8 + 8 + 32);
+    /* decode (+4), 2 pointers, 4 reserved */
+    assert_int_equal(sizeof(stk_verify_options), 8 + 16 + 32);
+    assert_int_equal(sizeof(stk_verify_result), 8 + 16 + 32);
+    /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), 4 reserved */
+    assert_int_equal(sizeof(stk_sampler_options), 8 + 8 + 4 * 5 + 4 + 32);
+    /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4), 8 reserved */
+    assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
+    /* 3 pointers, size + ndim, shape[4], dtype + layout, sample_bytes, epoch,
+     * position, skipped (+4), handle, 4 reserved */
+    assert_int_equal(sizeof(stk_batch), 24 + 8 + 32 + 8 + 8 + 8 + 8 + 8 + 8 + 32);
+    /* seed, epoch, position, dataset_size, batch/rank/world/flags, spec_hash, 4 reserved */
+    assert_int_equal(sizeof(stk_loader_state), 32 + 16 + 8 + 32);
+    /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted, 8 reserved */
+    assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
+}
+
+enum { N = 64, H = 4, W = 4, C = 3 };
+
+static stk_dataset *small_dataset(void)
+{
+    static uint8_t px[N * H * W * C];
+    static int64_t labels[N];
+    tu_fill_random(px, sizeof px, 7);
+    for (int i = 0; i < N; i++)
+        labels[i] = i % 10;
+    stk_dataset *ds = NULL;
+    assert_int_equal(stk_dataset_from_memory(px, labels, N, H, W, C, 1, &ds), 0);
+    return ds;
+}
+
+static void expect_reserved_error(int rc, const char *what)
+{
+    assert_int_equal(rc, STK_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "%s: reserved_[", what);
+    assert_non_null(strstr(stk_errmsg(), want));
+    assert_non_null(strstr(stk_errmsg(), "is not zero"));
+}
+
+static void test_caller_structs_refuse_reserved_words(void **state)
+{
+    (void)state;
+    stk_dataset *ds = small_dataset();
+
+    stk_loader_options lo = {0};
+    lo.reserved_[NWORDS(lo.reserved_) - 1] = 1;
+    stk_loader *l = NULL;
+    expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
+    assert_null(l);
+    assert_non_null(strstr(stk_errmsg(), "reserved_[7]"));
+
+    stk_dataset_options dopt = {0};
+    dopt.reserved_[0] = 42;
+    stk_dataset *d2 = NULL;
+    expect_reserved_error(stk_dataset_open("/nonexistent-but-not-looked-at", &dopt, &d2),
+                          "stk_dataset_options");
+    assert_null(d2);
+
+    stk_sampler_options so = {.dataset_size = 10};
+    so.reserved_[2] = 1;
+    stk_sampler *s = NULL;
+    expect_reserved_error(stk_sampler_create(&so, &s), "stk_sampler_options");
+    assert_null(s);
+
+    stk_pack_options po = {0};
+    po.reserved_[3] = 1;
+    expect_reserved_error(stk_pack("memory-not-read", tu_path("abi-pack"), &po, NULL),
+                          "stk_pack_options");
+
+    stk_verify_options vo = {0};
+    vo.reserved_[1] = 1;
+    expect_reserved_error(stk_verify(tu_path("abi-pack"), &vo, NULL), "stk_verify_options");
+
+    /* state_set: a valid state from state_get, then one reserved word set */
+    lo.reserved_[NWORDS(lo.reserved_) - 1] = 0;
+    lo.batch_size = 8;
+    assert_int_equal(stk_loader_create(ds, "to u8 hwc", &lo, &l), 0);
+    stk_loader_state st;
+    stk_loader_state_get(l, &st);
+    assert_int_equal(stk_loader_state_set(l, &st), 0);
+    st.reserved_[0] = 5;
+    expect_reserved_error(stk_loader_state_set(l, &st), "stk_loader_state");
+    stk_loader_destroy(l);
+    stk_dataset_close(ds);
+}
+
+static int all_zero(const uint64_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (w[i])
+            return 0;
+    return 1;
+}
+
+static void test_library_structs_zero_reserved_words(void **state)
+{
+    (void)state;
+    stk_dataset *ds = small_dataset();
+
+    stk_dataset_info info;
+    memset(&info, 0xff, sizeof info);
+    stk_dataset_info_get(ds, &info);
+    assert_int_equal(info.count, N);
+    assert_true(all_zero(info.reserved_, NWORDS(info.reserved_)));
+
+    stk_loader_options lo = {.batch_size = 16, .threads = 2};
+    stk_loader *l = NULL;
+    assert_int_equal(stk_loader_create(ds, "to u8 hwc", &lo, &l), 0);
+    stk_batch b;
+    memset(&b, 0xff, sizeof b);
+    assert_int_equal(stk_loader_next(l, &b), 1);
+    assert_true(all_zero(b.reserved_, NWORDS(b.reserved_)));
+    assert_int_equal(b.size, 16);
+
+    stk_loader_state st;
+    memset(&st, 0xff, sizeof st);
+    stk_loader_state_get(l, &st);
+    assert_true(all_zero(st.reserved_, NWORDS(st.reserved_)));
+    assert_int_equal(st.position, 1);
+
+    stk_loader_stats stats;
+    memset(&stats, 0xff, sizeof stats);
+    stk_loader_stats_get(l, &stats);
+    assert_true(all_zero(stats.reserved_, NWORDS(stats.reserved_)));
+    assert_int_equal(stats.batches, 1);
+
+    assert_int_equal(stk_loader_release(l, &b), 0);
+    stk_loader_destroy(l);
+    stk_dataset_close(ds);
+}
+
+static void test_batch_handle_catches_stale_and_forged_releases(void **state)
+{
+    (void)state;
+    stk_dataset *ds = small_dataset();
+    /* prefetch 1, max_batches 2: buffers are reused quickly */
+    stk_loader_options lo = {.batch_size = 8, .threads = 1, .prefetch = 1, .max_batches = 2,
+                             .no_shuffle = 1};
+    stk_loader *l = NULL;
+    assert_int_equal(stk_loader_create(ds, "to u8 hwc", &lo, &l), 0);
+
+    stk_batch first, stale;
+    assert_int_equal(stk_loader_next(l, &first), 1);
+    stale = first;
+    assert_int_equal(stk_loader_release(l, &first), 0);
+    /* a second release of the same copy */
+    assert_int_equal(stk_loader_release(l, &first), STK_ESTATE);
+    assert_non_null(strstr(stk_errmsg(), "not lent"));
+
+    /* lend every buffer again at least once: the stale copy's buffer is now
+     * lent under a new handle, and releasing the stale copy must not free it */
+    stk_batch again[2];
+    assert_int_equal(stk_loader_next(l, &again[0]), 1);
+    assert_int_equal(stk_loader_next(l, &again[1]), 1);
+    assert_int_equal(stk_loader_release(l, &stale), STK_ESTATE);
+
+    stk_batch forged = again[0];
+    forged.handle ^= UINT64_C(1) << 40;
+    assert_int_equal(stk_loader_release(l, &forged), STK_ESTATE);
+
+    /* the genuine ones still release, and delivery goes on in order */
+    assert_int_equal(again[0].position, 1);
+    assert_int_equal(again[1].position, 2);
+    assert_int_equal(stk_loader_release(l, &again[0]), 0);
+    assert_int_equal(stk_loader_release(l, &again[1]), 0);
+    stk_batch next;
+    assert_int_equal(stk_loader_next(l, &next), 1);
+    assert_int_equal(next.position, 3);
+    assert_int_equal(next.indices[0], 3 * 8);
+    assert_int_equal(stk_loader_release(l, &next), 0);
+    stk_loader_destroy(l);
+    stk_dataset_close(ds);
+}
+
+static void test_stk_free_accepts_library_buffers_and_null(void **state)
+{
+    (void)state;
+    stk_free(NULL);
+    stk_dataset *ds = small_dataset();
+    void *data = NULL;
+    size_t size = 0;
+    uint32_t shape[3] = {0};
+    assert_int_equal(stk_dataset_read_field(ds, 3, NULL, &data, &size, shape), 0);
+    assert_int_equal(size, H * W * C);
+    assert_int_equal(shape[0], H);
+    stk_free(data);
+    stk_dataset_close(ds);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_struct_sizes_are_pinned),
+        cmocka_unit_test(test_caller_structs_refuse_reserved_words),
+        cmocka_unit_test(test_library_structs_zero_reserved_words),
+        cmocka_unit_test(test_batch_handle_catches_stale_and_forged_releases),
+        cmocka_unit_test(test_stk_free_accepts_library_buffers_and_null),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
