@@ -696,7 +696,7 @@ static PyObject *dataset_read(DatasetObject *self, PyObject *arg)
         a = array_new(K_U8, 3, shape);
         if (a)
             memcpy(a->data, px, (size_t)rc);
-        free(px);
+        stk_free(px);
         if (!a)
             return NULL;
     } else {

@@ -105,9 +105,10 @@ STK_API const char *stk_strerror(int code);
 STK_API const char *stk_errmsg(void);
 
 /* Frees memory that a stoker function gave to the caller (its doc comment
- * says so: stk_dataset_read_field's buffer). NULL is a no-op. Use it rather
- * than free(): the library and the program may not share one allocator (a
- * statically linked library, a Python extension, another C runtime). */
+ * says so: the buffers of stk_dataset_read_field and stk_dataset_read_alloc).
+ * NULL is a no-op. Use it rather than free(): the library and the program
+ * may not share one allocator (a statically linked library, a Python
+ * extension, another C runtime). */
 STK_API void stk_free(void *p);
 
 /* ------------------------------------------------------------------------ */
@@ -193,8 +194,8 @@ STK_API int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index,
 
 /* Sample `index` as stk_dataset_read gives it (encoded samples decoded
  * whole to RGB), for samples whose size varies (stk_dataset_info height,
- * width, channels 0): the pixels go to a new malloc'd buffer, *pixels,
- * that the caller frees with free(); shape gets (height, width, channels)
+ * width, channels 0): the pixels go to a new buffer, *pixels, that the
+ * caller frees with stk_free(); shape gets (height, width, channels)
  * and *label the label (label may be NULL). Thread-safe. Returns the
  * number of bytes, or a negative code (*pixels NULL then): STK_EDATA for
  * an unreadable or undecodable sample, naming it. */
