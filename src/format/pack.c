@@ -14,6 +14,14 @@
  * byte-identical whatever `jobs` is, memory stays at one block of payloads,
  * and the writer stays single-threaded.
  *
+ * Invariant: item k of block b holds source sample start(b) + k. A worker
+ * claims items with a compare-and-swap on a counter tagged with the block's
+ * generation (claim()), so one that stalls after reading a block and wakes
+ * when the next has begun claims nothing, rather than filling the new
+ * block with the old block's samples (issue 9: tests/test_pack_stall.c
+ * injects exactly that stall). Each record also stores the source index it
+ * was read from (field source_index), which `stoker verify` checks.
+ *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
  * silently dropped. Any other error stops the pack; shards this call already
@@ -46,6 +54,7 @@ typedef struct item {
     stk_scratch payload;   /* owned: record bytes for the image field */
     size_t size;
     int64_t label;
+    int64_t source;        /* the source index this item was read from */
     bool restarted;        /* payload is a restart-marker rewrite of the source */
     int rc;                /* 0 ok, < 0 failed */
     char *reason;          /* owned when rc < 0 */
@@ -67,7 +76,13 @@ typedef struct packer {
     uint32_t block_count, done;
     uint64_t generation;
     bool stopping;
-    _Atomic uint32_t next; /* next item of the block to claim */
+    /* Lock-free: the claim counter of the current block, tagged with its
+     * generation (low 32 bits of `generation` << 32 | next item index).
+     * Set under mu when a block starts; a worker claims item k of the block
+     * it read under mu only by a compare-and-swap that still finds that
+     * block's tag, so a worker stalled between reading the block and
+     * claiming can never take an item of the next block (see claim()). */
+    _Atomic uint64_t claim;
 } packer;
 
 typedef struct pack_worker {
@@ -185,6 +200,7 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     stk_sample s;
     it->rc = 0;
     it->size = 0;
+    it->source = (int64_t)index;
     it->restarted = false;
     int rc = p->ds->vt->read(p->ds, index, &s, &w->read_scratch);
     if (rc < 0) {
@@ -256,6 +272,22 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
         set_reason(it, rc);
 }
 
+/* Claim the next item of block `generation` (of `count` items): its index,
+ * or -1 when that block has no unclaimed item left or is no longer the
+ * current block. */
+static int64_t claim(packer *p, uint64_t generation, uint32_t count)
+{
+    uint64_t tag = (generation & 0xffffffffu) << 32;
+    uint64_t cur = atomic_load_explicit(&p->claim, memory_order_relaxed);
+    for (;;) {
+        if ((cur & ~(uint64_t)0xffffffffu) != tag || (uint32_t)cur >= count)
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int64_t)(uint32_t)cur;
+    }
+}
+
 static void *pack_worker_main(void *arg)
 {
     pack_worker *w = arg;
@@ -271,14 +303,18 @@ static void *pack_worker_main(void *arg)
         uint64_t start = p->block_start;
         uint32_t count = p->block_count;
         pthread_mutex_unlock(&p->mu);
-        uint32_t mine = 0, k;
-        while ((k = atomic_fetch_add(&p->next, 1)) < count) {
-            prepare(p, w, start + k, &p->items[k]);
+        /* Claims made here belong to block `seen` or fail: the block
+         * cannot end before its claimed items are done, so `start` is still
+         * the block's start for every item this loop prepares. */
+        uint32_t mine = 0;
+        int64_t k;
+        while ((k = claim(p, seen, count)) >= 0) {
+            prepare(p, w, start + (uint64_t)k, &p->items[k]);
             mine++;
         }
         pthread_mutex_lock(&p->mu);
-        p->done += mine;
-        if (p->done == count)
+        p->done += mine; /* mine > 0 only while block `seen` is current */
+        if (p->done == p->block_count)
             pthread_cond_signal(&p->done_cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -391,7 +427,13 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     p.encoded_src = !(p.ds->height && p.ds->width && p.ds->channels);
     p.raw_out = o->mode == STK_PACK_RAW || (!p.encoded_src && o->mode == STK_PACK_KEEP);
 
-    stk_field_def fields[2] = {{.name = "image"}, {.name = "label", .type = STK_FIELD_INT64}};
+    /* source_index: the sample's index in the source, so that a record can
+     * be traced to its input and `stoker verify` can check that record i
+     * comes after record i - 1 in the source (no sample twice, none out of
+     * order). */
+    stk_field_def fields[3] = {{.name = "image"},
+                               {.name = "label", .type = STK_FIELD_INT64},
+                               {.name = "source_index", .type = STK_FIELD_INT64}};
     fields[0].type = p.raw_out ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
     fields[0].compression = p.zstd_level ? 1 : 0;
     if (p.raw_out && !p.encoded_src) {
@@ -441,8 +483,8 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         p.block_start = start;
         p.block_count = count;
         p.done = 0;
-        atomic_store(&p.next, 0);
         p.generation++;
+        atomic_store(&p.claim, (p.generation & 0xffffffffu) << 32);
         pthread_cond_broadcast(&p.start_cv);
         while (p.done < count)
             pthread_cond_wait(&p.done_cv, &p.mu);
@@ -478,10 +520,11 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                     goto done;
                 }
                 nwritten++;
-                if ((rc = stk_shard_writer_open(path, fields, 2, meta, nmeta, &w)) < 0)
+                if ((rc = stk_shard_writer_open(path, fields, 3, meta, nmeta, &w)) < 0)
                     goto done;
             }
-            stk_field_value values[2] = {{it->payload.data, it->size}, {&it->label, 8}};
+            stk_field_value values[3] = {
+                {it->payload.data, it->size}, {&it->label, 8}, {&it->source, 8}};
             if ((rc = stk_shard_writer_add(w, values)) < 0)
                 goto done;
             res.records++;
