@@ -39,6 +39,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #define BLOCK_PER_JOB 64
 #define DEFAULT_SHARD_BYTES (1ull << 30)
@@ -380,9 +384,74 @@ static int dest_ready(const char *dest)
                                       "another destination", dest, e->d_name);
             break;
         }
+        /* A temporary NAME.stk.tmp-<pid>-<random> of a pack that was killed
+         * (its process is gone) is removed; one of a live process means
+         * another pack is writing here. */
+        const char *t = strstr(e->d_name, ".stk.tmp-");
+        if (!t)
+            continue;
+        long pid = strtol(t + 9, NULL, 10);
+        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+            rc = stk_fail(STK_EINVAL, "%s: %s is being written by another process (pid %ld); "
+                                      "wait for it or choose another destination",
+                          dest, e->d_name, pid);
+            break;
+        }
+        char tmp[4096];
+        if (snprintf(tmp, sizeof tmp, "%s/%s", dest, e->d_name) < (int)sizeof tmp &&
+            unlink(tmp) != 0 && errno != ENOENT) {
+            rc = stk_fail(STK_EIO, "%s: cannot remove the stale temporary file: %s", tmp,
+                          strerror(errno));
+            break;
+        }
     }
     closedir(d);
     return rc;
+}
+
+/*
+ * The shard-set keys (docs/format.md, "Shard sets"). Every shard of a pack
+ * carries `shard_set`, the set's identity — 32 hex digits of XXH3-128 over
+ * the footers of all its shards, in order (so a set's identity follows
+ * from its content, and the same input packs to the same bytes whatever
+ * `jobs` is) — and `shard` = "i/n", its place among the n shards, from 0.
+ * Both are known only once the last shard is sealed: every shard is
+ * written under its temporary name with placeholders of the longest
+ * values, and is renamed into place only here, after its header has been
+ * rewritten with the final values. A pack killed at any point therefore
+ * leaves temporaries only, or a set whose shards say how many there must
+ * be: a reader can always tell it is incomplete.
+ */
+#define SET_ID_HEX 32
+#define SET_ID_PLACEHOLDER "00000000000000000000000000000000"
+#define SHARD_PLACEHOLDER "4294967295/4294967295"
+
+/* Commit the n sealed shards with their final set keys (the last two
+ * entries of meta). staged[i] is set to NULL as it is committed. */
+static int commit_set(stk_shard_writer **staged, uint32_t n, stk_kv *meta, uint32_t nmeta)
+{
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    XXH3_128bits_reset(h);
+    for (uint32_t i = 0; i < n; i++)
+        XXH3_128bits_update(h, stk_shard_writer_footer(staged[i]), STK_FOOTER_SIZE);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    char id[SET_ID_HEX + 1], place[sizeof SHARD_PLACEHOLDER];
+    snprintf(id, sizeof id, "%016llx%016llx", (unsigned long long)d.high64,
+             (unsigned long long)d.low64);
+    meta[nmeta - 2] = (stk_kv){"shard_set", id, SET_ID_HEX};
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(place, sizeof place, "%u/%u", i, n);
+        meta[nmeta - 1] = (stk_kv){"shard", place, strlen(place)};
+        stk_shard_writer *w = staged[i];
+        staged[i] = NULL;
+        int rc = stk_shard_writer_commit(w, meta, nmeta);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
@@ -418,6 +487,9 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     stk_shard_writer *w = NULL;
     char *names = NULL, **written = NULL; /* paths of shards this call made */
     uint32_t nthreads = 0, nwritten = 0;
+    /* Sealed shards waiting for their final header (commit_set). Owned;
+     * nwritten - 1 of them while a shard is open (w), nwritten otherwise. */
+    stk_shard_writer **staged = NULL;
     bool sync_made = false;
 
     if ((rc = stk_dataset_open(src, NULL, &p.ds)) < 0)
@@ -445,12 +517,16 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     names = join_class_names(p.ds);
     char created_by[64];
     snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
-    stk_kv meta[3];
+    stk_kv meta[5];
     uint32_t nmeta = 0;
     meta[nmeta++] = (stk_kv){"source", src, strlen(src)};
     meta[nmeta++] = (stk_kv){"created_by", created_by, strlen(created_by)};
     if (names)
         meta[nmeta++] = (stk_kv){"class_names", names, strlen(names)};
+    /* The set keys come last, with values of their longest length: the
+     * header written first reserves room for the final one (commit_set). */
+    meta[nmeta++] = (stk_kv){"shard_set", SET_ID_PLACEHOLDER, SET_ID_HEX};
+    meta[nmeta++] = (stk_kv){"shard", SHARD_PLACEHOLDER, strlen(SHARD_PLACEHOLDER)};
 
     p.block_cap = BLOCK_PER_JOB * jobs;
     p.items = calloc(p.block_cap, sizeof *p.items);
@@ -510,11 +586,15 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                     goto done;
                 }
                 char **grown = realloc(written, (nwritten + 1) * sizeof *written);
-                if (!grown) {
+                if (grown)
+                    written = grown;
+                stk_shard_writer **more = realloc(staged, (nwritten + 1) * sizeof *staged);
+                if (more)
+                    staged = more;
+                if (!grown || !more) {
                     rc = stk_fail(STK_ENOMEM, "out of memory");
                     goto done;
                 }
-                written = grown;
                 if (!(written[nwritten] = stk_strdup(path))) {
                     rc = STK_ENOMEM;
                     goto done;
@@ -530,33 +610,28 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
             res.records++;
             res.restarted += it->restarted;
             if (stk_shard_writer_bytes(w) >= shard_bytes) {
-                uint64_t bytes = stk_shard_writer_bytes(w);
-                rc = stk_shard_writer_finish(w);
-                w = NULL;
-                if (rc < 0)
+                if ((rc = stk_shard_writer_seal(w)) < 0)
                     goto done;
-                res.shards++;
-                res.bytes += bytes;
+                res.bytes += stk_shard_writer_bytes(w);
+                staged[res.shards++] = w;
+                w = NULL;
             }
         }
         if (o->on_progress)
             o->on_progress(o->ctx, start + count, p.ds->count);
     }
     if (w) {
-        uint64_t bytes = stk_shard_writer_bytes(w);
-        rc = stk_shard_writer_finish(w);
-        w = NULL;
-        if (rc < 0)
+        if ((rc = stk_shard_writer_seal(w)) < 0)
             goto done;
-        struct stat st;
-        res.bytes += stat(path, &st) == 0 ? (uint64_t)st.st_size : bytes;
-        res.shards++;
+        res.bytes += stk_shard_writer_bytes(w);
+        staged[res.shards++] = w;
+        w = NULL;
     }
     if (res.records == 0) {
         rc = stk_fail(STK_EDATA, "%s: no sample could be read; nothing was packed", src);
         goto done;
     }
-    rc = 0;
+    rc = commit_set(staged, res.shards, meta, nmeta);
 
 done:
     if (sync_made) {
@@ -583,6 +658,9 @@ done:
         pthread_mutex_destroy(&p.mu);
     }
     stk_shard_writer_abort(w);
+    for (uint32_t i = 0; i < res.shards; i++)
+        stk_shard_writer_abort(staged[i]); /* NULL once committed */
+    free(staged);
     /* Shards stay only if the whole pack succeeded. */
     for (uint32_t i = 0; i < nwritten; i++) {
         if (rc < 0)
