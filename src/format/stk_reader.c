@@ -43,6 +43,7 @@
 
 enum { VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS };
 #define MAX_RECORD_BYTES (4ull << 30)
+#define SET_ID_MAX 64
 
 typedef struct shard {
     char *path;                 /* owned */
@@ -58,6 +59,10 @@ typedef struct shard {
     _Atomic uint64_t *verified; /* owned bitmap (policy "first") */
     _Atomic uint64_t *touched;  /* owned bitmap (mmap without huge pages): records read once */
     uint8_t header_fields[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE]; /* to compare schemas */
+    /* Shard-set keys (metadata shard_set, shard = set_pos/set_count);
+     * set_count 0 when the shard has none (written by hand, or before 1.1). */
+    char set_id[SET_ID_MAX + 1];
+    uint32_t set_pos, set_count;
 } shard;
 
 typedef struct shardset {
@@ -147,6 +152,80 @@ static void shard_close(shard *s)
     s->fd = -1;
 }
 
+/* Parse a decimal u32 of text[0, len) into *v: digits only, no sign, no
+ * leading zero except "0". */
+static bool parse_u32(const char *text, size_t len, uint32_t *v)
+{
+    uint64_t x = 0;
+    if (len == 0 || len > 10 || (len > 1 && text[0] == '0'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return false;
+        x = x * 10 + (uint64_t)(text[i] - '0');
+    }
+    if (x > UINT32_MAX)
+        return false;
+    *v = (uint32_t)x;
+    return true;
+}
+
+/* The shard-set keys of one shard's metadata (docs/format.md, "Shard
+ * sets"): shard_set (1 to 64 lowercase hex digits) and shard ("i/n", i < n),
+ * both or neither. Walks the metadata of every shard, bounds-checked;
+ * `at` is where the metadata starts in `h`. */
+static int parse_set_keys(shard *s, const uint8_t *h, uint64_t at, uint32_t header_size,
+                          uint32_t nmeta)
+{
+    const char *p = s->path;
+    const uint8_t *id = NULL, *place = NULL;
+    uint32_t id_len = 0, place_len = 0;
+    for (uint32_t i = 0; i < nmeta; i++) {
+        uint32_t len[2];
+        const uint8_t *str[2];
+        for (int part = 0; part < 2; part++) {
+            if (at + 4 > header_size || (len[part] = stk_rd32(h + at)) > header_size - at - 4)
+                return stk_fail(STK_EFORMAT, "%s: header: metadata entry %u runs past the header",
+                                p, i);
+            str[part] = h + at + 4;
+            at += 4 + (uint64_t)len[part];
+        }
+        if (len[0] == 9 && !memcmp(str[0], "shard_set", 9) && !id) {
+            id = str[1];
+            id_len = len[1];
+        } else if (len[0] == 5 && !memcmp(str[0], "shard", 5) && !place) {
+            place = str[1];
+            place_len = len[1];
+        }
+    }
+    s->set_count = 0;
+    s->set_id[0] = '\0';
+    if (!id && !place)
+        return 0;
+    if (!id || !place)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata has '%s' without '%s'", p,
+                        id ? "shard_set" : "shard", id ? "shard" : "shard_set");
+    bool hex = id_len >= 1 && id_len <= SET_ID_MAX;
+    for (uint32_t i = 0; hex && i < id_len; i++)
+        hex = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+    if (!hex)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata 'shard_set' is not 1 to %d lowercase "
+                                     "hex digits", p, SET_ID_MAX);
+    const uint8_t *slash = memchr(place, '/', place_len);
+    uint32_t pos, count;
+    if (!slash || !parse_u32((const char *)place, (size_t)(slash - place), &pos) ||
+        !parse_u32((const char *)slash + 1, place_len - (size_t)(slash - place) - 1, &count) ||
+        count == 0 || pos >= count)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata 'shard' is '%.*s', not i/n with "
+                                     "i < n", p, (int)(place_len < 40 ? place_len : 40),
+                        (const char *)place);
+    memcpy(s->set_id, id, id_len);
+    s->set_id[id_len] = '\0';
+    s->set_pos = pos;
+    s->set_count = count;
+    return 0;
+}
+
 /* Parse and check the header; fill the schema (first shard) or compare it
  * (later shards). `h` holds header_size bytes. */
 static int parse_header(shardset *set, shard *s, const uint8_t *h, uint32_t header_size,
@@ -164,6 +243,9 @@ static int parse_header(shardset *set, shard *s, const uint8_t *h, uint32_t head
     if (fields_end > header_size)
         return stk_fail(STK_EFORMAT, "%s: header: field table runs past the header", p);
     memcpy(s->header_fields, h + STK_HEADER_SIZE, (size_t)(fields_end - STK_HEADER_SIZE));
+    int rc = parse_set_keys(s, h, fields_end, header_size, nmeta);
+    if (rc < 0)
+        return rc;
     if (!first) {
         if (nfields != set->nfields ||
             memcmp(s->header_fields, set->shards[0].header_fields,
@@ -821,6 +903,191 @@ static void free_list(char **list, uint32_t n)
     free(list);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Shard sets                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The shards opened together must be one whole set (docs/format.md, "Shard
+ * sets"): either none of them has the set keys (shards written by hand or
+ * before format 1.1: nothing to check), or all of them do, with the same
+ * shard_set and count n, each place 0..n-1 exactly once, listed (sorted by
+ * name) in place order. Anything else — a missing, extra, repeated,
+ * renamed or foreign shard, or keyed and unkeyed shards mixed — is a
+ * problem naming the shard (and for missing ones the set and the places),
+ * reported through `fn`; set_check returns how many it found.
+ */
+typedef struct set_member {
+    const char *path;          /* lent */
+    char id[SET_ID_MAX + 1];
+    uint32_t pos, count;       /* count 0: no set keys */
+} set_member;
+
+typedef void (*set_problem_fn)(void *ctx, const char *path, const char *msg);
+
+/* Names of up to `max` stale temporaries (NAME.stk.tmp-...) in the
+ * directory holding `path` (or `path` itself if it is a directory), joined
+ * by ", " into buf; the number found. */
+static uint32_t stale_temporaries(const char *path, char *buf, size_t size, uint32_t max,
+                                  set_problem_fn fn, void *ctx)
+{
+    char dir[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)(slash - path ? slash - path : 1), path);
+    }
+    if (size)
+        buf[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    uint32_t found = 0;
+    size_t used = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".stk.tmp-"))
+            continue;
+        if (fn) {
+            char full[4400];
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+            fn(ctx, full, "a temporary file left by an interrupted pack (ignored when the "
+                          "shards are opened; pack removes it; delete it)");
+        }
+        if (found < max && used < size) {
+            int k = snprintf(buf + used, size - used, "%s%s/%s", found ? ", " : "", dir,
+                             e->d_name);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        found++;
+    }
+    closedir(d);
+    return found;
+}
+
+static int cmp_member_pos(const void *a, const void *b)
+{
+    const set_member *x = *(const set_member *const *)a, *y = *(const set_member *const *)b;
+    if (x->pos != y->pos)
+        return x->pos < y->pos ? -1 : 1;
+    return x < y ? -1 : x > y; /* listing order among repeats */
+}
+
+static uint32_t set_check(const char *where, const set_member *m, uint32_t n, set_problem_fn fn,
+                          void *ctx)
+{
+    char msg[STK_ERRMSG_MAX];
+    const set_member *ref = NULL;
+    uint32_t problems = 0;
+    for (uint32_t i = 0; i < n && !ref; i++)
+        if (m[i].count)
+            ref = &m[i];
+    if (!ref)
+        return 0;
+    const set_member **own = calloc(n, sizeof *own);
+    if (!own) {
+        fn(ctx, where, "out of memory checking the shard set");
+        return 1;
+    }
+    uint32_t nown = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!m[i].count) {
+            snprintf(msg, sizeof msg, "%s: has no shard-set keys, but %s belongs to shard set %s: "
+                     "shards of different sets are mixed", m[i].path, ref->path, ref->id);
+            fn(ctx, m[i].path, msg);
+            problems++;
+        } else if (strcmp(m[i].id, ref->id) || m[i].count != ref->count) {
+            snprintf(msg, sizeof msg, "%s: belongs to another shard set (%s, %u shards) than %s "
+                     "(%s, %u shards): a foreign shard", m[i].path, m[i].id, m[i].count,
+                     ref->path, ref->id, ref->count);
+            fn(ctx, m[i].path, msg);
+            problems++;
+        } else {
+            own[nown++] = &m[i];
+        }
+    }
+    /* Listing order first: is member k at place k? (Checked only when
+     * every place is there once; otherwise the places say more.) */
+    bool in_order = true;
+    for (uint32_t k = 0; k < nown; k++)
+        in_order &= own[k]->pos == k;
+    /* The shard furthest from its place is the one to name (a renamed
+     * shard moves alone; the ones it passes move by one). */
+    const set_member *misplaced = NULL;
+    uint32_t misplaced_at = 0, worst = 0;
+    for (uint32_t k = 0; k < nown; k++) {
+        uint32_t off = own[k]->pos > k ? own[k]->pos - k : k - own[k]->pos;
+        if (off > worst) {
+            worst = off;
+            misplaced = own[k];
+            misplaced_at = k;
+        }
+    }
+    qsort(own, nown, sizeof *own, cmp_member_pos);
+    char missing[512];
+    size_t used = 0;
+    uint32_t nmissing = 0, expect = 0;
+    missing[0] = '\0';
+    for (uint32_t k = 0; k <= nown; k++) {
+        uint32_t pos = k < nown ? own[k]->pos : ref->count;
+        if (k > 0 && k < nown && pos == own[k - 1]->pos) {
+            snprintf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s (so does %s): an "
+                     "extra copy", own[k]->path, pos, ref->count, ref->id, own[k - 1]->path);
+            fn(ctx, own[k]->path, msg);
+            problems++;
+            continue;
+        }
+        if (pos > expect) {
+            nmissing += pos - expect;
+            if (used < sizeof missing - 32) {
+                int w = pos - expect == 1
+                            ? snprintf(missing + used, sizeof missing - used, "%s%u",
+                                       used ? ", " : "", expect)
+                            : snprintf(missing + used, sizeof missing - used, "%s%u-%u",
+                                       used ? ", " : "", expect, pos - 1);
+                used += w > 0 ? (size_t)w : 0;
+            } else if (used < sizeof missing - 4) {
+                strcpy(missing + used, ", ...");
+                used = sizeof missing;
+            }
+        }
+        expect = pos + 1;
+    }
+    if (nmissing) {
+        char stale[1024];
+        uint32_t nstale = stale_temporaries(ref->path, stale, sizeof stale, 3, NULL, NULL);
+        snprintf(msg, sizeof msg, "%s: incomplete shard set %s: %u of %u shards; missing shard%s "
+                 "%s (numbered from 0, as in shard-NNNNN.stk)%s%s%s", where, ref->id,
+                 ref->count - nmissing, ref->count, nmissing == 1 ? "" : "s", missing,
+                 nstale ? "; temporary files of an interrupted pack are there: " : "",
+                 nstale ? stale : "", nstale > 3 ? ", ..." : "");
+        fn(ctx, where, msg);
+        problems++;
+    } else if (!in_order && misplaced && !problems) {
+        snprintf(msg, sizeof msg, "%s: is shard %u/%u of shard set %s but is listed at place %u "
+                 "(renamed?): shards are read in name order, which must be the set's order",
+                 misplaced->path, misplaced->pos, ref->count, ref->id, misplaced_at);
+        fn(ctx, misplaced->path, msg);
+        problems++;
+    }
+    free(own);
+    return problems;
+}
+
+/* set_problem_fn for open: keep the first message. */
+static void first_problem(void *ctx, const char *path, const char *msg)
+{
+    char *first = ctx;
+    (void)path;
+    if (!first[0])
+        snprintf(first, STK_ERRMSG_MAX, "%s", msg);
+}
+
 int stk_shards_detect(const char *path)
 {
     struct stat st;
@@ -990,6 +1257,27 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
     if (rc < 0)
         return rc;
     rc = shardset_open(uri, paths, n, query, opts, &set);
+    if (rc == 0) {
+        set_member *m = calloc(set->nshards, sizeof *m);
+        char first[STK_ERRMSG_MAX] = "";
+        if (!m) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+        } else {
+            for (uint32_t i = 0; i < set->nshards; i++) {
+                m[i].path = set->shards[i].path;
+                memcpy(m[i].id, set->shards[i].set_id, sizeof m[i].id);
+                m[i].pos = set->shards[i].set_pos;
+                m[i].count = set->shards[i].set_count;
+            }
+            if (set_check(uri, m, set->nshards, first_problem, first))
+                rc = stk_fail(STK_EFORMAT, "%s", first);
+            free(m);
+        }
+        if (rc < 0) {
+            shardset_free(set);
+            set = NULL;
+        }
+    }
     free_list(paths, n);
     if (rc < 0)
         return rc;
