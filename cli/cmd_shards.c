@@ -303,9 +303,12 @@ int cmd_inspect(int argc, char **argv)
 static const char verify_usage[] =
     "usage: stoker verify DATASET [--decode]\n"
     "\n"
-    "Check every shard's structure and every record's checksum; with --decode,\n"
-    "also decode every image. Each damaged shard or record is printed with its\n"
-    "shard file and record number; the exit status is 1 if anything is damaged.\n";
+    "Check every shard's structure and every record's checksum, that the shards\n"
+    "form one whole set (none missing, extra, foreign or renamed out of order) and\n"
+    "that each record comes from a later source sample than the one before; with\n"
+    "--decode, also decode every image. Each damaged shard or record is printed\n"
+    "with its shard file, record number and sample index; the exit status is 1 if\n"
+    "anything is damaged.\n";
 
 static void on_damage(void *ctx, const char *shard, uint64_t record, const char *reason)
 {
@@ -316,9 +319,15 @@ static void on_damage(void *ctx, const char *shard, uint64_t record, const char 
         printf("DAMAGED %s record %llu: %s\n", shard, (unsigned long long)record, reason);
 }
 
+static void on_notice(void *ctx, const char *path, const char *message)
+{
+    (void)ctx;
+    printf("NOTE %s: %s\n", path, message);
+}
+
 int cmd_verify(int argc, char **argv)
 {
-    stk_verify_options o = {.on_damage = on_damage};
+    stk_verify_options o = {.on_damage = on_damage, .on_notice = on_notice};
     const char *uri = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--decode"))

@@ -956,8 +956,8 @@ static uint32_t stale_temporaries(const char *path, char *buf, size_t size, uint
         if (fn) {
             char full[4400];
             snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-            fn(ctx, full, "a temporary file left by an interrupted pack (ignored when the "
-                          "shards are opened; pack removes it; delete it)");
+            fn(ctx, full, "a temporary file left by an interrupted pack: ignored by open; "
+                          "delete it (a new pack into this directory does)");
         }
         if (found < max && used < size) {
             int k = snprintf(buf + used, size - used, "%s%s/%s", found ? ", " : "", dir,
@@ -1036,8 +1036,9 @@ static uint32_t set_check(const char *where, const set_member *m, uint32_t n, se
     for (uint32_t k = 0; k <= nown; k++) {
         uint32_t pos = k < nown ? own[k]->pos : ref->count;
         if (k > 0 && k < nown && pos == own[k - 1]->pos) {
-            snprintf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s (so does %s): an "
-                     "extra copy", own[k]->path, pos, ref->count, ref->id, own[k - 1]->path);
+            snprintf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s, which %s holds "
+                     "too: one of them is an extra copy", own[k]->path, pos, ref->count, ref->id,
+                     own[k - 1]->path);
             fn(ctx, own[k]->path, msg);
             problems++;
             continue;
@@ -1345,6 +1346,53 @@ static void report(const stk_verify_options *o, const char *shard_path, uint64_t
         o->on_damage(o->ctx, shard_path, record, reason);
 }
 
+typedef struct verify_ctx {
+    const stk_verify_options *opts;
+    stk_verify_result *res;
+} verify_ctx;
+
+static void set_damage(void *ctx, const char *path, const char *msg)
+{
+    verify_ctx *v = ctx;
+    size_t n = strlen(path);
+    v->res->bad_shards++;
+    /* on_damage gets the path apart: not twice. */
+    bool prefixed = !strncmp(msg, path, n) && !strncmp(msg + n, ": ", 2);
+    report(v->opts, path, UINT64_MAX, prefixed ? msg + n + 2 : msg);
+}
+
+static void stale_notice(void *ctx, const char *path, const char *msg)
+{
+    const stk_verify_options *o = ctx;
+    if (o && o->on_notice)
+        o->on_notice(o->ctx, path, msg);
+}
+
+/* The current message into `reason`; with the global sample index unknown
+ * (passed as UINT64_MAX), say so instead of printing that number. */
+static void take_reason(char *reason, size_t size, bool global_known)
+{
+    static const char unknown[] = " (sample 18446744073709551615)";
+    const char *m = stk_errmsg(), *at = global_known ? NULL : strstr(m, unknown);
+    if (!at)
+        snprintf(reason, size, "%s", m);
+    else
+        snprintf(reason, size, "%.*s (sample unknown: an earlier shard could not be opened)%s",
+                 (int)(at - m), m, at + sizeof unknown - 1);
+}
+
+/*
+ * stk_verify: each shard is opened alone with every record checksummed (so
+ * one damaged shard does not hide the others), then the shards are checked
+ * as a set (set_check). Record problems name the shard, the record in it and
+ * the global sample index — the shard's first index is the sum of the
+ * records of the shards listed before it, unknown after one that could not
+ * be opened. Where the shards store source_index (stk_pack), it must rise
+ * strictly from record to record across the whole set: record i comes
+ * from a later source sample than record i - 1, so no sample is stored
+ * twice or out of order. Stale temporaries of an interrupted pack beside
+ * the shards are reported through on_notice; they do not fail the check.
+ */
 int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result)
 {
     stk_verify_result res = {0};
@@ -1357,7 +1405,15 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
     stk_scratch scratch = {0}, pixels = {0};
     char reason[STK_ERRMSG_MAX];
     uint8_t schema0[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE];
-    uint32_t nfields0 = 0;
+    uint32_t nfields0 = 0, nmembers = 0;
+    set_member *members = calloc(n, sizeof *members);
+    if (!members) {
+        free_list(paths, n);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
+    uint64_t base = 0;     /* global index of the current shard's record 0 */
+    bool base_known = true;
+    int64_t prev_source = -1;
     for (uint32_t i = 0; i < n; i++) {
         res.shards++;
         shardset *set = NULL;
@@ -1367,23 +1423,35 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
             res.bad_shards++;
             snprintf(reason, sizeof reason, "%s", stk_errmsg());
             report(opts, paths[i], UINT64_MAX, reason);
+            base_known = false;
             continue;
         }
+        const shard *s = &set->shards[0];
+        members[nmembers].path = paths[i];
+        memcpy(members[nmembers].id, s->set_id, sizeof members[nmembers].id);
+        members[nmembers].pos = s->set_pos;
+        members[nmembers].count = s->set_count;
+        nmembers++;
         if (i == 0 || nfields0 == 0) {
             nfields0 = set->nfields;
-            memcpy(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE);
+            memcpy(schema0, s->header_fields, nfields0 * STK_FIELD_ENTRY_SIZE);
         } else if (set->nfields != nfields0 ||
-                   memcmp(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
+                   memcmp(schema0, s->header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
             res.bad_shards++;
             report(opts, paths[i], UINT64_MAX, "its schema differs from the first shard's");
         }
-        const shard *s = &set->shards[0];
+        int source_field = -1;
+        for (uint32_t f = 0; f < set->nfields; f++)
+            if (!strcmp(set->fields[f].name, "source_index") &&
+                set->fields[f].type == STK_FIELD_INT64 && set->fields[f].ndim == 0)
+                source_field = (int)f;
         for (uint64_t r = 0; r < s->n; r++) {
             uint64_t foff[STK_MAX_FIELDS];
             uint32_t flen[STK_MAX_FIELDS];
             const uint8_t *bytes;
+            uint64_t global = base_known ? base + r : UINT64_MAX;
             res.records++;
-            rc = record_get(set, s, r, r, &bytes, foff, flen, &scratch, true);
+            rc = record_get(set, s, r, global, &bytes, foff, flen, &scratch, true);
             for (uint32_t f = 0; rc == 0 && f < set->nfields; f++) {
                 if (set->storage[f] != STK_STORAGE_VARIABLE)
                     continue;
@@ -1391,23 +1459,45 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
                 const uint8_t *p = bytes + foff[v];
                 if (set->fields[f].type == STK_FIELD_RAW_IMAGE) {
                     stk_image_view view;
-                    rc = raw_image(set, f, s, r, r, p, flen[v], &pixels, 0, &view);
+                    rc = raw_image(set, f, s, r, global, p, flen[v], &pixels, 0, &view);
                 } else if (set->fields[f].type == STK_FIELD_IMAGE && opts && opts->decode) {
                     stk_image_view view;
                     rc = stk_image_decode(p, flen[v], NULL, NULL, 1, &pixels, &view);
                     if (rc < 0)
-                        rc = stk_fail_prefix(rc, "%s: record %llu: field '%s'", s->path,
-                                             (unsigned long long)r, set->fields[f].name);
+                        rc = stk_fail_prefix(rc, "%s: record %llu (sample %llu): field '%s'",
+                                             s->path, (unsigned long long)r,
+                                             (unsigned long long)global, set->fields[f].name);
                 }
+            }
+            if (rc == 0 && source_field >= 0) {
+                int64_t src = (int64_t)stk_rd64(s->columns[source_field] + r * 8);
+                if (src < 0)
+                    rc = stk_fail(STK_EDATA, "%s: record %llu (sample %llu): source_index %lld "
+                                             "is negative", s->path, (unsigned long long)r,
+                                  (unsigned long long)global, (long long)src);
+                else if (src <= prev_source)
+                    rc = stk_fail(STK_EDATA, "%s: record %llu (sample %llu): source_index %lld "
+                                             "is not after %lld, the previous record's: a "
+                                             "source sample is stored twice or out of order",
+                                  s->path, (unsigned long long)r, (unsigned long long)global,
+                                  (long long)src, (long long)prev_source);
+                else
+                    prev_source = src;
             }
             if (rc < 0) {
                 res.bad_records++;
-                snprintf(reason, sizeof reason, "%s", stk_errmsg());
+                take_reason(reason, sizeof reason, base_known);
                 report(opts, s->path, r, reason);
             }
         }
+        base += s->n;
         shardset_free(set);
     }
+    verify_ctx vc = {opts, &res};
+    set_check(uri, members, nmembers, set_damage, &vc);
+    char none[1];
+    stale_temporaries(path, none, 0, 0, stale_notice, (void *)opts);
+    free(members);
     stk_scratch_free(&scratch);
     stk_scratch_free(&pixels);
     free_list(paths, n);
