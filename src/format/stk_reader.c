@@ -1414,6 +1414,7 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
     uint64_t base = 0;     /* global index of the current shard's record 0 */
     bool base_known = true;
     int64_t prev_source = -1;
+    bool schema_differs = false;
     for (uint32_t i = 0; i < n; i++) {
         res.shards++;
         shardset *set = NULL;
@@ -1438,6 +1439,7 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
         } else if (set->nfields != nfields0 ||
                    memcmp(schema0, s->header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
             res.bad_shards++;
+            schema_differs = true;
             report(opts, paths[i], UINT64_MAX, "its schema differs from the first shard's");
         }
         int source_field = -1;
@@ -1493,8 +1495,11 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
         base += s->n;
         shardset_free(set);
     }
+    /* Shards of another schema are already reported, and cannot be of
+     * this set: one report for them, at most one per shard in all. */
     verify_ctx vc = {opts, &res};
-    set_check(uri, members, nmembers, set_damage, &vc);
+    if (!schema_differs)
+        set_check(uri, members, nmembers, set_damage, &vc);
     char none[1];
     stale_temporaries(path, none, 0, 0, stale_notice, (void *)opts);
     free(members);
