@@ -207,8 +207,9 @@ STK_API int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const 
  * format allows (stk: from the index). */
 STK_API int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label);
 
-/* Metadata value for `key` (lent, NUL-terminated), or NULL. The keys of a
- * packed dataset: class_names, source, created_by (docs/format.md). */
+/* Metadata value for `key` (lent, NUL-terminated), or NULL; of a set of
+ * shards, the first shard's. The keys of a packed dataset: class_names,
+ * source, created_by, shard_set, shard (docs/format.md). */
 STK_API const char *stk_dataset_metadata(const stk_dataset *ds, const char *key);
 
 /* Name of class `label` (lent), or NULL when the dataset has no label map. */
