@@ -578,13 +578,14 @@ static void copy_file(const char *from, const char *to)
 }
 
 /* on_damage: append "shard: reason\n" (as the CLI prints it) to the
- * char[8192] ctx. */
+ * char[LOG_FULL_SIZE] ctx. */
+#define LOG_FULL_SIZE 65536
 static void log_full(void *ctx, const char *shard, uint64_t rec, const char *reason)
 {
     char *all = ctx;
     (void)rec;
     size_t n = strlen(all);
-    snprintf(all + n, 8192 - n, "%s: %s\n", shard, reason);
+    snprintf(all + n, LOG_FULL_SIZE - n, "%s: %s\n", shard, reason);
 }
 
 /* Open must fail with STK_EFORMAT and a message holding every `want`;
@@ -596,7 +597,7 @@ static void expect_refused(const char *dir, const char *const *want, int nwant)
     for (int i = 0; i < nwant; i++)
         if (!strstr(stk_errmsg(), want[i]))
             fail_msg("open: '%s' is not in: %s", want[i], stk_errmsg());
-    static char all[8192];
+    static char all[LOG_FULL_SIZE];
     all[0] = '\0';
     stk_verify_options vo = {.on_damage = log_full, .ctx = all};
     assert_int_equal(stk_verify(dir, &vo, NULL), STK_EDATA);
@@ -764,7 +765,8 @@ static void test_verify_names_the_global_sample(void **state)
     size_t n0;
     uint8_t *b0 = slurp(p0, &n0);
     tu_write_file(p0, b0, n0 - 1);
-    char all[8192] = "";
+    static char all[LOG_FULL_SIZE];
+    all[0] = '\0';
     vo = (stk_verify_options){.on_damage = log_full, .ctx = all};
     assert_int_equal(stk_verify(dir, &vo, NULL), STK_EDATA);
     if (!strstr(all, "shard-00001.stk: record 2 (sample unknown: an earlier shard could not be "

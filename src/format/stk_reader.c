@@ -1483,8 +1483,9 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
                                              "source sample is stored twice or out of order",
                                   s->path, (unsigned long long)r, (unsigned long long)global,
                                   (long long)src, (long long)prev_source);
-                else
-                    prev_source = src;
+                /* From here on, against this one: one report where the
+                 * order breaks, not one for every record after it. */
+                prev_source = src;
             }
             if (rc < 0) {
                 res.bad_records++;
