@@ -29,6 +29,7 @@
 #include "format/stk_schema.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <dirent.h>
@@ -917,6 +918,17 @@ static void free_list(char **list, uint32_t n)
  * problem naming the shard (and for missing ones the set and the places),
  * reported through `fn`; set_check returns how many it found.
  */
+/* snprintf for messages that may be cut at `size` (as stk_fail's are). */
+static void msg_printf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void msg_printf(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
 typedef struct set_member {
     const char *path;          /* lent */
     char id[SET_ID_MAX + 1];
@@ -997,12 +1009,12 @@ static uint32_t set_check(const char *where, const set_member *m, uint32_t n, se
     uint32_t nown = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (!m[i].count) {
-            snprintf(msg, sizeof msg, "%s: has no shard-set keys, but %s belongs to shard set %s: "
+            msg_printf(msg, sizeof msg, "%s: has no shard-set keys, but %s belongs to shard set %s: "
                      "shards of different sets are mixed", m[i].path, ref->path, ref->id);
             fn(ctx, m[i].path, msg);
             problems++;
         } else if (strcmp(m[i].id, ref->id) || m[i].count != ref->count) {
-            snprintf(msg, sizeof msg, "%s: belongs to another shard set (%s, %u shards) than %s "
+            msg_printf(msg, sizeof msg, "%s: belongs to another shard set (%s, %u shards) than %s "
                      "(%s, %u shards): a foreign shard", m[i].path, m[i].id, m[i].count,
                      ref->path, ref->id, ref->count);
             fn(ctx, m[i].path, msg);
@@ -1036,7 +1048,7 @@ static uint32_t set_check(const char *where, const set_member *m, uint32_t n, se
     for (uint32_t k = 0; k <= nown; k++) {
         uint32_t pos = k < nown ? own[k]->pos : ref->count;
         if (k > 0 && k < nown && pos == own[k - 1]->pos) {
-            snprintf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s, which %s holds "
+            msg_printf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s, which %s holds "
                      "too: one of them is an extra copy", own[k]->path, pos, ref->count, ref->id,
                      own[k - 1]->path);
             fn(ctx, own[k]->path, msg);
@@ -1062,7 +1074,7 @@ static uint32_t set_check(const char *where, const set_member *m, uint32_t n, se
     if (nmissing) {
         char stale[1024];
         uint32_t nstale = stale_temporaries(ref->path, stale, sizeof stale, 3, NULL, NULL);
-        snprintf(msg, sizeof msg, "%s: incomplete shard set %s: %u of %u shards; missing shard%s "
+        msg_printf(msg, sizeof msg, "%s: incomplete shard set %s: %u of %u shards; missing shard%s "
                  "%s (numbered from 0, as in shard-NNNNN.stk)%s%s%s", where, ref->id,
                  ref->count - nmissing, ref->count, nmissing == 1 ? "" : "s", missing,
                  nstale ? "; temporary files of an interrupted pack are there: " : "",
@@ -1070,7 +1082,7 @@ static uint32_t set_check(const char *where, const set_member *m, uint32_t n, se
         fn(ctx, where, msg);
         problems++;
     } else if (!in_order && misplaced && !problems) {
-        snprintf(msg, sizeof msg, "%s: is shard %u/%u of shard set %s but is listed at place %u "
+        msg_printf(msg, sizeof msg, "%s: is shard %u/%u of shard set %s but is listed at place %u "
                  "(renamed?): shards are read in name order, which must be the set's order",
                  misplaced->path, misplaced->pos, ref->count, ref->id, misplaced_at);
         fn(ctx, misplaced->path, msg);
