@@ -952,7 +952,7 @@ static uint32_t stale_temporaries(const char *path, char *buf, size_t size, uint
         if (!slash)
             snprintf(dir, sizeof dir, ".");
         else
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - path ? slash - path : 1), path);
+            snprintf(dir, sizeof dir, "%.*s", (int)(slash > path ? slash - path : 1), path);
     }
     if (size)
         buf[0] = '\0';
