@@ -286,8 +286,8 @@ int cmd_inspect(int argc, char **argv)
         if (other)
             printf("  (%llu samples with labels outside 0..1023)\n", (unsigned long long)other);
     }
-    static const char *const keys[] = {"source", "created_by"};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const keys[] = {"source", "created_by", "shard_set"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const char *v = stk_dataset_metadata(ds, keys[k]);
         if (v)
             printf("%-9s %s\n", keys[k], v);
