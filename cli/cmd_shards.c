@@ -318,8 +318,8 @@ int cmd_inspect(int argc, char **argv)
         if (other)
             printf("  (%llu samples with labels outside 0..1023)\n", (unsigned long long)other);
     }
-    static const char *const keys[] = {"source", "created_by"};
-    for (size_t k = 0; k < 2; k++) {
+    static const char *const keys[] = {"source", "created_by", "shard_set"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const char *v = stk_dataset_metadata(ds, keys[k]);
         if (v)
             printf("%-9s %s\n", keys[k], v);
@@ -337,9 +337,12 @@ int cmd_inspect(int argc, char **argv)
 static const char verify_usage[] =
     "usage: stoker verify DATASET [--decode]\n"
     "\n"
-    "Check every shard's structure and every record's checksum; with --decode,\n"
-    "also decode every image. Each damaged shard or record is printed with its\n"
-    "shard file and record number; the exit status is 1 if anything is damaged.\n";
+    "Check every shard's structure and every record's checksum, that the shards\n"
+    "form one whole set (none missing, extra, foreign or renamed out of order) and\n"
+    "that each record comes from a later source sample than the one before; with\n"
+    "--decode, also decode every image. Each damaged shard or record is printed\n"
+    "with its shard file, record number and sample index; the exit status is 1 if\n"
+    "anything is damaged.\n";
 
 static void on_damage(void *ctx, const char *shard, uint64_t record, const char *reason)
 {
@@ -350,9 +353,15 @@ static void on_damage(void *ctx, const char *shard, uint64_t record, const char 
         printf("DAMAGED %s record %llu: %s\n", shard, (unsigned long long)record, reason);
 }
 
+static void on_notice(void *ctx, const char *path, const char *message)
+{
+    (void)ctx;
+    printf("NOTE %s: %s\n", path, message);
+}
+
 int cmd_verify(int argc, char **argv)
 {
-    stk_verify_options o = {.on_damage = on_damage};
+    stk_verify_options o = {.on_damage = on_damage, .on_notice = on_notice};
     const char *uri = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--decode"))

@@ -318,6 +318,12 @@ static void run_file(void)
     snprintf(ub, sizeof ub, "stk:%s?io=pread", g_glob);
     stk_dataset *a = NULL, *b = NULL;
     int ra = stk_dataset_open(ua, &g_opts, &a), rb = stk_dataset_open(ub, &g_opts, &b);
+    if (ra == STK_EFORMAT && rb == STK_EFORMAT && strstr(stk_errmsg(), "repeats shard 0/1")) {
+        /* A shard of a one-shard set (metadata shard_set, shard = 0/1)
+         * twice is a set with an extra copy: refused (docs/format.md). */
+        check(!a && !b, "open: *out and code agree");
+        return;
+    }
     check(ra == 0 && rb == 0, "a shard that opens alone opens twice");
     exercise(a, b, 2);
     stk_dataset_info info;

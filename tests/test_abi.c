@@ -42,8 +42,8 @@ static void test_struct_sizes_are_pinned(void **state)
      * max_side, quality; restart_interval (+4); 8 reserved */
     assert_int_equal(sizeof(stk_pack_options), 8 + 24 + 24 + 8 + 8 + 64);
     assert_int_equal(sizeof(stk_pack_result), 8 + 8 + 8 + 8 + 8 + 32);
-    /* decode (+4), 2 pointers, 4 reserved */
-    assert_int_equal(sizeof(stk_verify_options), 8 + 16 + 32);
+    /* decode (+4), 3 pointers, 4 reserved */
+    assert_int_equal(sizeof(stk_verify_options), 8 + 24 + 32);
     assert_int_equal(sizeof(stk_verify_result), 8 + 16 + 32);
     /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), 4 reserved */
     assert_int_equal(sizeof(stk_sampler_options), 8 + 8 + 4 * 5 + 4 + 32);

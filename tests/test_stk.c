@@ -3,7 +3,10 @@
  * multi-shard index spaces; damage detection (every single-byte flip inside
  * a record, in the header, in the index; truncation at many lengths; a
  * zeroed footer) naming the shard and record; the loader's raise and skip
- * policies on a damaged record; pack output identical for any job count.
+ * policies on a damaged record; pack output identical for any job count;
+ * shard sets (missing, extra, renamed, foreign, mixed shards and stale
+ * temporaries, each named); verify's global sample index and its check of
+ * source_index order.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -545,6 +548,264 @@ static void test_pack_cifar_round_trip_and_determinism(void **state)
     assert_non_null(strstr(stk_errmsg(), "already holds shards"));
 }
 
+/* ------------------------------------------------------------------------ */
+/* Shard sets (issue 9, defects 2 and 7)                                     */
+/* ------------------------------------------------------------------------ */
+
+/* CIFAR-10 files under tu_tmpdir()/name: files x per records; labels are
+ * the first byte of each record mod 10. */
+static void make_cifar(const char *dir, int files, int per, uint64_t seed)
+{
+    mkdir(dir, 0755);
+    uint8_t *rec = malloc((size_t)per * 3073);
+    for (int f = 1; f <= files; f++) {
+        tu_fill_random(rec, (size_t)per * 3073, seed * 100 + (uint64_t)f);
+        for (int i = 0; i < per; i++)
+            rec[(size_t)i * 3073] %= 10;
+        char p[700];
+        snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f);
+        tu_write_file(p, rec, (size_t)per * 3073);
+    }
+    free(rec);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    uint8_t *b = slurp(from, &n);
+    tu_write_file(to, b, n);
+    free(b);
+}
+
+/* on_damage: append "shard: reason\n" (as the CLI prints it) to the
+ * char[LOG_FULL_SIZE] ctx. */
+#define LOG_FULL_SIZE 65536
+static void log_full(void *ctx, const char *shard, uint64_t rec, const char *reason)
+{
+    char *all = ctx;
+    (void)rec;
+    size_t n = strlen(all);
+    snprintf(all + n, LOG_FULL_SIZE - n, "%s: %s\n", shard, reason);
+}
+
+/* Open must fail with STK_EFORMAT and a message holding every `want`;
+ * verify must report damage that holds want[0]. */
+static void expect_refused(const char *dir, const char *const *want, int nwant)
+{
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(dir, NULL, &ds), STK_EFORMAT);
+    for (int i = 0; i < nwant; i++)
+        if (!strstr(stk_errmsg(), want[i]))
+            fail_msg("open: '%s' is not in: %s", want[i], stk_errmsg());
+    static char all[LOG_FULL_SIZE];
+    all[0] = '\0';
+    stk_verify_options vo = {.on_damage = log_full, .ctx = all};
+    assert_int_equal(stk_verify(dir, &vo, NULL), STK_EDATA);
+    if (!strstr(all, want[0]))
+        fail_msg("verify: '%s' is not in: %s", want[0], all);
+}
+
+static void count_notice(void *ctx, const char *path, const char *msg)
+{
+    int *n = ctx;
+    (*n)++;
+    assert_non_null(strstr(path, ".stk.tmp-"));
+    assert_non_null(strstr(msg, "interrupted pack"));
+}
+
+static void test_shard_set_problems_are_named(void **state)
+{
+    (void)state;
+    char src[600], other[600], a[600], b[600], p[800], q[800];
+    snprintf(src, sizeof src, "%s/set-src", tu_tmpdir());
+    snprintf(other, sizeof other, "%s/set-other", tu_tmpdir());
+    snprintf(a, sizeof a, "%s/set-a", tu_tmpdir());
+    snprintf(b, sizeof b, "%s/set-b", tu_tmpdir());
+    make_cifar(src, 5, 40, 1);
+    make_cifar(other, 5, 40, 2);
+    stk_pack_options o = {.shard_bytes = 100 << 10};
+    stk_pack_result ra, rb;
+    assert_int_equal(stk_pack(src, a, &o, &ra), 0);
+    assert_int_equal(stk_pack(other, b, &o, &rb), 0);
+    assert_true(ra.shards >= 5);
+    assert_int_equal(ra.shards, rb.shards);
+
+    /* Every shard says where it belongs: shard = i/n, one shard_set. */
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(a, NULL, &ds), 0);
+    assert_int_equal(stk_dataset_shard_count(ds), ra.shards);
+    char place[32];
+    snprintf(place, sizeof place, "0/%u", ra.shards);
+    assert_string_equal(stk_dataset_metadata(ds, "shard"), place);
+    const char *id = stk_dataset_metadata(ds, "shard_set");
+    assert_non_null(id);
+    assert_int_equal(strlen(id), 32);
+    char set_id[40];
+    snprintf(set_id, sizeof set_id, "%s", id);
+    stk_dataset_close(ds);
+    assert_int_equal(stk_verify(a, NULL, NULL), 0);
+
+    /* Missing: shard 2 moved away; a stale temporary beside it is named. */
+    char tmp[800], n2[32];
+    snprintf(p, sizeof p, "%s/shard-00002.stk", a);
+    snprintf(q, sizeof q, "%s/moved", tu_tmpdir());
+    assert_int_equal(rename(p, q), 0);
+    snprintf(tmp, sizeof tmp, "%s/shard-00002.stk.tmp-1-00000000", a);
+    tu_write_file(tmp, "x", 1);
+    snprintf(n2, sizeof n2, "%u of %u shards", ra.shards - 1, ra.shards);
+    const char *missing[] = {"incomplete shard set", "missing shard 2 ", set_id, n2,
+                             "shard-00002.stk.tmp-1-00000000"};
+    expect_refused(a, missing, 5);
+    int notices = 0;
+    stk_verify_options vo = {.on_notice = count_notice, .ctx = &notices};
+    assert_int_equal(stk_verify(a, &vo, NULL), STK_EDATA);
+    assert_int_equal(notices, 1);
+    assert_int_equal(rename(q, p), 0);
+    /* Complete again: the temporary is ignored (and reported by verify). */
+    assert_int_equal(stk_dataset_open(a, NULL, &ds), 0);
+    stk_dataset_close(ds);
+    notices = 0;
+    assert_int_equal(stk_verify(a, &vo, NULL), 0);
+    assert_int_equal(notices, 1);
+    unlink(tmp);
+
+    /* Extra: a copy of shard 1 under another name. */
+    snprintf(p, sizeof p, "%s/shard-00001.stk", a);
+    snprintf(q, sizeof q, "%s/shard-00001-copy.stk", a);
+    copy_file(p, q);
+    const char *extra[] = {"repeats shard 1/", "shard-00001-copy.stk", "shard-00001.stk",
+                           "extra copy"};
+    expect_refused(a, extra, 4);
+    unlink(q);
+
+    /* Renamed: shard 1 now sorts last. */
+    snprintf(q, sizeof q, "%s/shard-00099.stk", a);
+    assert_int_equal(rename(p, q), 0);
+    const char *renamed[] = {"shard-00099.stk: is shard 1/", "renamed"};
+    expect_refused(a, renamed, 2);
+    assert_int_equal(rename(q, p), 0);
+
+    /* Foreign: shard 1 of another pack (same schema, same count). */
+    snprintf(q, sizeof q, "%s/keep", tu_tmpdir());
+    copy_file(p, q);
+    char bp[800];
+    snprintf(bp, sizeof bp, "%s/shard-00001.stk", b);
+    copy_file(bp, p);
+    const char *foreign[] = {"shard-00001.stk: belongs to another shard set", "foreign"};
+    expect_refused(a, foreign, 2);
+    copy_file(q, p);
+
+    /* Mixed: a shard of the same schema without set keys. */
+    snprintf(q, sizeof q, "%s/shard-00000-legacy.stk", a);
+    stk_field_def fields[] = {
+        {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {32, 32, 3}},
+        {.name = "label", .type = STK_FIELD_INT64},
+        {.name = "source_index", .type = STK_FIELD_INT64},
+    };
+    stk_shard_writer *w;
+    assert_int_equal(stk_shard_writer_open(q, fields, 3, NULL, 0, &w), 0);
+    static uint8_t px[12 + 3072];
+    stk_wr32(px, 32);
+    stk_wr32(px + 4, 32);
+    stk_wr32(px + 8, 3);
+    int64_t zero = 0;
+    stk_field_value v[3] = {{px, sizeof px}, {&zero, 8}, {&zero, 8}};
+    assert_int_equal(stk_shard_writer_add(w, v), 0);
+    assert_int_equal(stk_shard_writer_finish(w), 0);
+    const char *mixed[] = {"shard-00000-legacy.stk: has no shard-set keys", "mixed"};
+    expect_refused(a, mixed, 2);
+    unlink(q);
+
+    /* One shard of the set alone is an incomplete set too. */
+    snprintf(p, sizeof p, "%s/shard-00003.stk", a);
+    const char *alone[] = {"incomplete shard set", "1 of"};
+    expect_refused(p, alone, 2);
+
+    /* Everything back in place. */
+    assert_int_equal(stk_verify(a, NULL, NULL), 0);
+}
+
+/* verify names record r of shard s with its global sample index. */
+static void test_verify_names_the_global_sample(void **state)
+{
+    (void)state;
+    char src[600], dir[600], p0[800], p1[800];
+    snprintf(src, sizeof src, "%s/gs-src", tu_tmpdir());
+    snprintf(dir, sizeof dir, "%s/gs", tu_tmpdir());
+    make_cifar(src, 5, 20, 3);
+    stk_pack_options o = {.shard_bytes = 100 << 10};
+    stk_pack_result r;
+    assert_int_equal(stk_pack(src, dir, &o, &r), 0);
+    assert_true(r.shards >= 2);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(dir, NULL, &ds), 0);
+    stk_shard_info s0;
+    assert_int_equal(stk_dataset_shard_info(ds, 0, &s0), 0);
+    stk_dataset_close(ds);
+    snprintf(p0, sizeof p0, "%s/shard-00000.stk", dir);
+    snprintf(p1, sizeof p1, "%s/shard-00001.stk", dir);
+    size_t n;
+    uint8_t *orig = slurp(p1, &n);
+    uint64_t index_off = stk_rd64(orig + n - 64 + FTR_INDEX_OFFSET);
+    uint64_t rec2 = stk_rd64(orig + index_off + 2 * 8);
+    orig[rec2 + 100] ^= 0x10;
+    tu_write_file(p1, orig, n);
+    damage_log log = {0};
+    stk_verify_options vo = {.on_damage = log_damage, .ctx = &log};
+    assert_int_equal(stk_verify(dir, &vo, NULL), STK_EDATA);
+    assert_int_equal(log.count, 1);
+    assert_int_equal(log.record, 2);
+    assert_string_equal(log.shard, p1);
+    char want[200];
+    snprintf(want, sizeof want, "shard-00001.stk: record 2 (sample %llu): checksum mismatch",
+             (unsigned long long)(s0.records + 2));
+    if (!strstr(log.reason, want))
+        fail_msg("'%s' is not in: %s", want, log.reason);
+    /* With shard 0 unreadable the sample index is unknown, and says so. */
+    size_t n0;
+    uint8_t *b0 = slurp(p0, &n0);
+    tu_write_file(p0, b0, n0 - 1);
+    static char all[LOG_FULL_SIZE];
+    all[0] = '\0';
+    vo = (stk_verify_options){.on_damage = log_full, .ctx = all};
+    assert_int_equal(stk_verify(dir, &vo, NULL), STK_EDATA);
+    if (!strstr(all, "shard-00001.stk: record 2 (sample unknown: an earlier shard could not be "
+                     "opened): checksum mismatch"))
+        fail_msg("not named as unknown: %s", all);
+    free(b0);
+    free(orig);
+}
+
+/* verify: source_index must rise from record to record (a sample stored
+ * twice is caught, naming the record and both values). */
+static void test_verify_checks_source_order(void **state)
+{
+    (void)state;
+    const char *path = tu_path("source-order.stk");
+    stk_field_def fields[] = {
+        {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {1, 1, 1}},
+        {.name = "label", .type = STK_FIELD_INT64},
+        {.name = "source_index", .type = STK_FIELD_INT64},
+    };
+    static const int64_t sources[] = {0, 1, 5, 5, 7, 6, 9};
+    stk_shard_writer *w;
+    assert_int_equal(stk_shard_writer_open(path, fields, 3, NULL, 0, &w), 0);
+    for (int i = 0; i < 7; i++) {
+        uint8_t px[13] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, (uint8_t)i};
+        int64_t label = i;
+        stk_field_value v[3] = {{px, 13}, {&label, 8}, {&sources[i], 8}};
+        assert_int_equal(stk_shard_writer_add(w, v), 0);
+    }
+    assert_int_equal(stk_shard_writer_finish(w), 0);
+    damage_log log = {0};
+    stk_verify_options vo = {.on_damage = log_damage, .ctx = &log};
+    stk_verify_result res;
+    assert_int_equal(stk_verify(path, &vo, &res), STK_EDATA);
+    assert_int_equal(res.bad_records, 2); /* records 3 and 5 */
+    assert_int_equal(log.record, 5);
+    assert_non_null(strstr(log.reason, "record 5 (sample 5): source_index 6 is not after 7"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -555,6 +816,9 @@ int main(void)
         cmocka_unit_test(test_loader_on_damaged_record),
         cmocka_unit_test(test_writer_rejects_bad_input),
         cmocka_unit_test(test_pack_cifar_round_trip_and_determinism),
+        cmocka_unit_test(test_shard_set_problems_are_named),
+        cmocka_unit_test(test_verify_names_the_global_sample),
+        cmocka_unit_test(test_verify_checks_source_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -239,8 +239,9 @@ STK_API int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const 
  * format allows (stk: from the index). */
 STK_API int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label);
 
-/* Metadata value for `key` (lent, NUL-terminated), or NULL. The keys of a
- * packed dataset: class_names, source, created_by (docs/format.md). */
+/* Metadata value for `key` (lent, NUL-terminated), or NULL; of a set of
+ * shards, the first shard's. The keys of a packed dataset: class_names,
+ * source, created_by, shard_set, shard (docs/format.md). */
 STK_API const char *stk_dataset_metadata(const stk_dataset *ds, const char *key);
 
 /* Name of class `label` (lent), or NULL when the dataset has no label map. */
@@ -315,10 +316,14 @@ typedef struct stk_pack_result {
 } stk_pack_result;
 
 /* Pack dataset `src` (any URI stk_dataset_open accepts) into shards
- * DEST_DIR/shard-00000.stk, ... with fields "image" and "label" and the
- * class names in the metadata. Output is identical for any `jobs`. Fails
- * with the source's error, STK_EIO, or (strict) the first unreadable
- * input's STK_EDATA. */
+ * DEST_DIR/shard-00000.stk, ... with fields "image", "label" and
+ * "source_index" (the sample's index in `src`), the class names and the
+ * shard-set keys in the metadata (docs/format.md). The shards appear under
+ * their names only once all are written; temporary files of an earlier,
+ * interrupted pack into DEST_DIR are removed. The output is byte-identical
+ * for any `jobs` (tests/test_pack_stall.c). Fails with the source's error,
+ * STK_EIO, STK_EINVAL (DEST_DIR already holds shards), or (strict) the
+ * first unreadable input's STK_EDATA. */
 STK_API int stk_pack(const char *src, const char *dest_dir, const stk_pack_options *opts,
                      stk_pack_result *result);
 
@@ -328,6 +333,9 @@ typedef struct stk_verify_options {
      * damage to the shard's structure. */
     void (*on_damage)(void *ctx, const char *shard, uint64_t record, const char *reason);
     void *ctx;
+    /* Called for what is not damage but should be known: a temporary file
+     * of an interrupted pack beside the shards (ignored by open). */
+    void (*on_notice)(void *ctx, const char *path, const char *message);
     uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
 } stk_verify_options;
 
@@ -338,9 +346,13 @@ typedef struct stk_verify_result {
 } stk_verify_result;
 
 /* Check every shard's structure and every record's checksum (and decode
- * with opts->decode). Returns 0 when all is well, STK_EDATA when damage was
- * found (each case reported through on_damage), or another code if the
- * dataset cannot be listed at all. */
+ * with opts->decode); that the shards form one whole shard set (none
+ * missing, extra, foreign or out of order); and, where records store
+ * source_index (stk_pack), that it rises strictly from record to record.
+ * Record damage names the shard, the record in it and the global sample
+ * index. Returns 0 when all is well, STK_EDATA when damage was found (each
+ * case reported through on_damage), or another code if the dataset cannot
+ * be listed at all. */
 STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result);
 
 /* ------------------------------------------------------------------------ */

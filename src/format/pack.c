@@ -14,6 +14,14 @@
  * byte-identical whatever `jobs` is, memory stays at one block of payloads,
  * and the writer stays single-threaded.
  *
+ * Invariant: item k of block b holds source sample start(b) + k. A worker
+ * claims items with a compare-and-swap on a counter tagged with the block's
+ * generation (claim()), so one that stalls after reading a block and wakes
+ * when the next has begun claims nothing, rather than filling the new
+ * block with the old block's samples (issue 9: tests/test_pack_stall.c
+ * injects exactly that stall). Each record also stores the source index it
+ * was read from (field source_index), which `stoker verify` checks.
+ *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
  * silently dropped. So is each input the open of the source left out
@@ -35,6 +43,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +52,9 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define BLOCK_PER_JOB 64
 #define DEFAULT_SHARD_BYTES (1ull << 30)
 
@@ -50,6 +62,7 @@ typedef struct item {
     stk_scratch payload;   /* owned: record bytes for the image field */
     size_t size;
     int64_t label;
+    int64_t source;        /* the source index this item was read from */
     bool restarted;        /* payload is a restart-marker rewrite of the source */
     int rc;                /* 0 ok, < 0 failed */
     char *reason;          /* owned when rc < 0 */
@@ -71,7 +84,13 @@ typedef struct packer {
     uint32_t block_count, done;
     uint64_t generation;
     bool stopping;
-    _Atomic uint32_t next; /* next item of the block to claim */
+    /* Lock-free: the claim counter of the current block, tagged with its
+     * generation (low 32 bits of `generation` << 32 | next item index).
+     * Set under mu when a block starts; a worker claims item k of the block
+     * it read under mu only by a compare-and-swap that still finds that
+     * block's tag, so a worker stalled between reading the block and
+     * claiming can never take an item of the next block (see claim()). */
+    _Atomic uint64_t claim;
 } packer;
 
 typedef struct pack_worker {
@@ -189,6 +208,7 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     stk_sample s;
     it->rc = 0;
     it->size = 0;
+    it->source = (int64_t)index;
     it->restarted = false;
     int rc = p->ds->vt->read(p->ds, index, &s, &w->read_scratch);
     if (rc < 0) {
@@ -260,6 +280,22 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
         set_reason(it, rc);
 }
 
+/* Claim the next item of block `generation` (of `count` items): its index,
+ * or -1 when that block has no unclaimed item left or is no longer the
+ * current block. */
+static int64_t claim(packer *p, uint64_t generation, uint32_t count)
+{
+    uint64_t tag = (generation & 0xffffffffu) << 32;
+    uint64_t cur = atomic_load_explicit(&p->claim, memory_order_relaxed);
+    for (;;) {
+        if ((cur & ~(uint64_t)0xffffffffu) != tag || (uint32_t)cur >= count)
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int64_t)(uint32_t)cur;
+    }
+}
+
 static void *pack_worker_main(void *arg)
 {
     pack_worker *w = arg;
@@ -275,14 +311,18 @@ static void *pack_worker_main(void *arg)
         uint64_t start = p->block_start;
         uint32_t count = p->block_count;
         pthread_mutex_unlock(&p->mu);
-        uint32_t mine = 0, k;
-        while ((k = atomic_fetch_add(&p->next, 1)) < count) {
-            prepare(p, w, start + k, &p->items[k]);
+        /* Claims made here belong to block `seen` or fail: the block
+         * cannot end before its claimed items are done, so `start` is still
+         * the block's start for every item this loop prepares. */
+        uint32_t mine = 0;
+        int64_t k;
+        while ((k = claim(p, seen, count)) >= 0) {
+            prepare(p, w, start + (uint64_t)k, &p->items[k]);
             mine++;
         }
         pthread_mutex_lock(&p->mu);
-        p->done += mine;
-        if (p->done == count)
+        p->done += mine; /* mine > 0 only while block `seen` is current */
+        if (p->done == p->block_count)
             pthread_cond_signal(&p->done_cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -328,9 +368,74 @@ static int dest_ready(const char *dest)
                                       "another destination", dest, e->d_name);
             break;
         }
+        /* A temporary NAME.stk.tmp-<pid>-<random> of a pack that was killed
+         * (its process is gone) is removed; one of a live process means
+         * another pack is writing here. */
+        const char *t = strstr(e->d_name, ".stk.tmp-");
+        if (!t)
+            continue;
+        long pid = strtol(t + 9, NULL, 10);
+        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+            rc = stk_fail(STK_EINVAL, "%s: %s is being written by another process (pid %ld); "
+                                      "wait for it or choose another destination",
+                          dest, e->d_name, pid);
+            break;
+        }
+        char tmp[4096];
+        if (snprintf(tmp, sizeof tmp, "%s/%s", dest, e->d_name) < (int)sizeof tmp &&
+            unlink(tmp) != 0 && errno != ENOENT) {
+            rc = stk_fail(STK_EIO, "%s: cannot remove the stale temporary file: %s", tmp,
+                          strerror(errno));
+            break;
+        }
     }
     closedir(d);
     return rc;
+}
+
+/*
+ * The shard-set keys (docs/format.md, "Shard sets"). Every shard of a pack
+ * carries `shard_set`, the set's identity — 32 hex digits of XXH3-128 over
+ * the footers of all its shards, in order (so a set's identity follows
+ * from its content, and the same input packs to the same bytes whatever
+ * `jobs` is) — and `shard` = "i/n", its place among the n shards, from 0.
+ * Both are known only once the last shard is sealed: every shard is
+ * written under its temporary name with placeholders of the longest
+ * values, and is renamed into place only here, after its header has been
+ * rewritten with the final values. A pack killed at any point therefore
+ * leaves temporaries only, or a set whose shards say how many there must
+ * be: a reader can always tell it is incomplete.
+ */
+#define SET_ID_HEX 32
+#define SET_ID_PLACEHOLDER "00000000000000000000000000000000"
+#define SHARD_PLACEHOLDER "4294967295/4294967295"
+
+/* Commit the n sealed shards with their final set keys (the last two
+ * entries of meta). staged[i] is set to NULL as it is committed. */
+static int commit_set(stk_shard_writer **staged, uint32_t n, stk_kv *meta, uint32_t nmeta)
+{
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    XXH3_128bits_reset(h);
+    for (uint32_t i = 0; i < n; i++)
+        XXH3_128bits_update(h, stk_shard_writer_footer(staged[i]), STK_FOOTER_SIZE);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    char id[SET_ID_HEX + 1], place[sizeof SHARD_PLACEHOLDER];
+    snprintf(id, sizeof id, "%016llx%016llx", (unsigned long long)d.high64,
+             (unsigned long long)d.low64);
+    meta[nmeta - 2] = (stk_kv){"shard_set", id, SET_ID_HEX};
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(place, sizeof place, "%u/%u", i, n);
+        meta[nmeta - 1] = (stk_kv){"shard", place, strlen(place)};
+        stk_shard_writer *w = staged[i];
+        staged[i] = NULL;
+        int rc = stk_shard_writer_commit(w, meta, nmeta);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
@@ -368,6 +473,9 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     stk_shard_writer *w = NULL;
     char *names = NULL, **written = NULL; /* paths of shards this call made */
     uint32_t nthreads = 0, nwritten = 0;
+    /* Sealed shards waiting for their final header (commit_set). Owned;
+     * nwritten - 1 of them while a shard is open (w), nwritten otherwise. */
+    stk_shard_writer **staged = NULL;
     bool sync_made = false;
 
     if ((rc = stk_dataset_open(src, NULL, &p.ds)) < 0)
@@ -389,7 +497,13 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     p.encoded_src = !(p.ds->height && p.ds->width && p.ds->channels);
     p.raw_out = o->mode == STK_PACK_RAW || (!p.encoded_src && o->mode == STK_PACK_KEEP);
 
-    stk_field_def fields[2] = {{.name = "image"}, {.name = "label", .type = STK_FIELD_INT64}};
+    /* source_index: the sample's index in the source, so that a record can
+     * be traced to its input and `stoker verify` can check that record i
+     * comes after record i - 1 in the source (no sample twice, none out of
+     * order). */
+    stk_field_def fields[3] = {{.name = "image"},
+                               {.name = "label", .type = STK_FIELD_INT64},
+                               {.name = "source_index", .type = STK_FIELD_INT64}};
     fields[0].type = p.raw_out ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
     fields[0].compression = p.zstd_level ? 1 : 0;
     if (p.raw_out && !p.encoded_src) {
@@ -406,12 +520,16 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     }
     char created_by[64];
     snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
-    stk_kv meta[3];
+    stk_kv meta[5];
     uint32_t nmeta = 0;
     meta[nmeta++] = (stk_kv){"source", src, strlen(src)};
     meta[nmeta++] = (stk_kv){"created_by", created_by, strlen(created_by)};
     if (names)
         meta[nmeta++] = (stk_kv){"class_names", names, strlen(names)};
+    /* The set keys come last, with values of their longest length: the
+     * header written first reserves room for the final one (commit_set). */
+    meta[nmeta++] = (stk_kv){"shard_set", SET_ID_PLACEHOLDER, SET_ID_HEX};
+    meta[nmeta++] = (stk_kv){"shard", SHARD_PLACEHOLDER, strlen(SHARD_PLACEHOLDER)};
 
     p.block_cap = BLOCK_PER_JOB * jobs;
     p.items = calloc(p.block_cap, sizeof *p.items);
@@ -444,8 +562,8 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         p.block_start = start;
         p.block_count = count;
         p.done = 0;
-        atomic_store(&p.next, 0);
         p.generation++;
+        atomic_store(&p.claim, (p.generation & 0xffffffffu) << 32);
         pthread_cond_broadcast(&p.start_cv);
         while (p.done < count)
             pthread_cond_wait(&p.done_cv, &p.mu);
@@ -471,52 +589,52 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                     goto done;
                 }
                 char **grown = realloc(written, (nwritten + 1) * sizeof *written);
-                if (!grown) {
+                if (grown)
+                    written = grown;
+                stk_shard_writer **more = realloc(staged, (nwritten + 1) * sizeof *staged);
+                if (more)
+                    staged = more;
+                if (!grown || !more) {
                     rc = stk_fail(STK_ENOMEM, "out of memory");
                     goto done;
                 }
-                written = grown;
                 if (!(written[nwritten] = stk_strdup(path))) {
                     rc = STK_ENOMEM;
                     goto done;
                 }
                 nwritten++;
-                if ((rc = stk_shard_writer_open(path, fields, 2, meta, nmeta, &w)) < 0)
+                if ((rc = stk_shard_writer_open(path, fields, 3, meta, nmeta, &w)) < 0)
                     goto done;
             }
-            stk_field_value values[2] = {{it->payload.data, it->size}, {&it->label, 8}};
+            stk_field_value values[3] = {
+                {it->payload.data, it->size}, {&it->label, 8}, {&it->source, 8}};
             if ((rc = stk_shard_writer_add(w, values)) < 0)
                 goto done;
             res.records++;
             res.restarted += it->restarted;
             if (stk_shard_writer_bytes(w) >= shard_bytes) {
-                uint64_t bytes = stk_shard_writer_bytes(w);
-                rc = stk_shard_writer_finish(w);
-                w = NULL;
-                if (rc < 0)
+                if ((rc = stk_shard_writer_seal(w)) < 0)
                     goto done;
-                res.shards++;
-                res.bytes += bytes;
+                res.bytes += stk_shard_writer_bytes(w);
+                staged[res.shards++] = w;
+                w = NULL;
             }
         }
         if (o->on_progress)
             o->on_progress(o->ctx, start + count, p.ds->count);
     }
     if (w) {
-        uint64_t bytes = stk_shard_writer_bytes(w);
-        rc = stk_shard_writer_finish(w);
-        w = NULL;
-        if (rc < 0)
+        if ((rc = stk_shard_writer_seal(w)) < 0)
             goto done;
-        struct stat st;
-        res.bytes += stat(path, &st) == 0 ? (uint64_t)st.st_size : bytes;
-        res.shards++;
+        res.bytes += stk_shard_writer_bytes(w);
+        staged[res.shards++] = w;
+        w = NULL;
     }
     if (res.records == 0) {
         rc = stk_fail(STK_EDATA, "%s: no sample could be read; nothing was packed", src);
         goto done;
     }
-    rc = 0;
+    rc = commit_set(staged, res.shards, meta, nmeta);
 
 done:
     if (sync_made) {
@@ -543,6 +661,9 @@ done:
         pthread_mutex_destroy(&p.mu);
     }
     stk_shard_writer_abort(w);
+    for (uint32_t i = 0; i < res.shards; i++)
+        stk_shard_writer_abort(staged[i]); /* NULL once committed */
+    free(staged);
     /* Shards stay only if the whole pack succeeded. */
     for (uint32_t i = 0; i < nwritten; i++) {
         if (rc < 0)

@@ -15,7 +15,7 @@
 #define STK_SHARD_MAGIC "\x89STK\r\n\x1a\n"
 #define STK_FOOTER_MAGIC "STKFOOT\n"
 #define STK_SHARD_VERSION_MAJOR 1
-#define STK_SHARD_VERSION_MINOR 0
+#define STK_SHARD_VERSION_MINOR 1 /* 1.1: shard-set keys (docs/format.md) */
 
 #define STK_HEADER_SIZE 64
 #define STK_FIELD_ENTRY_SIZE 64

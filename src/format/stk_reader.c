@@ -30,6 +30,7 @@
 #include "format/stk_schema.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <dirent.h>
@@ -44,6 +45,7 @@
 
 enum { VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS };
 #define MAX_RECORD_BYTES (4ull << 30)
+#define SET_ID_MAX 64
 
 typedef struct shard {
     char *path;                 /* owned */
@@ -59,6 +61,10 @@ typedef struct shard {
     _Atomic uint64_t *verified; /* owned bitmap (policy "first") */
     _Atomic uint64_t *touched;  /* owned bitmap (mmap without huge pages): records read once */
     uint8_t header_fields[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE]; /* to compare schemas */
+    /* Shard-set keys (metadata shard_set, shard = set_pos/set_count);
+     * set_count 0 when the shard has none (written by hand, or before 1.1). */
+    char set_id[SET_ID_MAX + 1];
+    uint32_t set_pos, set_count;
 } shard;
 
 typedef struct shardset {
@@ -148,6 +154,80 @@ static void shard_close(shard *s)
     s->fd = -1;
 }
 
+/* Parse a decimal u32 of text[0, len) into *v: digits only, no sign, no
+ * leading zero except "0". */
+static bool parse_u32(const char *text, size_t len, uint32_t *v)
+{
+    uint64_t x = 0;
+    if (len == 0 || len > 10 || (len > 1 && text[0] == '0'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return false;
+        x = x * 10 + (uint64_t)(text[i] - '0');
+    }
+    if (x > UINT32_MAX)
+        return false;
+    *v = (uint32_t)x;
+    return true;
+}
+
+/* The shard-set keys of one shard's metadata (docs/format.md, "Shard
+ * sets"): shard_set (1 to 64 lowercase hex digits) and shard ("i/n", i < n),
+ * both or neither. Walks the metadata of every shard, bounds-checked;
+ * `at` is where the metadata starts in `h`. */
+static int parse_set_keys(shard *s, const uint8_t *h, uint64_t at, uint32_t header_size,
+                          uint32_t nmeta)
+{
+    const char *p = s->path;
+    const uint8_t *id = NULL, *place = NULL;
+    uint32_t id_len = 0, place_len = 0;
+    for (uint32_t i = 0; i < nmeta; i++) {
+        uint32_t len[2];
+        const uint8_t *str[2];
+        for (int part = 0; part < 2; part++) {
+            if (at + 4 > header_size || (len[part] = stk_rd32(h + at)) > header_size - at - 4)
+                return stk_fail(STK_EFORMAT, "%s: header: metadata entry %u runs past the header",
+                                p, i);
+            str[part] = h + at + 4;
+            at += 4 + (uint64_t)len[part];
+        }
+        if (len[0] == 9 && !memcmp(str[0], "shard_set", 9) && !id) {
+            id = str[1];
+            id_len = len[1];
+        } else if (len[0] == 5 && !memcmp(str[0], "shard", 5) && !place) {
+            place = str[1];
+            place_len = len[1];
+        }
+    }
+    s->set_count = 0;
+    s->set_id[0] = '\0';
+    if (!id && !place)
+        return 0;
+    if (!id || !place)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata has '%s' without '%s'", p,
+                        id ? "shard_set" : "shard", id ? "shard" : "shard_set");
+    bool hex = id_len >= 1 && id_len <= SET_ID_MAX;
+    for (uint32_t i = 0; hex && i < id_len; i++)
+        hex = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+    if (!hex)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata 'shard_set' is not 1 to %d lowercase "
+                                     "hex digits", p, SET_ID_MAX);
+    const uint8_t *slash = memchr(place, '/', place_len);
+    uint32_t pos, count;
+    if (!slash || !parse_u32((const char *)place, (size_t)(slash - place), &pos) ||
+        !parse_u32((const char *)slash + 1, place_len - (size_t)(slash - place) - 1, &count) ||
+        count == 0 || pos >= count)
+        return stk_fail(STK_EFORMAT, "%s: header: metadata 'shard' is '%.*s', not i/n with "
+                                     "i < n", p, (int)(place_len < 40 ? place_len : 40),
+                        (const char *)place);
+    memcpy(s->set_id, id, id_len);
+    s->set_id[id_len] = '\0';
+    s->set_pos = pos;
+    s->set_count = count;
+    return 0;
+}
+
 /* Parse and check the header; fill the schema (first shard) or compare it
  * (later shards). `h` holds header_size bytes. */
 static int parse_header(shardset *set, shard *s, const uint8_t *h, uint32_t header_size,
@@ -165,6 +245,9 @@ static int parse_header(shardset *set, shard *s, const uint8_t *h, uint32_t head
     if (fields_end > header_size)
         return stk_fail(STK_EFORMAT, "%s: header: field table runs past the header", p);
     memcpy(s->header_fields, h + STK_HEADER_SIZE, (size_t)(fields_end - STK_HEADER_SIZE));
+    int rc = parse_set_keys(s, h, fields_end, header_size, nmeta);
+    if (rc < 0)
+        return rc;
     if (!first) {
         if (nfields != set->nfields ||
             memcmp(s->header_fields, set->shards[0].header_fields,
@@ -823,6 +906,203 @@ static void free_list(char **list, uint32_t n)
     free(list);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Shard sets                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The shards opened together must be one whole set (docs/format.md, "Shard
+ * sets"): either none of them has the set keys (shards written by hand or
+ * before format 1.1: nothing to check), or all of them do, with the same
+ * shard_set and count n, each place 0..n-1 exactly once, listed (sorted by
+ * name) in place order. Anything else — a missing, extra, repeated,
+ * renamed or foreign shard, or keyed and unkeyed shards mixed — is a
+ * problem naming the shard (and for missing ones the set and the places),
+ * reported through `fn`; set_check returns how many it found.
+ */
+/* snprintf for messages that may be cut at `size` (as stk_fail's are). */
+static void msg_printf(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void msg_printf(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
+typedef struct set_member {
+    const char *path;          /* lent */
+    char id[SET_ID_MAX + 1];
+    uint32_t pos, count;       /* count 0: no set keys */
+} set_member;
+
+typedef void (*set_problem_fn)(void *ctx, const char *path, const char *msg);
+
+/* Names of up to `max` stale temporaries (NAME.stk.tmp-...) in the
+ * directory holding `path` (or `path` itself if it is a directory), joined
+ * by ", " into buf; the number found. */
+static uint32_t stale_temporaries(const char *path, char *buf, size_t size, uint32_t max,
+                                  set_problem_fn fn, void *ctx)
+{
+    char dir[4096];
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(dir, sizeof dir, "%s", path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)(slash > path ? slash - path : 1), path);
+    }
+    if (size)
+        buf[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    uint32_t found = 0;
+    size_t used = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".stk.tmp-"))
+            continue;
+        if (fn) {
+            char full[4400];
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+            fn(ctx, full, "a temporary file left by an interrupted pack: ignored by open; "
+                          "delete it (a new pack into this directory does)");
+        }
+        if (found < max && used < size) {
+            int k = snprintf(buf + used, size - used, "%s%s/%s", found ? ", " : "", dir,
+                             e->d_name);
+            used += k > 0 ? (size_t)k : 0;
+        }
+        found++;
+    }
+    closedir(d);
+    return found;
+}
+
+static int cmp_member_pos(const void *a, const void *b)
+{
+    const set_member *x = *(const set_member *const *)a, *y = *(const set_member *const *)b;
+    if (x->pos != y->pos)
+        return x->pos < y->pos ? -1 : 1;
+    return x < y ? -1 : x > y; /* listing order among repeats */
+}
+
+static uint32_t set_check(const char *where, const set_member *m, uint32_t n, set_problem_fn fn,
+                          void *ctx)
+{
+    char msg[STK_ERRMSG_MAX];
+    const set_member *ref = NULL;
+    uint32_t problems = 0;
+    for (uint32_t i = 0; i < n && !ref; i++)
+        if (m[i].count)
+            ref = &m[i];
+    if (!ref)
+        return 0;
+    const set_member **own = calloc(n, sizeof *own);
+    if (!own) {
+        fn(ctx, where, "out of memory checking the shard set");
+        return 1;
+    }
+    uint32_t nown = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!m[i].count) {
+            msg_printf(msg, sizeof msg, "%s: has no shard-set keys, but %s belongs to shard set %s: "
+                     "shards of different sets are mixed", m[i].path, ref->path, ref->id);
+            fn(ctx, m[i].path, msg);
+            problems++;
+        } else if (strcmp(m[i].id, ref->id) || m[i].count != ref->count) {
+            msg_printf(msg, sizeof msg, "%s: belongs to another shard set (%s, %u shards) than %s "
+                     "(%s, %u shards): a foreign shard", m[i].path, m[i].id, m[i].count,
+                     ref->path, ref->id, ref->count);
+            fn(ctx, m[i].path, msg);
+            problems++;
+        } else {
+            own[nown++] = &m[i];
+        }
+    }
+    /* Listing order first: is member k at place k? (Checked only when
+     * every place is there once; otherwise the places say more.) */
+    bool in_order = true;
+    for (uint32_t k = 0; k < nown; k++)
+        in_order &= own[k]->pos == k;
+    /* The shard furthest from its place is the one to name (a renamed
+     * shard moves alone; the ones it passes move by one). */
+    const set_member *misplaced = NULL;
+    uint32_t misplaced_at = 0, worst = 0;
+    for (uint32_t k = 0; k < nown; k++) {
+        uint32_t off = own[k]->pos > k ? own[k]->pos - k : k - own[k]->pos;
+        if (off > worst) {
+            worst = off;
+            misplaced = own[k];
+            misplaced_at = k;
+        }
+    }
+    qsort(own, nown, sizeof *own, cmp_member_pos);
+    char missing[512];
+    size_t used = 0;
+    uint32_t nmissing = 0, expect = 0;
+    missing[0] = '\0';
+    for (uint32_t k = 0; k <= nown; k++) {
+        uint32_t pos = k < nown ? own[k]->pos : ref->count;
+        if (k > 0 && k < nown && pos == own[k - 1]->pos) {
+            msg_printf(msg, sizeof msg, "%s: repeats shard %u/%u of shard set %s, which %s holds "
+                     "too: one of them is an extra copy", own[k]->path, pos, ref->count, ref->id,
+                     own[k - 1]->path);
+            fn(ctx, own[k]->path, msg);
+            problems++;
+            continue;
+        }
+        if (pos > expect) {
+            nmissing += pos - expect;
+            if (used < sizeof missing - 32) {
+                int w = pos - expect == 1
+                            ? snprintf(missing + used, sizeof missing - used, "%s%u",
+                                       used ? ", " : "", expect)
+                            : snprintf(missing + used, sizeof missing - used, "%s%u-%u",
+                                       used ? ", " : "", expect, pos - 1);
+                used += w > 0 ? (size_t)w : 0;
+            } else if (used < sizeof missing - 4) {
+                strcpy(missing + used, ", ...");
+                used = sizeof missing;
+            }
+        }
+        expect = pos + 1;
+    }
+    if (nmissing) {
+        char stale[1024];
+        uint32_t nstale = stale_temporaries(ref->path, stale, sizeof stale, 3, NULL, NULL);
+        msg_printf(msg, sizeof msg, "%s: incomplete shard set %s: %u of %u shards; missing shard%s "
+                 "%s (numbered from 0, as in shard-NNNNN.stk)%s%s%s", where, ref->id,
+                 ref->count - nmissing, ref->count, nmissing == 1 ? "" : "s", missing,
+                 nstale ? "; temporary files of an interrupted pack are there: " : "",
+                 nstale ? stale : "", nstale > 3 ? ", ..." : "");
+        fn(ctx, where, msg);
+        problems++;
+    } else if (!in_order && misplaced && !problems) {
+        msg_printf(msg, sizeof msg, "%s: is shard %u/%u of shard set %s but is listed at place %u "
+                 "(renamed?): shards are read in name order, which must be the set's order",
+                 misplaced->path, misplaced->pos, ref->count, ref->id, misplaced_at);
+        fn(ctx, misplaced->path, msg);
+        problems++;
+    }
+    free(own);
+    return problems;
+}
+
+/* set_problem_fn for open: keep the first message. */
+static void first_problem(void *ctx, const char *path, const char *msg)
+{
+    char *first = ctx;
+    (void)path;
+    if (!first[0])
+        snprintf(first, STK_ERRMSG_MAX, "%s", msg);
+}
+
 int stk_shards_detect(const char *path)
 {
     struct stat st;
@@ -992,6 +1272,27 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
     if (rc < 0)
         return rc;
     rc = shardset_open(uri, paths, n, query, opts, &set);
+    if (rc == 0) {
+        set_member *m = calloc(set->nshards, sizeof *m);
+        char first[STK_ERRMSG_MAX] = "";
+        if (!m) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+        } else {
+            for (uint32_t i = 0; i < set->nshards; i++) {
+                m[i].path = set->shards[i].path;
+                memcpy(m[i].id, set->shards[i].set_id, sizeof m[i].id);
+                m[i].pos = set->shards[i].set_pos;
+                m[i].count = set->shards[i].set_count;
+            }
+            if (set_check(uri, m, set->nshards, first_problem, first))
+                rc = stk_fail(STK_EFORMAT, "%s", first);
+            free(m);
+        }
+        if (rc < 0) {
+            shardset_free(set);
+            set = NULL;
+        }
+    }
     free_list(paths, n);
     if (rc < 0)
         return rc;
@@ -1041,6 +1342,53 @@ static void report(const stk_verify_options *o, const char *shard_path, uint64_t
         o->on_damage(o->ctx, shard_path, record, reason);
 }
 
+typedef struct verify_ctx {
+    const stk_verify_options *opts;
+    stk_verify_result *res;
+} verify_ctx;
+
+static void set_damage(void *ctx, const char *path, const char *msg)
+{
+    verify_ctx *v = ctx;
+    size_t n = strlen(path);
+    v->res->bad_shards++;
+    /* on_damage gets the path apart: not twice. */
+    bool prefixed = !strncmp(msg, path, n) && !strncmp(msg + n, ": ", 2);
+    report(v->opts, path, UINT64_MAX, prefixed ? msg + n + 2 : msg);
+}
+
+static void stale_notice(void *ctx, const char *path, const char *msg)
+{
+    const stk_verify_options *o = ctx;
+    if (o && o->on_notice)
+        o->on_notice(o->ctx, path, msg);
+}
+
+/* The current message into `reason`; with the global sample index unknown
+ * (passed as UINT64_MAX), say so instead of printing that number. */
+static void take_reason(char *reason, size_t size, bool global_known)
+{
+    static const char unknown[] = " (sample 18446744073709551615)";
+    const char *m = stk_errmsg(), *at = global_known ? NULL : strstr(m, unknown);
+    if (!at)
+        snprintf(reason, size, "%s", m);
+    else
+        snprintf(reason, size, "%.*s (sample unknown: an earlier shard could not be opened)%s",
+                 (int)(at - m), m, at + sizeof unknown - 1);
+}
+
+/*
+ * stk_verify: each shard is opened alone with every record checksummed (so
+ * one damaged shard does not hide the others), then the shards are checked
+ * as a set (set_check). Record problems name the shard, the record in it and
+ * the global sample index — the shard's first index is the sum of the
+ * records of the shards listed before it, unknown after one that could not
+ * be opened. Where the shards store source_index (stk_pack), it must rise
+ * strictly from record to record across the whole set: record i comes
+ * from a later source sample than record i - 1, so no sample is stored
+ * twice or out of order. Stale temporaries of an interrupted pack beside
+ * the shards are reported through on_notice; they do not fail the check.
+ */
 int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result)
 {
     stk_verify_result res = {0};
@@ -1058,7 +1406,16 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
     stk_scratch scratch = {0}, pixels = {0};
     char reason[STK_ERRMSG_MAX];
     uint8_t schema0[STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE];
-    uint32_t nfields0 = 0;
+    uint32_t nfields0 = 0, nmembers = 0;
+    set_member *members = calloc(n, sizeof *members);
+    if (!members) {
+        free_list(paths, n);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
+    uint64_t base = 0;     /* global index of the current shard's record 0 */
+    bool base_known = true;
+    int64_t prev_source = -1;
+    bool schema_differs = false;
     for (uint32_t i = 0; i < n; i++) {
         res.shards++;
         shardset *set = NULL;
@@ -1068,23 +1425,36 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
             res.bad_shards++;
             snprintf(reason, sizeof reason, "%s", stk_errmsg());
             report(opts, paths[i], UINT64_MAX, reason);
+            base_known = false;
             continue;
         }
+        const shard *s = &set->shards[0];
+        members[nmembers].path = paths[i];
+        memcpy(members[nmembers].id, s->set_id, sizeof members[nmembers].id);
+        members[nmembers].pos = s->set_pos;
+        members[nmembers].count = s->set_count;
+        nmembers++;
         if (i == 0 || nfields0 == 0) {
             nfields0 = set->nfields;
-            memcpy(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE);
+            memcpy(schema0, s->header_fields, nfields0 * STK_FIELD_ENTRY_SIZE);
         } else if (set->nfields != nfields0 ||
-                   memcmp(schema0, set->shards[0].header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
+                   memcmp(schema0, s->header_fields, nfields0 * STK_FIELD_ENTRY_SIZE)) {
             res.bad_shards++;
+            schema_differs = true;
             report(opts, paths[i], UINT64_MAX, "its schema differs from the first shard's");
         }
-        const shard *s = &set->shards[0];
+        int source_field = -1;
+        for (uint32_t f = 0; f < set->nfields; f++)
+            if (!strcmp(set->fields[f].name, "source_index") &&
+                set->fields[f].type == STK_FIELD_INT64 && set->fields[f].ndim == 0)
+                source_field = (int)f;
         for (uint64_t r = 0; r < s->n; r++) {
             uint64_t foff[STK_MAX_FIELDS];
             uint32_t flen[STK_MAX_FIELDS];
             const uint8_t *bytes;
+            uint64_t global = base_known ? base + r : UINT64_MAX;
             res.records++;
-            rc = record_get(set, s, r, r, &bytes, foff, flen, &scratch, true);
+            rc = record_get(set, s, r, global, &bytes, foff, flen, &scratch, true);
             for (uint32_t f = 0; rc == 0 && f < set->nfields; f++) {
                 if (set->storage[f] != STK_STORAGE_VARIABLE)
                     continue;
@@ -1092,23 +1462,49 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
                 const uint8_t *p = bytes + foff[v];
                 if (set->fields[f].type == STK_FIELD_RAW_IMAGE) {
                     stk_image_view view;
-                    rc = raw_image(set, f, s, r, r, p, flen[v], &pixels, 0, &view);
+                    rc = raw_image(set, f, s, r, global, p, flen[v], &pixels, 0, &view);
                 } else if (set->fields[f].type == STK_FIELD_IMAGE && opts && opts->decode) {
                     stk_image_view view;
                     rc = stk_image_decode(p, flen[v], NULL, NULL, 1, &pixels, &view);
                     if (rc < 0)
-                        rc = stk_fail_prefix(rc, "%s: record %llu: field '%s'", s->path,
-                                             (unsigned long long)r, set->fields[f].name);
+                        rc = stk_fail_prefix(rc, "%s: record %llu (sample %llu): field '%s'",
+                                             s->path, (unsigned long long)r,
+                                             (unsigned long long)global, set->fields[f].name);
                 }
+            }
+            if (rc == 0 && source_field >= 0) {
+                int64_t src = (int64_t)stk_rd64(s->columns[source_field] + r * 8);
+                if (src < 0)
+                    rc = stk_fail(STK_EDATA, "%s: record %llu (sample %llu): source_index %lld "
+                                             "is negative", s->path, (unsigned long long)r,
+                                  (unsigned long long)global, (long long)src);
+                else if (src <= prev_source)
+                    rc = stk_fail(STK_EDATA, "%s: record %llu (sample %llu): source_index %lld "
+                                             "is not after %lld, the previous record's: a "
+                                             "source sample is stored twice or out of order",
+                                  s->path, (unsigned long long)r, (unsigned long long)global,
+                                  (long long)src, (long long)prev_source);
+                /* From here on, against this one: one report where the
+                 * order breaks, not one for every record after it. */
+                prev_source = src;
             }
             if (rc < 0) {
                 res.bad_records++;
-                snprintf(reason, sizeof reason, "%s", stk_errmsg());
+                take_reason(reason, sizeof reason, base_known);
                 report(opts, s->path, r, reason);
             }
         }
+        base += s->n;
         shardset_free(set);
     }
+    /* Shards of another schema are already reported, and cannot be of
+     * this set: one report for them, at most one per shard in all. */
+    verify_ctx vc = {opts, &res};
+    if (!schema_differs)
+        set_check(uri, members, nmembers, set_damage, &vc);
+    char none[1];
+    stale_temporaries(path, none, 0, 0, stale_notice, (void *)opts);
+    free(members);
     stk_scratch_free(&scratch);
     stk_scratch_free(&pixels);
     free_list(paths, n);

@@ -8,6 +8,14 @@
  * a full disk leaves either no shard or a temporary file — never a shard
  * that reads as valid but is incomplete (docs/format.md, "Writing").
  *
+ * Two steps for shard sets: seal writes the index and footer into the
+ * temporary and frees the record buffers; commit may then rewrite the
+ * header with final metadata (pack's `shard` = i/n and `shard_set`, known
+ * only when the last shard is sealed) — the new header must fit in the
+ * space before data_offset that the first one reserved, and the footer's
+ * copy of the header checksum is updated with it — then fsyncs and renames.
+ * finish is seal + commit with the header as it was.
+ *
  * Memory: the index (offsets, lengths, checksums, fixed columns) is kept in
  * growable arrays until finish: ~28 bytes a record for one image + label.
  * Records pass through a 2 MiB write buffer that is always written whole,
@@ -26,6 +34,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +113,10 @@ struct stk_shard_writer {
     uint32_t *lengths;         /* n * nvar */
     uint8_t *columns[STK_MAX_FIELDS]; /* fixed fields only */
     XXH3_state_t *hash;
+    /* After seal: the file is complete under tmp_path, fd is closed, the
+     * buffers and index columns above are freed; pos is the file size. */
+    bool sealed;
+    uint8_t footer[STK_FOOTER_SIZE];
 };
 
 static int write_all(stk_shard_writer *w, const void *data, size_t size)
@@ -163,6 +176,22 @@ static int emit_zeros(stk_shard_writer *w, size_t size)
     return 0;
 }
 
+/* The record buffers and index columns (not needed after seal). */
+static void free_buffers(stk_shard_writer *w)
+{
+    free(w->buf);
+    free(w->offsets);
+    free(w->checksums);
+    free(w->lengths);
+    w->buf = NULL;
+    w->offsets = w->checksums = NULL;
+    w->lengths = NULL;
+    for (uint32_t i = 0; i < w->nfields; i++) {
+        free(w->columns[i]);
+        w->columns[i] = NULL;
+    }
+}
+
 static void writer_free(stk_shard_writer *w)
 {
     if (!w)
@@ -172,23 +201,26 @@ static void writer_free(stk_shard_writer *w)
     free(w->path);
     free(w->tmp_path);
     free(w->header);
-    free(w->buf);
-    free(w->offsets);
-    free(w->checksums);
-    free(w->lengths);
-    for (uint32_t i = 0; i < w->nfields; i++)
-        free(w->columns[i]);
+    free_buffers(w);
     XXH3_freeState(w->hash);
     free(w);
 }
 
-static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta)
+/* Build w->header from the schema and `meta`. data_offset 0: place the data
+ * area after it; otherwise keep that data_offset (the header must fit). */
+static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta,
+                        uint64_t data_offset)
 {
     uint64_t size = STK_HEADER_SIZE + (uint64_t)w->nfields * STK_FIELD_ENTRY_SIZE;
     for (uint32_t i = 0; i < nmeta; i++)
         size += 8 + strlen(meta[i].key) + meta[i].value_size;
     if (size > UINT32_MAX)
         return stk_fail(STK_EINVAL, "%s: metadata larger than 4 GiB", w->path);
+    if (data_offset && size > data_offset)
+        return stk_fail(STK_EINVAL, "%s: the final metadata (%llu bytes of header) does not fit "
+                                    "in the %llu bytes reserved before the data",
+                        w->path, (unsigned long long)size, (unsigned long long)data_offset);
+    free(w->header);
     w->header_size = (uint32_t)size;
     w->header = calloc(1, size);
     if (!w->header)
@@ -198,7 +230,7 @@ static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta)
     stk_wr16(h + HDR_VMAJOR, STK_SHARD_VERSION_MAJOR);
     stk_wr16(h + HDR_VMINOR, STK_SHARD_VERSION_MINOR);
     stk_wr32(h + HDR_SIZE, w->header_size);
-    w->data_offset = stk_pad_to(size, STK_PAGE);
+    w->data_offset = data_offset ? data_offset : stk_pad_to(size, STK_PAGE);
     stk_wr64(h + HDR_DATA_OFFSET, w->data_offset);
     stk_wr32(h + HDR_FIELD_COUNT, w->nfields);
     stk_wr32(h + HDR_META_COUNT, nmeta);
@@ -281,7 +313,7 @@ int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_
     }
     snprintf(w->tmp_path, strlen(path) + 64, "%s.tmp-%ld-%08x", path, (long)getpid(),
              (unsigned)(stk_ticks() & 0xffffffffu));
-    if ((rc = build_header(w, meta, nmeta)) < 0)
+    if ((rc = build_header(w, meta, nmeta, 0)) < 0)
         goto fail;
     w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
@@ -331,6 +363,8 @@ static int grow(stk_shard_writer *w)
 int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values)
 {
     int rc;
+    if (w->sealed)
+        return stk_fail(STK_ESTATE, "%s: records added after the shard was sealed", w->path);
     if (w->n >= STK_MAX_RECORDS)
         return stk_fail(STK_ELIMIT, "%s: more than 2^40 records", w->path);
     for (uint32_t i = 0; i < w->nfields; i++) {
@@ -387,12 +421,31 @@ static int emit_index_part(stk_shard_writer *w, const void *data, uint64_t size)
     return 0;
 }
 
-int stk_shard_writer_finish(stk_shard_writer *w)
+static int pwrite_all(int fd, const void *data, size_t size, uint64_t at, const char *path)
+{
+    const uint8_t *p = data;
+    while (size) {
+        ssize_t k = pwrite(fd, p, size, (off_t)at);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return stk_fail(STK_EIO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += k;
+        size -= (size_t)k;
+        at += (uint64_t)k;
+    }
+    return 0;
+}
+
+int stk_shard_writer_seal(stk_shard_writer *w)
 {
     int rc;
+    if (w->sealed)
+        return 0;
     uint64_t data_end = w->pos;
     if ((rc = emit_zeros(w, stk_pad_to(w->pos, STK_PAGE) - w->pos)) < 0)
-        goto fail;
+        return rc;
     uint64_t index_offset = w->pos;
     /* Little-endian hosts write the arrays as they are; others convert. */
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -402,13 +455,14 @@ int stk_shard_writer_finish(stk_shard_writer *w)
     if ((rc = emit_index_part(w, w->offsets, w->n * 8)) < 0 ||
         (rc = emit_index_part(w, w->lengths, w->n * w->nvar * 4)) < 0 ||
         (rc = emit_index_part(w, w->checksums, w->n * 8)) < 0)
-        goto fail;
+        return rc;
     for (uint32_t i = 0; i < w->nfields; i++)
         if (w->storage[i] == STK_STORAGE_FIXED &&
             (rc = emit_index_part(w, w->columns[i], w->n * w->fixed_size[i])) < 0)
-            goto fail;
+            return rc;
     uint64_t index_size = w->pos - index_offset;
-    uint8_t f[STK_FOOTER_SIZE] = {0};
+    uint8_t *f = w->footer;
+    memset(f, 0, STK_FOOTER_SIZE);
     stk_wr64(f + FTR_INDEX_OFFSET, index_offset);
     stk_wr64(f + FTR_INDEX_SIZE, index_size);
     stk_wr64(f + FTR_RECORD_COUNT, w->n);
@@ -418,29 +472,75 @@ int stk_shard_writer_finish(stk_shard_writer *w)
     stk_wr32(f + FTR_VERSION, STK_SHARD_VERSION_MAJOR << 16 | STK_SHARD_VERSION_MINOR);
     stk_wr32(f + FTR_CHECKSUM, (uint32_t)stk_checksum(f, FTR_CHECKSUM));
     memcpy(f + FTR_MAGIC, STK_FOOTER_MAGIC, 8);
-    if ((rc = emit(w, f, sizeof f)) < 0 || (rc = flush_buffer(w)) < 0)
+    if ((rc = emit(w, f, STK_FOOTER_SIZE)) < 0 || (rc = flush_buffer(w)) < 0)
+        return rc;
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0)
+        return stk_fail(STK_EIO, "%s: close failed: %s", w->tmp_path, strerror(errno));
+    free_buffers(w);
+    w->sealed = true;
+    return 0;
+}
+
+const uint8_t *stk_shard_writer_footer(const stk_shard_writer *w)
+{
+    return w->sealed ? w->footer : NULL;
+}
+
+int stk_shard_writer_commit(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta)
+{
+    int rc;
+    uint8_t *region = NULL;
+    if ((rc = stk_shard_writer_seal(w)) < 0)
         goto fail;
+    w->fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
+    if (w->fd < 0) {
+        rc = stk_fail(STK_EIO, "%s: cannot reopen: %s", w->tmp_path, strerror(errno));
+        goto fail;
+    }
+    if (meta) {
+        /* New header over [0, data_offset): zeros after it clear the old
+         * one's tail; then the footer's copy of its checksum. */
+        if ((rc = build_header(w, meta, nmeta, w->data_offset)) < 0)
+            goto fail;
+        if (!(region = calloc(1, (size_t)w->data_offset))) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(region, w->header, w->header_size);
+        stk_wr64(w->footer + FTR_HEADER_CHECKSUM, stk_rd64(w->header + HDR_CHECKSUM));
+        stk_wr32(w->footer + FTR_CHECKSUM, (uint32_t)stk_checksum(w->footer, FTR_CHECKSUM));
+        if ((rc = pwrite_all(w->fd, region, (size_t)w->data_offset, 0, w->tmp_path)) < 0 ||
+            (rc = pwrite_all(w->fd, w->footer, STK_FOOTER_SIZE, w->pos - STK_FOOTER_SIZE,
+                             w->tmp_path)) < 0)
+            goto fail;
+    }
     if (fsync(w->fd) != 0) {
         rc = stk_fail(STK_EIO, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
         goto fail;
     }
-    if (close(w->fd) != 0) {
-        w->fd = -1;
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0) {
         rc = stk_fail(STK_EIO, "%s: close failed: %s", w->tmp_path, strerror(errno));
         goto fail;
     }
-    w->fd = -1;
     if (rename(w->tmp_path, w->path) != 0) {
         rc = stk_fail(STK_EIO, "%s: cannot rename into place: %s", w->path, strerror(errno));
         goto fail;
     }
+    free(region);
     writer_free(w);
     return 0;
 fail:
+    free(region);
     unlink(w->tmp_path);
     writer_free(w);
     return rc;
 }
+
+int stk_shard_writer_finish(stk_shard_writer *w) { return stk_shard_writer_commit(w, NULL, 0); }
 
 void stk_shard_writer_abort(stk_shard_writer *w)
 {

@@ -24,11 +24,23 @@ typedef struct stk_field_value {
 int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_t nfields,
                           const stk_kv *meta, uint32_t nmeta, stk_shard_writer **out);
 int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values);
-/* Bytes written so far (records + header), for shard-size decisions. */
+/* Bytes written so far (records + header), for shard-size decisions; after
+ * seal, the file size. */
 uint64_t stk_shard_writer_bytes(const stk_shard_writer *w);
 uint64_t stk_shard_writer_records(const stk_shard_writer *w);
-/* Write index and footer, fsync, rename into place, free. On failure the
- * temporary file is removed. */
+/* Write index and footer into the temporary file, close it and free the
+ * record buffers; the file keeps its temporary name. No add after it. On
+ * failure the caller still owns w (abort it). */
+int stk_shard_writer_seal(stk_shard_writer *w);
+/* After seal: the footer as written (lent, STK_FOOTER_SIZE bytes); NULL
+ * before. */
+const uint8_t *stk_shard_writer_footer(const stk_shard_writer *w);
+/* Seal if not yet sealed; with meta != NULL, replace the header's metadata
+ * by `meta` (it must fit before the data offset the first header set:
+ * STK_EINVAL otherwise) and update the footer to match; fsync, rename into
+ * place, free. Always frees w; on failure the temporary file is removed. */
+int stk_shard_writer_commit(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta);
+/* commit(w, NULL, 0). */
 int stk_shard_writer_finish(stk_shard_writer *w);
 /* Remove the temporary file and free. NULL is a no-op. */
 void stk_shard_writer_abort(stk_shard_writer *w);

@@ -197,3 +197,64 @@ def test_pack_restart_keeps_pixels_and_crops_agree(folder, tmp_path):
             assert digests[0] and digests[0] == digests[1]
     p = run_stoker("pack", root, tmp_path / "x", "--raw", "--restart", 4, check=False)
     assert p.returncode == 2 and "--restart" in p.stderr
+
+
+def shard_records(out):
+    """Records per shard, from `stoker inspect` (in shard order)."""
+    ins = run_stoker("inspect", out).stdout
+    return [int(l.split(": ")[1].split()[0]) for l in ins.splitlines()
+            if l.startswith("  ") and ".stk: " in l]
+
+
+def test_verify_names_the_global_sample_index(folder, tmp_path):
+    """Record 2 of shard 1 is sample records(shard 0) + 2, and verify says so."""
+    root, good, _ = folder
+    out = tmp_path / "g"
+    run_stoker("pack", root, out, "--shard-size", "20K")
+    counts = shard_records(out)
+    assert len(counts) >= 2 and counts[0] >= 1
+    shard1 = sorted(glob.glob(str(out / "*.stk")))[1]
+    sample = counts[0] + 2
+    r = subprocess.run([STOKER, "cat", str(out), str(sample)], capture_output=True)
+    data = bytearray(open(shard1, "rb").read())
+    at = bytes(data).index(r.stdout)
+    data[at + len(r.stdout) // 2] ^= 0xFF
+    open(shard1, "wb").write(bytes(data))
+    p = run_stoker("verify", out, check=False)
+    assert p.returncode == 1
+    assert "DAMAGED %s record 2: %s: record 2 (sample %d): checksum mismatch" % (
+        shard1, shard1, sample) in p.stdout, p.stdout
+
+
+def test_missing_or_foreign_shard_is_refused_by_name(folder, tmp_path):
+    """A shard set knows its members: a missing shard, or one of another
+    pack, makes open (inspect, cat) and verify fail naming it."""
+    root, _, _ = folder
+    out, other = tmp_path / "m", tmp_path / "o"
+    run_stoker("pack", root, out, "--shard-size", "8K")
+    run_stoker("pack", root, other, "--shard-size", "4K", "--reencode", "--quality", 50)
+    shards = sorted(glob.glob(str(out / "*.stk")))
+    n = len(shards)
+    assert n >= 3
+    assert "OK: %d shards" % n in run_stoker("verify", out).stdout
+    moved = str(tmp_path / "moved.stk")
+    os.rename(shards[1], moved)
+    for cmd in (["inspect", out], ["cat", out, 0]):
+        p = run_stoker(*cmd, check=False)
+        assert p.returncode == 1
+        assert "incomplete shard set" in p.stderr and "%d of %d shards; missing shard 1 " % (
+            n - 1, n) in p.stderr, p.stderr
+    p = run_stoker("verify", out, check=False)
+    assert p.returncode == 1
+    assert "DAMAGED %s: incomplete shard set" % out in p.stdout, p.stdout
+    assert "missing shard 1 " in p.stdout
+    # The other pack's shard 1 in its place: a foreign shard, named.
+    os.replace(sorted(glob.glob(str(other / "*.stk")))[1], shards[1])
+    p = run_stoker("inspect", out, check=False)
+    assert p.returncode == 1
+    assert "%s: belongs to another shard set" % shards[1] in p.stderr, p.stderr
+    p = run_stoker("verify", out, check=False)
+    assert p.returncode == 1
+    assert "DAMAGED %s: belongs to another shard set" % shards[1] in p.stdout, p.stdout
+    os.replace(moved, shards[1])
+    assert "OK: %d shards" % n in run_stoker("verify", out).stdout
