@@ -19,7 +19,6 @@
 #include "codec/codec_internal.h"
 
 #include "core/error.h"
-#include "format/dataset.h"
 
 #include <stdio.h>
 #include <string.h>

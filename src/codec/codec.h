@@ -34,6 +34,10 @@ typedef struct stk_image_info {
     int cmyk;            /* JPEG stored as CMYK or YCCK */
 } stk_image_info;
 
+/* Largest width * height decoded unless the caller says otherwise (also the
+ * default of stk_dataset_options.max_pixels). */
+#define STK_DEFAULT_MAX_PIXELS (1ull << 28)
+
 typedef struct stk_codec_limits {
     uint64_t max_pixels; /* width * height; 0 = STK_DEFAULT_MAX_PIXELS */
 } stk_codec_limits;

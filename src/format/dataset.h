@@ -14,6 +14,7 @@
 #ifndef STK_FORMAT_DATASET_H
 #define STK_FORMAT_DATASET_H
 
+#include "codec/codec.h"
 #include "core/image.h"
 #include "core/util.h"
 #include "stoker/stoker.h"
@@ -76,7 +77,8 @@ void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, s
 /* Defaults for stk_dataset_options fields left zero. */
 #define STK_DEFAULT_MAX_BYTES (16ull << 30)
 #define STK_DEFAULT_MAX_SAMPLES (1ull << 40)
-#define STK_DEFAULT_MAX_PIXELS (1ull << 28)
+/* STK_DEFAULT_MAX_PIXELS comes from codec/codec.h: the codec, one layer
+ * down, applies it too. */
 
 /* Options with zeros replaced by defaults. */
 stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts);
