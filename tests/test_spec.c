@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "core/error.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 #include "stoker/stoker.h"
 
 #include <locale.h>

@@ -66,6 +66,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "ops/color.h"
+#include "ops/op.h"
 #include "ops/resample.h"
 
 #include <math.h>
@@ -75,8 +76,8 @@
 #define MAX_SIDE ((1 << 30) - 1)
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 
-enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER };
+enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT };
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT };
 
 typedef struct geo_op {
@@ -86,6 +87,8 @@ typedef struct geo_op {
     int shorter;           /* resize S */
     double scale[2], ratio[2];
     float logr[2];         /* rrc: log(ratio) in float32, as torch */
+    const stk_op_desc *lut; /* G_LUT: the op's row (draw and lut hooks) */
+    double arg[STK_SPEC_MAX_PARAMS]; /* G_LUT: its arguments */
 } geo_op;
 
 typedef struct tail_op {
@@ -95,6 +98,8 @@ typedef struct tail_op {
     float fill[3];         /* rotate: in [0, 1] */
     int has[4];            /* jitter: b, c, s, h on */
     double rlo[4], rhi[4];
+    const stk_op_desc *lut; /* T_LUT: the op's row */
+    double arg[STK_SPEC_MAX_PARAMS];
 } tail_op;
 
 struct stk_imgplan {
@@ -120,7 +125,7 @@ struct stk_imgplan {
 static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
-           k == STK_OP_COLOR_JITTER;
+           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -131,25 +136,6 @@ int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint3
         if (is_image_op(spec->ops[i].kind))
             return 1;
     return 0;
-}
-
-static const char *op_name(stk_op_kind k)
-{
-    switch (k) {
-    case STK_OP_PAD: return "pad";
-    case STK_OP_RANDOM_CROP: return "random_crop";
-    case STK_OP_CENTER_CROP: return "center_crop";
-    case STK_OP_HFLIP: return "flip";
-    case STK_OP_VFLIP: return "vflip";
-    case STK_OP_NORMALIZE: return "normalize";
-    case STK_OP_TO: return "to";
-    case STK_OP_DECODE: return "decode";
-    case STK_OP_RANDOM_RESIZED_CROP: return "random_resized_crop";
-    case STK_OP_RESIZE: return "resize";
-    case STK_OP_ROTATE: return "rotate";
-    case STK_OP_COLOR_JITTER: return "color_jitter";
-    }
-    return "?";
 }
 
 /* torchvision CenterCrop offset: int(round(d / 2.0)), halves to even. */
@@ -214,7 +200,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             if (first_img >= 0) {
                 rc = stk_spec_fail(text, o->col,
                                    "pad after %s is not supported; pad before it",
-                                   op_name(spec->ops[first_img].kind));
+                                   spec->ops[first_img].def->name);
                 goto fail;
             }
             last_pad = k;
@@ -224,7 +210,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     if (ip->nc != 1 && ip->nc != 3) {
         const stk_spec_op *o = &spec->ops[first_img >= 0 ? first_img : 0];
         rc = stk_spec_fail(text, o->col, "%s needs images with 1 or 3 channels, got %u",
-                           op_name(o->kind), in_c);
+                           o->def->name, in_c);
         goto fail;
     }
     int nc = ip->nc;
@@ -296,6 +282,19 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 t->p = o->u.flip.p;
             }
             break;
+        case STK_OP_LUT: /* the parser keeps these before rotate and color_jitter */
+            if (k < last_geo) {
+                geo_op *g = &ip->geo[ip->ngeo++];
+                g->kind = G_LUT;
+                g->lut = stk_op_desc_of(o);
+                memcpy(g->arg, o->u.num.v, sizeof g->arg);
+            } else {
+                tail_op *t = &ip->tail[ip->ntail++];
+                t->kind = T_LUT;
+                t->lut = stk_op_desc_of(o);
+                memcpy(t->arg, o->u.num.v, sizeof t->arg);
+            }
+            break;
         case STK_OP_RANDOM_CROP:
         case STK_OP_CENTER_CROP:
         case STK_OP_RANDOM_RESIZED_CROP:
@@ -305,7 +304,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 rc = stk_spec_fail(text, o->col,
                                    "%s after rotate or color_jitter is not supported; put the "
                                    "crops and the resize first",
-                                   op_name(o->kind));
+                                   o->def->name);
                 goto fail;
             }
             geo_op *g = &ip->geo[ip->ngeo++];
@@ -316,7 +315,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 if (known && ((int64_t)g->h > kh || (int64_t)g->w > kw)) {
                     rc = stk_spec_fail(text, o->arg_col,
                                        "%s %ux%u (HxW) is larger than its input %lldx%lld",
-                                       op_name(o->kind), g->h, g->w, (long long)kh,
+                                       o->def->name, g->h, g->w, (long long)kh,
                                        (long long)kw);
                     goto fail;
                 }
@@ -324,7 +323,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                     rc = stk_spec_fail(text, o->arg_col,
                                        "%s %ux%u (HxW) does not fit every image: 'resize %lld' "
                                        "makes the shorter side %lld; crop at most %lld",
-                                       op_name(o->kind), g->h, g->w, (long long)short_s,
+                                       o->def->name, g->h, g->w, (long long)short_s,
                                        (long long)short_s, (long long)short_s);
                     goto fail;
                 }
@@ -579,7 +578,26 @@ typedef struct draws {
     step steps[4 * STK_SPEC_MAX_OPS];
     int nrot;
     double angle[MAX_ROT];
+    /* uint8 point ops that apply to this sample, composed into one table
+     * each: [0] before the resize (applied to the source pixels), [1] after
+     * it (applied to each resampled row). */
+    int has_lut[2];
+    uint8_t lut[2][256];
 } draws;
+
+/* Compose the table of op `desc` (arguments `arg`) after lut `at` of d. */
+static void lut_then(draws *d, int at, const stk_op_desc *desc, const double *arg)
+{
+    uint8_t t[256];
+    desc->lut(arg, t);
+    if (!d->has_lut[at]) {
+        memcpy(d->lut[at], t, sizeof t);
+        d->has_lut[at] = 1;
+        return;
+    }
+    for (int v = 0; v < 256; v++)
+        d->lut[at][v] = t[d->lut[at][v]];
+}
 
 static int draw_all(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, draws *d,
                     stk_plan_trace *tr)
@@ -588,9 +606,14 @@ static int draw_all(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, d
     d->ax.b = W;
     d->ay.b = H;
     d->rrc_attempt = -1;
+    int resized = 0;
     for (int k = 0; k < ip->ngeo; k++) {
         const geo_op *g = &ip->geo[k];
         switch (g->kind) {
+        case G_LUT:
+            if (g->lut->draw(g->arg, rng))
+                lut_then(d, resized, g->lut, g->arg);
+            break;
         case G_HFLIP:
         case G_VFLIP:
             if (stk_rng_uniform(rng) < g->p) {
@@ -628,6 +651,7 @@ static int draw_all(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, d
             axis_crop(&d->ax, j, w);
             axis_resize(&d->ay, g->h);
             axis_resize(&d->ax, g->w);
+            resized = 1;
             break;
         }
         case G_RESIZE: {
@@ -640,6 +664,7 @@ static int draw_all(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, d
                                 (long long)view_len(&d->ay), (long long)view_len(&d->ax), g->h);
             axis_resize(&d->ay, nh);
             axis_resize(&d->ax, nw);
+            resized = 1;
             break;
         }
         }
@@ -650,6 +675,10 @@ static int draw_all(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, d
     for (int k = 0; k < ip->ntail; k++) {
         const tail_op *t = &ip->tail[k];
         switch (t->kind) {
+        case T_LUT:
+            if (t->lut->draw(t->arg, rng))
+                lut_then(d, 1, t->lut, t->arg);
+            break;
         case T_HFLIP:
         case T_VFLIP:
             if (stk_rng_uniform(rng) < t->p) {
@@ -1007,6 +1036,12 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     uint8_t *base = scratch->data;
     view.pixels = base + pix_off;
     memset(base + src_end, 0, ws_off - src_end);
+    if (dr.has_lut[0]) /* point ops before the resize: on the source pixels */
+        for (int32_t r = 0; r < rows; r++) {
+            uint8_t *px = base + pix_off + (size_t)r * (size_t)view.row_stride;
+            for (size_t i = 0; i < (size_t)cols * (size_t)nc; i++)
+                px[i] = dr.lut[0][px[i]];
+        }
 
     /* 7. Tables and buffers. */
     uint8_t *m = base + ws_off;
@@ -1079,6 +1114,11 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                     row = rowbuf;
                 } else {
                     row = vsrc + (ptrdiff_t)(dr.vflip ? OH - 1 - y : y) * vstride;
+                }
+                if (dr.has_lut[1]) { /* point ops after the resize: on each row */
+                    for (size_t i = 0; i < rowb; i++)
+                        rowbuf[i] = dr.lut[1][row[i]];
+                    row = rowbuf;
                 }
                 if (!float_path) {
                     ck->u8_to_out(fmt, row, y, out);

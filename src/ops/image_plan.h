@@ -13,7 +13,7 @@
 
 #include "codec/codec.h"
 #include "ops/plan.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 
 typedef struct stk_imgplan stk_imgplan;
 
