@@ -11,7 +11,7 @@ import numbers
 
 __all__ = ["Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip",
            "RandomVerticalFlip", "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter",
-           "Normalize", "ToTensor", "to_spec"]
+           "RandomPosterize", "Normalize", "ToTensor", "to_spec"]
 
 _PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -414,6 +414,17 @@ class _TableOp(Transform):
 
     def spec(self):
         return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a))) for a in self._args])
+
+
+class RandomPosterize(_TableOp):
+    """Keep the top ``bits`` bits of each value with probability ``p``, like
+    torchvision's ``RandomPosterize``. Spec: ``posterize bits=B p=P``."""
+
+    op, _args = "posterize", ("bits", "p")
+
+    def __init__(self, bits, p=0.5):
+        self.bits, self.p = bits, p
+        self._check()
 
 
 class ToTensor(Transform):

@@ -22,7 +22,8 @@
     X(random_resized_crop)                                                                     \
     X(resize)                                                                                  \
     X(rotate)                                                                                  \
-    X(color_jitter)
+    X(color_jitter)                                                                            \
+    X(posterize)
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
 #define STK_OP_ROW(name) &stk_op_##name.syntax,
