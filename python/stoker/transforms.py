@@ -9,9 +9,6 @@ Python. Arguments torchvision has but stoker does not support raise
 import math
 import numbers
 
-__all__ = ["Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip",
-           "RandomVerticalFlip", "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter",
-           "RandomPosterize", "Normalize", "ToTensor", "to_spec"]
 
 _PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -461,6 +458,11 @@ def to_spec(transforms):
             stages.append(s)
     return " | ".join(stages)
 
+
+# Every class that writes an op of the table, then the helpers.
+__all__ = [_n for _n, _c in list(globals().items())
+           if isinstance(_c, type) and issubclass(_c, Transform) and _c.op] + [
+    "Transform", "ToTensor", "to_spec"]
 
 for _cls in (RandomCrop, CenterCrop, Pad, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
              ToTensor):

@@ -23,7 +23,8 @@
     X(resize)                                                                                  \
     X(rotate)                                                                                  \
     X(color_jitter)                                                                            \
-    X(posterize)
+    X(posterize)                                                                               \
+    /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
 #define STK_OP_ROW(name) &stk_op_##name.syntax,
