@@ -424,6 +424,18 @@ class RandomPosterize(_TableOp):
         self._check()
 
 
+class RandomSolarize(_TableOp):
+    """Invert the values >= ``threshold`` with probability ``p``, like
+    torchvision's ``RandomSolarize`` on uint8 images (threshold in 0-255).
+    Spec: ``solarize threshold=T p=P``."""
+
+    op, _args = "solarize", ("threshold", "p")
+
+    def __init__(self, threshold, p=0.5):
+        self.threshold, self.p = threshold, p
+        self._check()
+
+
 class ToTensor(Transform):
     """A marker, like ``torchvision.transforms.ToTensor``: float output scaled to [0, 1].
 

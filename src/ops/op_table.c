@@ -24,6 +24,7 @@
     X(rotate)                                                                                  \
     X(color_jitter)                                                                            \
     X(posterize)                                                                               \
+    X(solarize)                                                                                \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
