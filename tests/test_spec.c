@@ -226,6 +226,8 @@ typedef struct errcase {
 
 static const errcase errcases[] = {
     {"pad x | flip", 0, 0, 0, "x", 0, {"expected a number after 'pad', got 'x'"}},
+    /* a quoted token with joined whitespace keeps the message on three lines */
+    {"flip 0.5 1,\n2", 0, 0, 0, "1,", 0, {"unexpected argument '1, 2' to 'flip'"}},
     {"foo 3", 0, 0, 0, "foo", 0, {"unknown op 'foo'", "known ops: pad, random_crop, center_crop, flip, hflip, vflip, normalize, to"}},
     {"pad 4 | filp", 0, 0, 0, "filp", 0, {"unknown op 'filp'", "did you mean 'flip'?"}},
     {"random_crops 32", 0, 0, 0, "random_crops", 0, {"did you mean 'random_crop'?"}},

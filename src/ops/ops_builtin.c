@@ -226,11 +226,13 @@ static int set_values(const stk_spec_parser *P, const stk_spec_numlist *L, doubl
         if (means && !(L->v[k] > 0.0))
             return stk_spec_err(P, L->a[k], "std must be > 0, got '%.*s'", STK_SPEC_TOKARG(P, L->a[k], L->b[k]));
         int rc;
-        /* The means this std divides: all of them for one std, else its own. */
-        const double *m = L->n == 1 || nm == 1 ? means : means + k;
-        int mn = L->n == 1 ? (int)nm : nm == 1 || (uint32_t)k < nm ? 1 : 0;
-        if (means && (rc = stk_spec_finite_recip(P, L->a[k], L->b[k], L->v[k], m, mn, "std")) < 0)
-            return rc;
+        if (means) {
+            /* The means this std divides: all of them for one std, else its own. */
+            const double *m = L->n == 1 || nm == 1 ? means : means + k;
+            int mn = L->n == 1 ? (int)nm : nm == 1 || (uint32_t)k < nm ? 1 : 0;
+            if ((rc = stk_spec_finite_recip(P, L->a[k], L->b[k], L->v[k], m, mn, "std")) < 0)
+                return rc;
+        }
         dst[k] = L->v[k];
     }
     *n = (uint32_t)L->n;

@@ -60,6 +60,11 @@ int stk_spec_fail(const char *spec, int column, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    /* A quoted token may hold whitespace the lexer joined ("1,\n2"): show
+     * it as spaces, like the spec line, so the message keeps its three lines. */
+    for (char *c = what; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = ' ';
 
     size_t len = strlen(spec);
     if (column < 1)
