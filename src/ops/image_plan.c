@@ -1,9 +1,9 @@
 /*
- * image_plan.c — the image pipeline (compile here; draws in image_draws.c,
- * pixel work in image_run.c, shared types in image_plan_impl.h): decode only what is needed, resample
+ * image_plan.c — the image pipeline: decode only what is needed, resample
  * it to the output size as Pillow would, then flips, rotation, colour
  * jitter, Normalize, dtype and layout, fused into as few passes as the ops
- * allow.
+ * allow. This file compiles; the draws of a sample are image_draws.c, the
+ * pixel work image_run.c, the types they share image_plan_impl.h.
  *
  * Compile splits a spec into three parts:
  *

@@ -21,14 +21,15 @@
 
 extern const stk_op_desc stk_op_pad;
 
-#define PAD_COUNT_MSG "padding takes 1 (all sides), 2 (left/right,top/bottom) or 4 " \
-                      "(left,top,right,bottom) sizes"
+#define PAD_COUNT_MSG                                                                              \
+    "padding takes 1 (all sides), 2 (left/right,top/bottom) or 4 "                                 \
+    "(left,top,right,bottom) sizes"
 
 static int parse_pad_sizes(const stk_spec_parser *P, int a, int b, stk_spec_op *op, const char *ctx)
 {
     uint32_t v[4];
     int n, rc = stk_spec_ints(P, a, b, (1u << 1) | (1u << 2) | (1u << 4), 0, STK_SPEC_MAX_SIZE, v,
-                           &n, ctx, PAD_COUNT_MSG);
+                              &n, ctx, PAD_COUNT_MSG);
     if (rc < 0)
         return rc;
     if (n == 1) {
@@ -49,7 +50,8 @@ static int parse_pad_sizes(const stk_spec_parser *P, int a, int b, stk_spec_op *
 static int parse_fill(const stk_spec_parser *P, int a, int b, stk_spec_op *op)
 {
     uint32_t v[STK_SPEC_MAX_LIST];
-    int n, rc = stk_spec_ints(P, a, b, 0, 0, 255, v, &n, "in fill=", "fill takes 1 value or 1 per channel");
+    int n, rc = stk_spec_ints(P, a, b, 0, 0, 255, v, &n,
+                              "in fill=", "fill takes 1 value or 1 per channel");
     if (rc < 0)
         return rc;
     op->u.pad.nfill = (uint32_t)n;
@@ -74,8 +76,9 @@ static int parse_mode(const stk_spec_parser *P, int a, int b, stk_pad_mode *mode
             return 0;
         }
     }
-    return stk_spec_err(P, a, "unknown padding mode '%.*s' (known: constant, edge, reflect, symmetric)",
-                STK_SPEC_TOKARG(P, a, b));
+    return stk_spec_err(P, a,
+                        "unknown padding mode '%.*s' (known: constant, edge, reflect, symmetric)",
+                        STK_SPEC_TOKARG(P, a, b));
 }
 
 /* The column to blame for a missing argument: just after the op name. */
@@ -109,16 +112,17 @@ static int parse_pad(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
         return rc;
     if (!have_size)
         return stk_spec_err(P, missing_at(st),
-                    "expected padding sizes after 'pad' (N, LR,TB or L,T,R,B)");
+                            "expected padding sizes after 'pad' (N, LR,TB or L,T,R,B)");
     return 0;
 }
 
 /* `H` or `H,W` (square when one value). */
-static int parse_crop_size(const stk_spec_parser *P, const stk_spec_tok *t, stk_spec_op *op, const char *ctx)
+static int parse_crop_size(const stk_spec_parser *P, const stk_spec_tok *t, stk_spec_op *op,
+                           const char *ctx)
 {
     uint32_t v[2];
-    int n, rc = stk_spec_ints(P, t->a, t->b, (1u << 1) | (1u << 2), 1, STK_SPEC_MAX_SIZE, v, &n, ctx,
-                           "a crop size is H or H,W");
+    int n, rc = stk_spec_ints(P, t->a, t->b, (1u << 1) | (1u << 2), 1, STK_SPEC_MAX_SIZE, v, &n,
+                              ctx, "a crop size is H or H,W");
     if (rc < 0)
         return rc;
     op->u.crop.height = v[0];
@@ -138,7 +142,8 @@ static int parse_crop(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
     enum { PADDING, FILL, MODE };
     int rc = 0;
     stk_spec_arg a = {0}, size = {0}, got[3];
-    while ((rc = stk_spec_next_arg(P, st, random ? keys : NULL, random ? "padding, fill, mode" : NULL, &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, random ? keys : NULL,
+                                   random ? "padding, fill, mode" : NULL, &a)) > 0) {
         if (a.key >= 0)
             got[a.key] = a;
         else if (size.t)
@@ -152,7 +157,8 @@ static int parse_crop(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
         return stk_spec_err(P, missing_at(st), "expected a crop size after '%s' (H or H,W)", name);
     for (int k = FILL; k <= MODE; k++)
         if ((a.seen & (1u << k)) && !(a.seen & (1u << PADDING)))
-            return stk_spec_err(P, got[k].ka, "'%.*s=' needs padding=", STK_SPEC_TOKARG(P, got[k].ka, got[k].kb));
+            return stk_spec_err(P, got[k].ka,
+                                "'%.*s=' needs padding=", STK_SPEC_TOKARG(P, got[k].ka, got[k].kb));
 
     if (a.seen & (1u << PADDING)) { /* random_crop ... padding=N  ==  pad N | random_crop ... */
         stk_spec_op *pad = stk_spec_new_op(P, &stk_op_pad.syntax, got[PADDING].ka, &rc);
@@ -169,8 +175,7 @@ static int parse_crop(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
             (rc = parse_mode(P, got[MODE].va, got[MODE].vb, &pad->u.pad.mode)) < 0)
             return rc;
     }
-    stk_spec_op *op =
-        stk_spec_new_op(P, def, st->name.a, &rc);
+    stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
     return parse_crop_size(P, size.t, op, ctx);
@@ -196,7 +201,7 @@ static int parse_flip(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
             return rc;
         if (!(p >= 0.0 && p <= 1.0))
             return stk_spec_err(P, va, "flip probability must be from 0 to 1, got '%.*s'",
-                        STK_SPEC_TOKARG(P, va, vb));
+                                STK_SPEC_TOKARG(P, va, vb));
         op->u.flip.p = p;
         op->arg_col = va + 1;
     }
@@ -219,12 +224,13 @@ static const struct preset {
 /* Store a mean (means == NULL) or std list. A std must be > 0, and small
  * enough a divisor that the compiled float32 constants stay finite with
  * every mean (means[0..nm)). */
-static int set_values(const stk_spec_parser *P, const stk_spec_numlist *L, double *dst,
-                      uint32_t *n, const double *means, uint32_t nm)
+static int set_values(const stk_spec_parser *P, const stk_spec_numlist *L, double *dst, uint32_t *n,
+                      const double *means, uint32_t nm)
 {
     for (int k = 0; k < L->n; k++) {
         if (means && !(L->v[k] > 0.0))
-            return stk_spec_err(P, L->a[k], "std must be > 0, got '%.*s'", STK_SPEC_TOKARG(P, L->a[k], L->b[k]));
+            return stk_spec_err(P, L->a[k], "std must be > 0, got '%.*s'",
+                                STK_SPEC_TOKARG(P, L->a[k], L->b[k]));
         int rc;
         if (means) {
             /* The means this std divides: all of them for one std, else its own. */
@@ -261,7 +267,7 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
     stk_spec_numlist L;
     if (npos && (mean_at || std_at))
         return stk_spec_err(P, kv[mean_at ? 0 : 1].t->a,
-                    "give normalize either MEAN STD or mean= std=, not both");
+                            "give normalize either MEAN STD or mean= std=, not both");
     if (npos >= 1) {
         const stk_spec_tok *t = pos[0].t;
         char c0 = P->s[t->a];
@@ -278,8 +284,9 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
                     return 0;
                 }
             }
-            return stk_spec_err(P, t->a, "unknown normalize preset '%.*s' (known: " PRESET_NAMES ")",
-                        STK_SPEC_TOKARG(P, t->a, t->b));
+            return stk_spec_err(P, t->a,
+                                "unknown normalize preset '%.*s' (known: " PRESET_NAMES ")",
+                                STK_SPEC_TOKARG(P, t->a, t->b));
         }
         if ((rc = stk_spec_list(P, t->a, t->b, &L, "in the normalize mean")) < 0)
             return rc;
@@ -291,14 +298,14 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
         if ((rc = stk_spec_list(P, t->a, t->b, &L, "in the normalize std")) < 0)
             return rc;
         if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd,
-                              op->u.normalize.mean, op->u.normalize.nmean)) < 0)
+                             op->u.normalize.mean, op->u.normalize.nmean)) < 0)
             return rc;
         op->u.normalize.std_col = t->a + 1;
         return 0;
     }
     if (!mean_at && !std_at)
         return stk_spec_err(P, missing_at(st),
-                    "expected a preset (" PRESET_NAMES ") or MEAN STD after 'normalize'");
+                            "expected a preset (" PRESET_NAMES ") or MEAN STD after 'normalize'");
     if (!mean_at || !std_at)
         return stk_spec_err(P, kv[mean_at ? 0 : 1].t->a, "normalize needs both mean= and std=");
     if ((rc = stk_spec_list(P, kv[0].va, kv[0].vb, &L, "in mean=")) < 0)
@@ -307,8 +314,8 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
     op->u.normalize.mean_col = op->arg_col = kv[0].va + 1;
     if ((rc = stk_spec_list(P, kv[1].va, kv[1].vb, &L, "in std=")) < 0)
         return rc;
-    if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd,
-                              op->u.normalize.mean, op->u.normalize.nmean)) < 0)
+    if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, op->u.normalize.mean,
+                         op->u.normalize.nmean)) < 0)
         return rc;
     op->u.normalize.std_col = kv[1].va + 1;
     return 0;
@@ -319,9 +326,8 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
     static const struct {
         const char *name;
         stk_dtype dtype;
-    } dtypes[] = {{"u8", STK_U8},        {"uint8", STK_U8},     {"f16", STK_F16},
-                  {"float16", STK_F16},  {"half", STK_F16},     {"f32", STK_F32},
-                  {"float32", STK_F32},  {"float", STK_F32}};
+    } dtypes[] = {{"u8", STK_U8},    {"uint8", STK_U8}, {"f16", STK_F16},     {"float16", STK_F16},
+                  {"half", STK_F16}, {"f32", STK_F32},  {"float32", STK_F32}, {"float", STK_F32}};
     int rc = 0;
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
@@ -340,7 +346,8 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         if (stk_spec_tok_is(P, t->a, t->b, dtypes[k].name))
             break;
     if (k == sizeof dtypes / sizeof dtypes[0])
-        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, f32)", STK_SPEC_TOKARG(P, t->a, t->b));
+        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, f32)",
+                            STK_SPEC_TOKARG(P, t->a, t->b));
     op->u.to.dtype = dtypes[k].dtype;
     op->arg_col = t->a + 1;
     op->u.to.layout = op->u.to.dtype == STK_U8 ? STK_HWC : STK_CHW;
@@ -351,16 +358,17 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         else if (stk_spec_tok_is(P, t->a, t->b, "chw"))
             op->u.to.layout = STK_CHW;
         else
-            return stk_spec_err(P, t->a, "unknown layout '%.*s' (known: hwc, chw)", STK_SPEC_TOKARG(P, t->a, t->b));
+            return stk_spec_err(P, t->a, "unknown layout '%.*s' (known: hwc, chw)",
+                                STK_SPEC_TOKARG(P, t->a, t->b));
     }
     return 0;
 }
 
-static int parse_out_size(const stk_spec_parser *P, const stk_spec_tok *t, uint32_t v[2], int *n, const char *ctx,
-                          const char *what)
+static int parse_out_size(const stk_spec_parser *P, const stk_spec_tok *t, uint32_t v[2], int *n,
+                          const char *ctx, const char *what)
 {
     return stk_spec_ints(P, t->a, t->b, (1u << 1) | (1u << 2), 1, STK_SPEC_MAX_SIZE, v, n, ctx,
-                      what);
+                         what);
 }
 
 static int parse_decode(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
@@ -372,7 +380,8 @@ static int parse_decode(stk_spec_parser *P, const stk_spec_stage *st, const stk_
     if (st->nargs) {
         const stk_spec_tok *t = &st->args[0];
         if (t->eq >= 0)
-            return stk_spec_err(P, t->a, "'decode' takes no arguments, got '%.*s'", STK_SPEC_TOKARG(P, t->a, t->b));
+            return stk_spec_err(P, t->a, "'decode' takes no arguments, got '%.*s'",
+                                STK_SPEC_TOKARG(P, t->a, t->b));
         return stk_spec_unexpected(P, st, t);
     }
     return 0;
@@ -411,11 +420,12 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
                 return rc;
             if (n != 2)
                 return stk_spec_err(P, va, "%s= takes a range low:high, e.g. %s, got '%.*s'",
-                            is_scale ? "scale" : "ratio", is_scale ? "0.08:1" : "0.75:1.3333",
-                            STK_SPEC_TOKARG(P, va, vb));
+                                    is_scale ? "scale" : "ratio",
+                                    is_scale ? "0.08:1" : "0.75:1.3333",
+                                    STK_SPEC_TOKARG(P, va, vb));
             if (!(v[0] > 0.0))
-                return stk_spec_err(P, va, "%s= must be > 0, got '%.*s'", is_scale ? "scale" : "ratio",
-                            STK_SPEC_TOKARG(P, va, vb));
+                return stk_spec_err(P, va, "%s= must be > 0, got '%.*s'",
+                                    is_scale ? "scale" : "ratio", STK_SPEC_TOKARG(P, va, vb));
             memcpy(is_scale ? op->u.rrc.scale : op->u.rrc.ratio, v, sizeof v);
         }
     }
@@ -423,7 +433,7 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
         return rc;
     if (!have_size)
         return stk_spec_err(P, missing_at(st),
-                    "expected an output size after 'random_resized_crop' (S or H,W)");
+                            "expected an output size after 'random_resized_crop' (S or H,W)");
     return 0;
 }
 
@@ -452,7 +462,7 @@ static int parse_resize(stk_spec_parser *P, const stk_spec_stage *st, const stk_
         return rc;
     if (!have)
         return stk_spec_err(P, missing_at(st),
-                    "expected a size after 'resize' (S for the shorter side, or H,W)");
+                            "expected a size after 'resize' (S for the shorter side, or H,W)");
     return 0;
 }
 
@@ -478,9 +488,9 @@ static int parse_rotate(stk_spec_parser *P, const stk_spec_stage *st, const stk_
             if (n == 1) {
                 if (v[0] < 0.0)
                     return stk_spec_err(P, va,
-                                "rotate DEGREES must be >= 0 (the angle is drawn from "
-                                "-DEGREES:DEGREES), got '%.*s'",
-                                STK_SPEC_TOKARG(P, va, vb));
+                                        "rotate DEGREES must be >= 0 (the angle is drawn from "
+                                        "-DEGREES:DEGREES), got '%.*s'",
+                                        STK_SPEC_TOKARG(P, va, vb));
                 v[1] = v[0];
                 v[0] = -v[0];
             }
@@ -492,8 +502,8 @@ static int parse_rotate(stk_spec_parser *P, const stk_spec_stage *st, const stk_
         } else { /* fill= */
             uint32_t f[STK_SPEC_MAX_LIST];
             int n;
-            if ((rc = stk_spec_ints(P, va, vb, 0, 0, 255, f, &n, "in fill=",
-                                 "fill takes 1 value or 1 per channel")) < 0)
+            if ((rc = stk_spec_ints(P, va, vb, 0, 0, 255, f, &n,
+                                    "in fill=", "fill takes 1 value or 1 per channel")) < 0)
                 return rc;
             op->u.rotate.nfill = (uint32_t)n;
             for (int k = 0; k < n; k++)
@@ -504,11 +514,13 @@ static int parse_rotate(stk_spec_parser *P, const stk_spec_stage *st, const stk_
     if (rc < 0)
         return rc;
     if (!have_deg)
-        return stk_spec_err(P, missing_at(st), "expected DEGREES after 'rotate' (D for -D:D, or A:B)");
+        return stk_spec_err(P, missing_at(st),
+                            "expected DEGREES after 'rotate' (D for -D:D, or A:B)");
     return 0;
 }
 
-static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
+static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st,
+                              const stk_spec_opdef *def)
 {
     static const char *const keys[5] = {"brightness", "contrast", "saturation", "hue", NULL};
     int rc = 0, npos = 0, seen[4] = {0, 0, 0, 0};
@@ -543,24 +555,25 @@ static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st, cons
             if (n == 1) {
                 if (v[0] < 0.0)
                     return stk_spec_err(P, va, "%s must be >= 0, got '%.*s'", keys[which],
-                                STK_SPEC_TOKARG(P, va, vb));
+                                        STK_SPEC_TOKARG(P, va, vb));
                 double x = v[0];
                 v[0] = 1.0 - x > 0.0 ? 1.0 - x : 0.0;
                 v[1] = 1.0 + x;
             } else if (v[0] < 0.0) {
                 return stk_spec_err(P, va, "a %s range must be >= 0, got '%.*s'", keys[which],
-                            STK_SPEC_TOKARG(P, va, vb));
+                                    STK_SPEC_TOKARG(P, va, vb));
             }
             *has[which] = !(v[0] == 1.0 && v[1] == 1.0);
         } else {
             if (n == 1) {
                 if (v[0] < 0.0 || v[0] > 0.5)
-                    return stk_spec_err(P, va, "hue must be from 0 to 0.5, got '%.*s'", STK_SPEC_TOKARG(P, va, vb));
+                    return stk_spec_err(P, va, "hue must be from 0 to 0.5, got '%.*s'",
+                                        STK_SPEC_TOKARG(P, va, vb));
                 v[1] = v[0];
                 v[0] = -v[0];
             } else if (v[0] < -0.5 || v[1] > 0.5) {
                 return stk_spec_err(P, va, "a hue range must lie within -0.5:0.5, got '%.*s'",
-                            STK_SPEC_TOKARG(P, va, vb));
+                                    STK_SPEC_TOKARG(P, va, vb));
             }
             *has[which] = !(v[0] == 0.0 && v[1] == 0.0);
         }
@@ -572,8 +585,9 @@ static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st, cons
     if (rc < 0)
         return rc;
     if (!st->nargs)
-        return stk_spec_err(P, missing_at(st),
-                    "expected factors after 'color_jitter' (BRIGHTNESS CONTRAST SATURATION [HUE])");
+        return stk_spec_err(
+            P, missing_at(st),
+            "expected factors after 'color_jitter' (BRIGHTNESS CONTRAST SATURATION [HUE])");
     return 0;
 }
 
@@ -583,38 +597,35 @@ static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st, cons
 
 #define PIXELS_WHY "(it works on pixel values)"
 
+/* name, aliases, kind, order flags, why (order message), parse hook,
+ * params, nparams, usage */
 const stk_op_desc stk_op_pad = {.syntax = {"pad", NULL, STK_OP_PAD, STK_ORD_PIXELS,
-                                 "(fill values are pixel values 0-255)", parse_pad, NULL, 0,
-                                 "N | LR,TB | L,T,R,B [fill=V] [mode=M]", "pad the borders"}};
+                                           "(fill values are pixel values 0-255)", parse_pad, NULL,
+                                           0, "N | LR,TB | L,T,R,B [fill=V] [mode=M]"}};
 const stk_op_desc stk_op_random_crop = {.syntax = {"random_crop", NULL, STK_OP_RANDOM_CROP, 0, NULL,
-                                         parse_crop, NULL, 0,
-                                         "H[,W] [padding=P] [fill=V] [mode=M]",
-                                         "crop at a random place"}};
-const stk_op_desc stk_op_center_crop = {.syntax = {"center_crop", NULL, STK_OP_CENTER_CROP, 0, NULL,
-                                         parse_crop, NULL, 0, "H[,W]", "crop the centre"}};
-const stk_op_desc stk_op_flip = {.syntax = {"flip", "hflip", STK_OP_HFLIP, 0, NULL, parse_flip, NULL, 0,
-                                  "[P]", "mirror left-right with probability P"}};
-const stk_op_desc stk_op_vflip = {.syntax = {"vflip", NULL, STK_OP_VFLIP, 0, NULL, parse_flip, NULL, 0,
-                                   "[P]", "mirror top-bottom with probability P"}};
-const stk_op_desc stk_op_normalize = {.syntax = {"normalize", NULL, STK_OP_NORMALIZE, STK_ORD_ONCE, NULL,
-                                       parse_normalize, NULL, 0,
-                                       "MEAN STD | PRESET | mean=MEAN std=STD",
-                                       "(v / 255 - mean) / std"}};
-const stk_op_desc stk_op_to = {.syntax = {"to", NULL, STK_OP_TO, STK_ORD_LAST, NULL, parse_to, NULL, 0,
-                                "DTYPE [LAYOUT]", "output dtype and layout"}};
-const stk_op_desc stk_op_decode = {.syntax = {"decode", NULL, STK_OP_DECODE, STK_ORD_FIRST, NULL,
-                                    parse_decode, NULL, 0, "", "decode encoded images"}};
+                                                   parse_crop, NULL, 0,
+                                                   "H[,W] [padding=P] [fill=V] [mode=M]"}};
+const stk_op_desc stk_op_center_crop = {
+    .syntax = {"center_crop", NULL, STK_OP_CENTER_CROP, 0, NULL, parse_crop, NULL, 0, "H[,W]"}};
+const stk_op_desc stk_op_flip = {
+    .syntax = {"flip", "hflip", STK_OP_HFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"}};
+const stk_op_desc stk_op_vflip = {
+    .syntax = {"vflip", NULL, STK_OP_VFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"}};
+const stk_op_desc stk_op_normalize = {.syntax = {"normalize", NULL, STK_OP_NORMALIZE, STK_ORD_ONCE,
+                                                 NULL, parse_normalize, NULL, 0,
+                                                 "MEAN STD | PRESET | mean=MEAN std=STD"}};
+const stk_op_desc stk_op_to = {
+    .syntax = {"to", NULL, STK_OP_TO, STK_ORD_LAST, NULL, parse_to, NULL, 0, "DTYPE [LAYOUT]"}};
+const stk_op_desc stk_op_decode = {
+    .syntax = {"decode", NULL, STK_OP_DECODE, STK_ORD_FIRST, NULL, parse_decode, NULL, 0, ""}};
 const stk_op_desc stk_op_random_resized_crop = {
     .syntax = {"random_resized_crop", NULL, STK_OP_RANDOM_RESIZED_CROP, STK_ORD_PIXELS, PIXELS_WHY,
-     parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]",
-     "crop a random area and aspect, then resize"}};
-const stk_op_desc stk_op_resize = {.syntax = {"resize", NULL, STK_OP_RESIZE, STK_ORD_PIXELS, PIXELS_WHY,
-                                    parse_resize, NULL, 0, "S | H,W",
-                                    "resize (S: the shorter side)"}};
-const stk_op_desc stk_op_rotate = {.syntax = {"rotate", NULL, STK_OP_ROTATE, STK_ORD_PIXELS | STK_ORD_FLOAT,
-                                    PIXELS_WHY, parse_rotate, NULL, 0, "DEGREES [fill=V]",
-                                    "rotate by a random angle"}};
-const stk_op_desc stk_op_color_jitter = {
-    .syntax = {"color_jitter", NULL, STK_OP_COLOR_JITTER, STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,
-     parse_color_jitter, NULL, 0, "B C S [H]",
-     "random brightness, contrast, saturation, hue"}};
+               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]"}};
+const stk_op_desc stk_op_resize = {.syntax = {"resize", NULL, STK_OP_RESIZE, STK_ORD_PIXELS,
+                                              PIXELS_WHY, parse_resize, NULL, 0, "S | H,W"}};
+const stk_op_desc stk_op_rotate = {.syntax = {"rotate", NULL, STK_OP_ROTATE,
+                                              STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,
+                                              parse_rotate, NULL, 0, "DEGREES [fill=V]"}};
+const stk_op_desc stk_op_color_jitter = {.syntax = {"color_jitter", NULL, STK_OP_COLOR_JITTER,
+                                                    STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,
+                                                    parse_color_jitter, NULL, 0, "B C S [H]"}};

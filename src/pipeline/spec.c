@@ -102,12 +102,10 @@ int stk_spec_fail(const char *spec, int column, const char *fmt, ...)
 /* Lexer                                                                   */
 /* ---------------------------------------------------------------------- */
 
-
 static int is_ws(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
-
 
 int stk_spec_err(const stk_spec_parser *P, int off, const char *fmt, ...)
 {
@@ -118,7 +116,6 @@ int stk_spec_err(const stk_spec_parser *P, int off, const char *fmt, ...)
     va_end(ap);
     return stk_spec_fail(P->s, off + 1, "%s", msg);
 }
-
 
 int stk_spec_skip_ws(const stk_spec_parser *P, int i, int b)
 {
@@ -175,7 +172,7 @@ static int lex_stage(const stk_spec_parser *P, int i, stk_spec_stage *st)
         } else {
             if (st->nargs == STK_SPEC_MAX_ARGS)
                 return stk_spec_err(P, t.a, "too many arguments to '%.*s' (at most %d)",
-                            STK_SPEC_TOKARG(P, st->name.a, st->name.b), STK_SPEC_MAX_ARGS);
+                                    STK_SPEC_TOKARG(P, st->name.a, st->name.b), STK_SPEC_MAX_ARGS);
             st->args[st->nargs++] = t;
         }
     }
@@ -233,7 +230,8 @@ int stk_spec_number(const stk_spec_parser *P, int a, int b, double *out, const c
 {
     char buf[64];
     if (!number_syntax(P->s, a, b))
-        return stk_spec_err(P, a, "expected a number %s, got '%.*s'", ctx, STK_SPEC_TOKARG(P, a, b));
+        return stk_spec_err(P, a, "expected a number %s, got '%.*s'", ctx,
+                            STK_SPEC_TOKARG(P, a, b));
     if (b - a >= (int)sizeof buf)
         return stk_spec_err(P, a, "number too long %s: '%.*s'", ctx, STK_SPEC_TOKARG(P, a, b));
     memcpy(buf, P->s + a, (size_t)(b - a));
@@ -284,7 +282,7 @@ int stk_spec_list(const stk_spec_parser *P, int a, int b, stk_spec_numlist *L, c
  * (a bit mask: bit k set allows k items; 0 allows any length). `out` must
  * hold the largest allowed length. */
 int stk_spec_ints(const stk_spec_parser *P, int a, int b, unsigned counts, uint32_t lo, uint32_t hi,
-                      uint32_t *out, int *n, const char *ctx, const char *count_msg)
+                  uint32_t *out, int *n, const char *ctx, const char *count_msg)
 {
     stk_spec_numlist L;
     int rc = stk_spec_list(P, a, b, &L, ctx);
@@ -293,8 +291,8 @@ int stk_spec_ints(const stk_spec_parser *P, int a, int b, unsigned counts, uint3
     for (int k = 0; k < L.n; k++) {
         double v = L.v[k];
         if (v != floor(v) || v < (double)lo || v > (double)hi)
-            return stk_spec_err(P, L.a[k], "expected a whole number from %u to %u %s, got '%.*s'", lo, hi,
-                        ctx, STK_SPEC_TOKARG(P, L.a[k], L.b[k]));
+            return stk_spec_err(P, L.a[k], "expected a whole number from %u to %u %s, got '%.*s'",
+                                lo, hi, ctx, STK_SPEC_TOKARG(P, L.a[k], L.b[k]));
     }
     if (counts && (L.n >= 32 || !(counts & (1u << L.n))))
         return stk_spec_err(P, a, "%s, got %d value%s", count_msg, L.n, L.n == 1 ? "" : "s");
@@ -310,7 +308,8 @@ int stk_spec_ints(const stk_spec_parser *P, int a, int b, unsigned counts, uint3
 
 /* Split an argument into key and value ranges. Returns 0 for a positional
  * argument. */
-static int split_key(const stk_spec_parser *P, const stk_spec_tok *t, int *ka, int *kb, int *va, int *vb)
+static int split_key(const stk_spec_parser *P, const stk_spec_tok *t, int *ka, int *kb, int *va,
+                     int *vb)
 {
     if (t->eq < 0)
         return 0;
@@ -321,23 +320,26 @@ static int split_key(const stk_spec_parser *P, const stk_spec_tok *t, int *ka, i
     if (*ka == *kb)
         return stk_spec_err(P, t->a, "expected a key before '='");
     if (*va == *vb)
-        return stk_spec_err(P, t->eq + 1, "expected a value after '%.*s='", STK_SPEC_TOKARG(P, *ka, *kb));
+        return stk_spec_err(P, t->eq + 1, "expected a value after '%.*s='",
+                            STK_SPEC_TOKARG(P, *ka, *kb));
     return 1;
 }
 
 int stk_spec_unexpected(const stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_tok *t)
 {
-    return stk_spec_err(P, t->a, "unexpected argument '%.*s' to '%.*s'", STK_SPEC_TOKARG(P, t->a, t->b),
-                STK_SPEC_TOKARG(P, st->name.a, st->name.b));
+    return stk_spec_err(P, t->a, "unexpected argument '%.*s' to '%.*s'",
+                        STK_SPEC_TOKARG(P, t->a, t->b), STK_SPEC_TOKARG(P, st->name.a, st->name.b));
 }
 
-static int unknown_key(const stk_spec_parser *P, const stk_spec_stage *st, int ka, int kb, const char *known)
+static int unknown_key(const stk_spec_parser *P, const stk_spec_stage *st, int ka, int kb,
+                       const char *known)
 {
     if (!known)
         return stk_spec_err(P, ka, "'%.*s' takes no key=value arguments, got '%.*s='",
-                    STK_SPEC_TOKARG(P, st->name.a, st->name.b), STK_SPEC_TOKARG(P, ka, kb));
-    return stk_spec_err(P, ka, "unknown key '%.*s' for '%.*s' (known: %s)", STK_SPEC_TOKARG(P, ka, kb),
-                STK_SPEC_TOKARG(P, st->name.a, st->name.b), known);
+                            STK_SPEC_TOKARG(P, st->name.a, st->name.b), STK_SPEC_TOKARG(P, ka, kb));
+    return stk_spec_err(P, ka, "unknown key '%.*s' for '%.*s' (known: %s)",
+                        STK_SPEC_TOKARG(P, ka, kb), STK_SPEC_TOKARG(P, st->name.a, st->name.b),
+                        known);
 }
 
 int stk_spec_twice(const stk_spec_parser *P, int ka, int kb)
@@ -364,8 +366,8 @@ static int tok_is_any(const stk_spec_parser *P, int a, int b, const char *names)
  * (NULL: the op takes no key=value arguments). Unknown keys and a key given
  * stk_spec_twice are reported here; positional arguments are the op's to count.
  */
-int stk_spec_next_arg(const stk_spec_parser *P, const stk_spec_stage *st, const char *const *keys, const char *known,
-                    stk_spec_arg *a)
+int stk_spec_next_arg(const stk_spec_parser *P, const stk_spec_stage *st, const char *const *keys,
+                      const char *known, stk_spec_arg *a)
 {
     if (a->next >= st->nargs)
         return 0;
@@ -419,7 +421,7 @@ int stk_spec_range(const stk_spec_parser *P, int a, int b, double v[2], int *n, 
         if (P->s[i] == ':' || P->s[i] == ',') {
             if (cut >= 0)
                 return stk_spec_err(P, i, "expected one number or a range A:B %s, got '%.*s'", ctx,
-                            STK_SPEC_TOKARG(P, a, b));
+                                    STK_SPEC_TOKARG(P, a, b));
             cut = i;
         }
     }
@@ -438,7 +440,8 @@ int stk_spec_range(const stk_spec_parser *P, int a, int b, double v[2], int *n, 
     if ((rc = stk_spec_number(P, s2, b, &v[1], ctx)) < 0)
         return rc;
     if (v[0] > v[1])
-        return stk_spec_err(P, a, "the range %s must be low:high, got '%.*s'", ctx, STK_SPEC_TOKARG(P, a, b));
+        return stk_spec_err(P, a, "the range %s must be low:high, got '%.*s'", ctx,
+                            STK_SPEC_TOKARG(P, a, b));
     *n = 2;
     return 0;
 }
@@ -508,9 +511,9 @@ static int parse_schema(stk_spec_parser *P, const stk_spec_stage *st, const stk_
             which = npos++;
         }
         if (given & (1u << which))
-            return a.key >= 0 ? stk_spec_twice(P, a.ka, a.kb)
-                              : stk_spec_err(P, a.t->a, "'%s' is given twice",
-                                             def->params[which].name);
+            return a.key >= 0
+                       ? stk_spec_twice(P, a.ka, a.kb)
+                       : stk_spec_err(P, a.t->a, "'%s' is given twice", def->params[which].name);
         given |= 1u << which;
         const stk_spec_param *pm = &def->params[which];
         char ctx[96];
@@ -520,8 +523,8 @@ static int parse_schema(stk_spec_parser *P, const stk_spec_stage *st, const stk_
             return rc;
         if ((pm->whole && v != floor(v)) || !(v >= pm->lo && v <= pm->hi))
             return stk_spec_err(P, a.va, "%s %s must be %s from %g to %g, got '%.*s'", def->name,
-                                pm->name, pm->whole ? "a whole number" : "a number", pm->lo,
-                                pm->hi, STK_SPEC_TOKARG(P, a.va, a.vb));
+                                pm->name, pm->whole ? "a whole number" : "a number", pm->lo, pm->hi,
+                                STK_SPEC_TOKARG(P, a.va, a.vb));
         op->u.num.v[which] = v;
         if (which == 0)
             op->arg_col = a.va + 1;
@@ -677,8 +680,7 @@ static int unknown_op(const stk_spec_parser *P, const stk_spec_stage *st)
         }
     }
     for (int k = 0; k < NPRESETS; k++)
-        consider(P, a, b, spec_presets[k].name, strlen(spec_presets[k].name), &best, &guess,
-                 &glen);
+        consider(P, a, b, spec_presets[k].name, strlen(spec_presets[k].name), &best, &guess, &glen);
     char known[1024];
     known_ops(P, known, sizeof known);
     if (guess)
@@ -696,8 +698,10 @@ static int parse_stage(stk_spec_parser *P, const stk_spec_stage *st)
             return d->parse ? d->parse(P, st, d) : parse_schema(P, st, d);
     }
     if (preset_index(P, a, b) >= 0)
-        return stk_spec_err(P, a, "the preset '%.*s' must be the first stage (optionally followed by "
-                          "'| to DTYPE [LAYOUT]')", STK_SPEC_TOKARG(P, a, b));
+        return stk_spec_err(P, a,
+                            "the preset '%.*s' must be the first stage (optionally followed by "
+                            "'| to DTYPE [LAYOUT]')",
+                            STK_SPEC_TOKARG(P, a, b));
     return unknown_op(P, st);
 }
 
@@ -773,10 +777,11 @@ static int parse_stages(stk_spec_parser *P, int i, order_state *os, int preset_a
         }
         if (preset_at >= 0) {
             if (!names_last(P, st.name.a, st.name.b))
-                return stk_spec_err(P, st.name.a,
-                            "only '| to DTYPE [LAYOUT]' may follow the preset '%s'; to change "
-                            "more, write its stages out: %s",
-                            spec_presets[preset_at].name, spec_presets[preset_at].text);
+                return stk_spec_err(
+                    P, st.name.a,
+                    "only '| to DTYPE [LAYOUT]' may follow the preset '%s'; to change "
+                    "more, write its stages out: %s",
+                    spec_presets[preset_at].name, spec_presets[preset_at].text);
             /* Drop the preset's own `to` (its last op). */
             if (os->to_at >= 0 && os->to_at < os->preset_ops && os->to_at == out->nops - 1) {
                 out->nops--;
@@ -785,8 +790,9 @@ static int parse_stages(stk_spec_parser *P, int i, order_state *os, int preset_a
             }
         }
         if (os->to_at >= 0)
-            return stk_spec_err(P, st.name.a, "'%.*s' comes after 'to', but 'to' must be the last stage",
-                        STK_SPEC_TOKARG(P, st.name.a, st.name.b));
+            return stk_spec_err(P, st.name.a,
+                                "'%.*s' comes after 'to', but 'to' must be the last stage",
+                                STK_SPEC_TOKARG(P, st.name.a, st.name.b));
         int first = out->nops;
         if ((rc = parse_stage(P, &st)) < 0)
             return rc;
@@ -798,8 +804,7 @@ static int parse_stages(stk_spec_parser *P, int i, order_state *os, int preset_a
     }
 }
 
-int stk_spec_parse_ops(const char *text, const stk_spec_opdef *const *table, int n,
-                       stk_spec *out)
+int stk_spec_parse_ops(const char *text, const stk_spec_opdef *const *table, int n, stk_spec *out)
 {
     if (!text || !out || !table)
         return stk_fail(STK_EINVAL, "pipeline spec is NULL");
@@ -821,7 +826,7 @@ int stk_spec_parse_ops(const char *text, const stk_spec_opdef *const *table, int
         if (rc > 0 && (preset_at = preset_index(&P, st.name.a, st.name.b)) >= 0) {
             if (st.nargs)
                 return stk_spec_err(&P, st.args[0].a, "the preset '%s' takes no arguments",
-                            spec_presets[preset_at].name);
+                                    spec_presets[preset_at].name);
             const char *pt = spec_presets[preset_at].text;
             stk_spec_parser Q = {pt, (int)strlen(pt), out, table, n};
             if ((rc = parse_stages(&Q, 0, &os, -1)) < 0) /* cannot fail: tested */

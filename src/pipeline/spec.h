@@ -183,8 +183,7 @@ typedef struct stk_spec_opdef {
                  const struct stk_spec_opdef *def);
     const stk_spec_param *params; /* with parse == NULL: at most STK_SPEC_MAX_PARAMS */
     int nparams;
-    const char *usage;        /* the arguments as docs/pipeline.md writes them */
-    const char *summary;      /* one line for help text */
+    const char *usage;        /* the arguments as docs/pipeline.md writes them (messages) */
 } stk_spec_opdef;
 
 /* Parse `text` into *out (which borrows text) with the ops of `table`
