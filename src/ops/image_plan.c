@@ -30,17 +30,22 @@
  *      after a rotation is moved before it by negating the angle (mirror o
  *      rotate(a) = rotate(-a) o mirror, exactly, on torchvision's centred
  *      grid), so every mirroring folds into the resample: the coefficient
- *      tables are built in reverse order, and the flip costs nothing;
+ *      tables are built in reverse order, and the flip costs nothing. The
+ *      uint8 point ops that apply (posterize, solarize: op.h) compose into
+ *      two 256-entry tables, one for those before the resize, one for
+ *      those after it;
  *   3. DCT scale: the largest d in {8, 4, 2, 1} with scale >= d on both axes
  *      (JPEG only), so the scaled decode never has fewer pixels than the
  *      output needs;
  *   4. the source rows and columns every resample window touches
  *      (stk_rs_range) — beyond the crop for `resize | center_crop`, whose
  *      windows reach past it — decoded at scale 1/d, or copied for raw
- *      input, into the start of the worker's scratch;
+ *      input, into the start of the worker's scratch, where the table of
+ *      the point ops before the resize is applied in place;
  *   5. horizontal pass over those rows into a uint8 buffer, then for each
  *      output row the vertical pass, giving a row of exactly the bytes
- *      Pillow's resize would produce, which is written out at once:
+ *      Pillow's resize would produce (through the table of the point ops
+ *      after the resize, when one applies), which is written out at once:
  *      without a float stage straight as v * scale + bias in the output
  *      dtype and layout (the fixed-shape kernel's formula); with colour
  *      jitter or rotation it is converted to float (ToTensor) and the tail

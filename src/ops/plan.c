@@ -6,8 +6,9 @@
  * normalize / to on raw images of one fixed shape compile here, into the
  * fused kernel described below. Everything else — input of any size
  * (in_height = in_width = in_channels = 0: encoded images, raw images of
- * varying shape) and specs with resize, random_resized_crop, rotate or
- * color_jitter — compiles into an image plan (image_plan.c), which then
+ * varying shape) and specs with resize, random_resized_crop, rotate,
+ * color_jitter or a uint8 point op (the STK_OP_LUT rows of the op table) —
+ * compiles into an image plan (image_plan.c), which then
  * does all the work; this file only keeps its output description and
  * dispatches to it. An image plan may use a fixed-shape plan of this file as
  * its prefix (the ops up to its last pad), through stk_plan_compile_prefix.
