@@ -388,13 +388,14 @@ class Normalize(Transform):
                                              ",".join(_num(s, "std") for s in self.std))
 
 
-def _text(x):
-    """A value as spec text; the C parser checks it (argument checks live in C)."""
-    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+def _text(x, what):
+    """A number as spec text. Only the type is checked here (so no text can
+    be slipped into the spec); the C parser checks the value."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError("%s must be a number, got %r" % (what, x))
+    if isinstance(x, numbers.Integral):
         return str(int(x))
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return repr(float(x))
-    return str(x)
+    return repr(float(x))
 
 
 class _TableOp(Transform):
@@ -410,7 +411,7 @@ class _TableOp(Transform):
         spec_check(self.spec(), 1, 1, 3)
 
     def spec(self):
-        return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a))) for a in self._args])
+        return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a), a)) for a in self._args])
 
 
 class RandomPosterize(_TableOp):

@@ -104,6 +104,10 @@ def test_pad_after_posterize_is_refused():
 def test_class_spec():
     t = stoker.RandomPosterize(3, p=0.25)
     assert t.spec() == "posterize bits=3 p=0.25"
+    with pytest.raises(TypeError, match="bits must be a number"):  # no text into the spec
+        stoker.RandomPosterize("3 | rotate 10")
+    assert stoker.RandomPosterize(np.int64(2), p=np.float32(0.5)).spec() == \
+        "posterize bits=2 p=0.5"
     x, y = images(2)
     out, _, idx = run_epoch(x, y, stoker.to_spec([stoker.RandomPosterize(5, p=1)]),
                             batch_size=2, no_shuffle=1)
