@@ -33,7 +33,7 @@
 #include "ops/kernel.h"
 #include "ops/plan.h"
 #include "ops/resample.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 #include "testutil.h"
 
 #include <math.h>

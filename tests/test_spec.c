@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "core/error.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 #include "stoker/stoker.h"
 
 #include <locale.h>
@@ -77,6 +77,9 @@ static const okcase okcases[] = {
     {"normalize 0.5 , 0.5 , 0.5   0.2, 0.2 ,0.2", 4, 4, 3, {3, 4, 4}, STK_F32, STK_CHW},
     {"flip p = .5 | vflip 1.", 4, 4, 3, {4, 4, 3}, STK_U8, STK_HWC},
     {"normalize 5e-1 2.5E-1", 4, 4, 3, {3, 4, 4}, STK_F32, STK_CHW},
+    /* small std, still finite in float32 (each std with its own mean) */
+    {"normalize 0.5 1e-30", 4, 4, 3, {3, 4, 4}, STK_F32, STK_CHW},
+    {"normalize mean=1e30,0 std=1,1e-10", 4, 4, 2, {2, 4, 4}, STK_F32, STK_CHW},
 };
 
 static void test_accepts(void **state)
@@ -223,6 +226,8 @@ typedef struct errcase {
 
 static const errcase errcases[] = {
     {"pad x | flip", 0, 0, 0, "x", 0, {"expected a number after 'pad', got 'x'"}},
+    /* a quoted token with joined whitespace keeps the message on three lines */
+    {"flip 0.5 1,\n2", 0, 0, 0, "1,", 0, {"unexpected argument '1, 2' to 'flip'"}},
     {"foo 3", 0, 0, 0, "foo", 0, {"unknown op 'foo'", "known ops: pad, random_crop, center_crop, flip, hflip, vflip, normalize, to"}},
     {"pad 4 | filp", 0, 0, 0, "filp", 0, {"unknown op 'filp'", "did you mean 'flip'?"}},
     {"random_crops 32", 0, 0, 0, "random_crops", 0, {"did you mean 'random_crop'?"}},
@@ -276,6 +281,11 @@ static const errcase errcases[] = {
     {"normalize 0.5 0.2 mean=0.1", 0, 0, 0, "mean", 0, {"give normalize either MEAN STD or mean= std=, not both"}},
     {"normalize mean=0.5", 0, 0, 0, "mean", 0, {"normalize needs both mean= and std="}},
     {"normalize mean=0.5 std=0", 0, 0, 0, "std=0", 4, {"std must be > 0"}},
+    /* 1/(255 std) or mean/std past float32: the output would be inf */
+    {"normalize 0.5 1e-45", 0, 0, 0, "1e-45", 0,
+     {"std '1e-45' is too small: dividing by it overflows float32"}},
+    {"normalize mean=0 std=0.5,1e-39", 0, 0, 0, "1e-39", 0, {"std '1e-39' is too small"}},
+    {"normalize mean=1e30 std=1e-10", 0, 0, 0, "1e-10", 0, {"std '1e-10' is too small"}},
     {"normalize mean=0.5 sd=1", 0, 0, 0, "sd", 0, {"unknown key 'sd' for 'normalize' (known: mean, std)"}},
     {"normalize cifar10 | normalize mnist", 0, 0, 0, "normalize mnist", 0, {"normalize is given twice; give it once"}},
     {"normalize cifar10 | pad 4", 0, 0, 0, "pad", 0, {"pad must come before normalize (fill values are pixel values 0-255)"}},
@@ -425,6 +435,39 @@ static void test_too_many_stages(void **state)
     assert_int_equal(stk_spec_parse(spec2, &(stk_spec){0}), STK_ESPEC);
 }
 
+/* The op table: every row's name and alias parses as that row, a name one
+ * edit away is suggested, and the known-ops list is the table's names. */
+static void test_op_table(void **state)
+{
+    (void)state;
+    assert_true(stk_op_count >= 12);
+    for (int i = 0; i < stk_op_count; i++) {
+        const stk_spec_opdef *d = stk_op_table[i];
+        stk_spec s;
+        int rc = stk_spec_parse(d->name, &s);
+        /* Missing arguments are fine; an unknown op is not. */
+        if (rc < 0)
+            assert_null(strstr(stk_errmsg(), "unknown op"));
+        else
+            assert_ptr_equal(s.ops[s.nops - 1].def, d);
+        char typo[64];
+        snprintf(typo, sizeof typo, "%sx", d->name);
+        assert_int_equal(stk_spec_parse(typo, &s), STK_ESPEC);
+        char want[96];
+        snprintf(want, sizeof want, "did you mean '%s'?", d->name);
+        if (!strstr(stk_errmsg(), want)) {
+            print_error("'%s': %s\n", typo, stk_errmsg());
+            fail();
+        }
+        assert_non_null(strstr(stk_errmsg(), "known ops: pad, random_crop,"));
+        assert_non_null(strstr(stk_errmsg(), d->name));
+    }
+    stk_spec s;
+    assert_int_equal(stk_spec_parse("hflip 1", &s), 0);
+    assert_int_equal(s.ops[0].kind, STK_OP_HFLIP);
+    assert_string_equal(s.ops[0].def->name, "flip");
+}
+
 static void test_bad_calls(void **state)
 {
     (void)state;
@@ -446,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_long_spec_window),
         cmocka_unit_test(test_too_many_stages),
+        cmocka_unit_test(test_op_table),
         cmocka_unit_test(test_bad_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,17 +20,14 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
                       StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
                       UnsupportedError, spec_check, strerror)
 from .loader import Dataset, Loader, build_spec, from_numpy, open, pack
-from .transforms import (CenterCrop, ColorJitter, Normalize, Pad, RandomCrop,
-                         RandomHorizontalFlip, RandomResizedCrop, RandomRotation,
-                         RandomVerticalFlip, Resize, ToTensor, Transform)
+from . import transforms as _transforms
+from .transforms import *  # noqa: F401,F403 -- every transform class (one per op of the op table)
 
 __version__ = _stoker.version
 
 __all__ = [
     "Loader", "Dataset", "Batch", "open", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
-    "Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip", "RandomVerticalFlip",
-    "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter", "Normalize", "ToTensor",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",
-]
+] + [n for n in _transforms.__all__ if n != "to_spec"]

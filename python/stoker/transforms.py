@@ -9,9 +9,6 @@ Python. Arguments torchvision has but stoker does not support raise
 import math
 import numbers
 
-__all__ = ["Transform", "RandomCrop", "CenterCrop", "Pad", "RandomHorizontalFlip",
-           "RandomVerticalFlip", "RandomResizedCrop", "Resize", "RandomRotation", "ColorJitter",
-           "Normalize", "ToTensor", "to_spec"]
 
 _PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -110,7 +107,15 @@ def _prob(p):
 
 
 class Transform:
-    """Base class: a stage of the pipeline spec. ``spec()`` is its text."""
+    """Base class: a stage of the pipeline spec. ``spec()`` is its text.
+
+    ``op`` names the op of the C op table (src/ops/op_table.c) the class
+    writes; tests/python/test_op_table.py checks that every op of the table
+    has a class here (``to`` is the Loader's dtype/layout, ``decode`` is
+    implied by encoded input).
+    """
+
+    op = None
 
     def spec(self):
         """The stage text for the pipeline spec language (docs/pipeline.md)."""
@@ -136,6 +141,8 @@ class RandomCrop(Transform):
     'symmetric'). ``pad_if_needed=True`` is not supported (write a Pad).
     Spec: ``random_crop H[,W] [padding=P fill=F mode=M]``.
     """
+
+    op = "random_crop"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, padding=None, pad_if_needed=False, fill=0, padding_mode="constant"):
         if pad_if_needed:
@@ -171,6 +178,8 @@ class CenterCrop(Transform):
     Pad). Spec: ``center_crop H[,W]``.
     """
 
+    op = "center_crop"  # its op in the op table (src/ops/op_table.c)
+
     def __init__(self, size):
         self.size = size
         self.spec()
@@ -187,6 +196,8 @@ class Pad(Transform):
     ``padding_mode``: 'constant', 'edge', 'reflect' or 'symmetric'. Must
     come before Normalize. Spec: ``pad P [fill=F] [mode=M]``.
     """
+
+    op = "pad"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, padding, fill=0, padding_mode="constant"):
         self.padding = padding
@@ -208,6 +219,8 @@ class Pad(Transform):
 class RandomHorizontalFlip(Transform):
     """Flip left-right with probability ``p``, like torchvision's. Spec: ``flip P``."""
 
+    op = "flip"  # its op in the op table (src/ops/op_table.c)
+
     def __init__(self, p=0.5):
         self.p = p
         self.spec()
@@ -218,6 +231,8 @@ class RandomHorizontalFlip(Transform):
 
 class RandomVerticalFlip(Transform):
     """Flip top-bottom with probability ``p``, like torchvision's. Spec: ``vflip P``."""
+
+    op = "vflip"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, p=0.5):
         self.p = p
@@ -255,6 +270,8 @@ class RandomResizedCrop(Transform):
     Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI``.
     """
 
+    op = "random_resized_crop"  # its op in the op table (src/ops/op_table.c)
+
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                  interpolation="bilinear", antialias=None):
         _bilinear_only(interpolation, antialias, "RandomResizedCrop")
@@ -275,6 +292,8 @@ class Resize(Transform):
     since ``resize S`` means the shorter side; Pillow's antialiased
     bilinear. ``max_size`` is not supported.
     """
+
+    op = "resize"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
         _bilinear_only(interpolation, antialias, "Resize")
@@ -301,6 +320,8 @@ class RandomRotation(Transform):
     bilinear interpolation, expand=False, rotation about the centre; ``fill``
     is a pixel value 0-255 (or one per channel). Spec: ``rotate D [fill=F]``.
     """
+
+    op = "rotate"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, degrees, interpolation="bilinear", expand=False, center=None, fill=0):
         _bilinear_only(interpolation, None, "RandomRotation")
@@ -333,6 +354,8 @@ class ColorJitter(Transform):
     (min, max) pair. Spec: ``color_jitter brightness=B contrast=C ...``.
     """
 
+    op = "color_jitter"  # its op in the op table (src/ops/op_table.c)
+
     def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
         self.brightness = brightness
         self.contrast = contrast
@@ -363,6 +386,8 @@ class Normalize(Transform):
     written once). Spec: ``normalize mean=M std=S``.
     """
 
+    op = "normalize"  # its op in the op table (src/ops/op_table.c)
+
     def __init__(self, mean, std, inplace=False):
         self.mean = tuple(mean) if not isinstance(mean, numbers.Real) else (mean,)
         self.std = tuple(std) if not isinstance(std, numbers.Real) else (std,)
@@ -376,6 +401,55 @@ class Normalize(Transform):
                 raise ValueError("Normalize: every std must be > 0, got %r" % (self.std,))
         return "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
                                              ",".join(_num(s, "std") for s in self.std))
+
+
+def _text(x, what):
+    """A number as spec text. Only the type is checked here (so no text can
+    be slipped into the spec); the C parser checks the value."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError("%s must be a number, got %r" % (what, x))
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    return repr(float(x))
+
+
+class _TableOp(Transform):
+    """A transform whose op takes plain numbers (a schema row of the op
+    table): ``spec()`` writes ``op name=value ...`` for the names in
+    ``_args``, and the constructor has the C parser check them
+    (stoker.SpecError names the argument and the accepted range)."""
+
+    _args = ()
+
+    def _check(self):
+        from ._stoker import spec_check
+        spec_check(self.spec(), 1, 1, 3)
+
+    def spec(self):
+        return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a), a)) for a in self._args])
+
+
+class RandomPosterize(_TableOp):
+    """Keep the top ``bits`` bits of each value with probability ``p``, like
+    torchvision's ``RandomPosterize``. Spec: ``posterize bits=B p=P``."""
+
+    op, _args = "posterize", ("bits", "p")
+
+    def __init__(self, bits, p=0.5):
+        self.bits, self.p = bits, p
+        self._check()
+
+
+class RandomSolarize(_TableOp):
+    """Invert the values >= ``threshold`` with probability ``p``, like
+    torchvision's ``RandomSolarize`` on uint8 images (threshold in 0-255).
+    Spec: ``solarize threshold=T p=P``."""
+
+    op, _args = "solarize", ("threshold", "p")
+
+    def __init__(self, threshold, p=0.5):
+        self.threshold, self.p = threshold, p
+        self._check()
 
 
 class ToTensor(Transform):
@@ -412,6 +486,11 @@ def to_spec(transforms):
             stages.append(s)
     return " | ".join(stages)
 
+
+# Every class that writes an op of the table, then the helpers.
+__all__ = [_n for _n, _c in list(globals().items())
+           if isinstance(_c, type) and issubclass(_c, Transform) and _c.op] + [
+    "Transform", "ToTensor", "to_spec"]
 
 for _cls in (RandomCrop, CenterCrop, Pad, RandomHorizontalFlip, RandomVerticalFlip, Normalize,
              ToTensor):

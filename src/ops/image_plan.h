@@ -1,8 +1,9 @@
 /*
  * image_plan.h — the image pipeline: specs with resize, random_resized_crop,
- * rotate or color_jitter, and every spec run on images whose size varies
- * (encoded JPEG/PNG, raw images of any shape) (internal; plan.c dispatches
- * here, docs/pipeline.md describes the semantics).
+ * rotate, color_jitter or a uint8 point op (posterize, solarize), and every
+ * spec run on images whose size varies (encoded JPEG/PNG, raw images of any
+ * shape) (internal; plan.c dispatches here, docs/pipeline.md describes the
+ * semantics).
  *
  * A compiled image plan is immutable and shared by all workers, like any
  * stk_plan. Running it on one sample touches only the caller's scratch, the
@@ -13,7 +14,7 @@
 
 #include "codec/codec.h"
 #include "ops/plan.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 
 typedef struct stk_imgplan stk_imgplan;
 

@@ -6,8 +6,9 @@
  * normalize / to on raw images of one fixed shape compile here, into the
  * fused kernel described below. Everything else — input of any size
  * (in_height = in_width = in_channels = 0: encoded images, raw images of
- * varying shape) and specs with resize, random_resized_crop, rotate or
- * color_jitter — compiles into an image plan (image_plan.c), which then
+ * varying shape) and specs with resize, random_resized_crop, rotate,
+ * color_jitter or a uint8 point op (the STK_OP_LUT rows of the op table) —
+ * compiles into an image plan (image_plan.c), which then
  * does all the work; this file only keeps its output description and
  * dispatches to it. An image plan may use a fixed-shape plan of this file as
  * its prefix (the ops up to its last pad), through stk_plan_compile_prefix.
@@ -56,7 +57,7 @@
 #include "ops/half.h"
 #include "ops/image_plan.h"
 #include "ops/kernel.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,7 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_RESIZE:
         case STK_OP_ROTATE:
         case STK_OP_COLOR_JITTER:
+        case STK_OP_LUT:
             rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
             goto fail;
         }
@@ -685,4 +687,16 @@ int stk_plan_trace_input(const stk_plan *p, const stk_plan_input *in, stk_rng *r
     int rc = stk_imgplan_run(p->img, in, rng, NULL, &sc, trace, 0);
     stk_scratch_free(&sc);
     return rc;
+}
+
+int stk_spec_check(const char *spec, uint32_t height, uint32_t width, uint32_t channels,
+                   int64_t out_shape[3], stk_dtype *dtype, stk_layout *layout)
+{
+    stk_plan *p = NULL;
+    int rc = stk_plan_compile(spec, height, width, channels, &p);
+    if (rc < 0)
+        return rc;
+    stk_plan_output(p, out_shape, dtype, layout, NULL);
+    stk_plan_free(p);
+    return 0;
 }

@@ -14,7 +14,8 @@
  * transform, dtype conversion and layout happen in one pass over the output.
  *
  * Compiled with in_height = in_width = in_channels = 0, or with image ops
- * (resize, random_resized_crop, rotate, color_jitter), the plan is an image
+ * (resize, random_resized_crop, rotate, color_jitter, posterize, solarize:
+ * every op but pad, crops, flips, normalize, to, decode), the plan is an image
  * pipeline (image_plan.h): it takes encoded or any-size input through
  * stk_plan_run_input and the worker's scratch.
  */

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "ops/half.h"
-#include "pipeline/spec.h"
+#include "ops/op.h"
 #include "stoker/stoker.h"
 
 #include <math.h>

@@ -1,0 +1,276 @@
+/*
+ * image_draws.c — the random draws of one image-pipeline sample
+ * (image_plan_impl.h): a pure function of the compiled plan, the size of
+ * the image entering the head and the sample's Philox stream. It reads no
+ * pixel and allocates nothing, so the same code serves the CPU run
+ * (image_run.c), stk_plan_trace_input, and a GPU backend that launches its
+ * own kernels with the result.
+ *
+ * Order (docs/pipeline.md, "Random numbers"): the head ops in spec order
+ * (flips, crops, random_resized_crop's attempts, point ops), then the tail
+ * (flips, rotations, colour jitter, point ops). The head composes into one
+ * affine map per axis (stk_axis_geo); a flip after a rotation is moved
+ * before it by negating the angle; the point ops that apply compose into
+ * two 256-entry tables, before and after the resize.
+ */
+#include "ops/image_plan_impl.h"
+
+#include "core/error.h"
+
+#include <math.h>
+#include <string.h>
+
+/* torchvision CenterCrop offset: int(round(d / 2.0)), halves to even. */
+int64_t stk_center_offset(int64_t d)
+{
+    int64_t q = d / 2;
+    if (d % 2 == 0)
+        return q;
+    return (q % 2 == 0) ? q : q + 1;
+}
+
+/* torchvision's Resize(S) size: the shorter side to S, the longer
+ * int(S * long / short). Returns 0, or -1 when a side exceeds MAX_SIDE. */
+int stk_resize_shorter(int64_t h, int64_t w, int64_t s, int64_t *nh, int64_t *nw)
+{
+    int64_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
+    long double q = (long double)s * (long double)longer / (long double)shorter;
+    double qd = (double)q; /* Python: exact product, correctly rounded quotient */
+    if (!(qd < (double)MAX_SIDE))
+        return -1;
+    int64_t nl = (int64_t)qd;
+    if (nl < 1)
+        nl = 1;
+    if (w <= h) {
+        *nw = s;
+        *nh = nl;
+    } else {
+        *nh = s;
+        *nw = nl;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Geometry                                                                */
+/* ---------------------------------------------------------------------- */
+
+static int64_t view_len(const stk_axis_geo *g) { return g->resized ? g->g1 - g->g0 : g->b - g->a; }
+
+/* Keep c pixels starting o pixels into the view (view coordinates). */
+static void axis_crop(stk_axis_geo *g, int64_t o, int64_t c)
+{
+    int64_t *lo = g->resized ? &g->g0 : &g->a, *hi = g->resized ? &g->g1 : &g->b;
+    if (!g->flip) {
+        *lo += o;
+        *hi = *lo + c;
+    } else {
+        *hi -= o;
+        *lo = *hi - c;
+    }
+}
+
+static void axis_resize(stk_axis_geo *g, int64_t n)
+{
+    g->resized = 1;
+    g->scale = (double)(g->b - g->a) / (double)n;
+    g->g0 = 0;
+    g->g1 = n;
+}
+
+/* torchvision RandomResizedCrop.get_params on a W x H view. */
+static int rrc_draw(const stk_geo_op *g, stk_rng *rng, int64_t W, int64_t H, int64_t *i, int64_t *j,
+                    int64_t *h, int64_t *w)
+{
+    double area = (double)H * (double)W;
+    for (int attempt = 1; attempt <= 10; attempt++) {
+        double u1 = stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+        float s = (float)(g->scale[0] + (g->scale[1] - g->scale[0]) * u1);
+        double target = area * (double)s;
+        float lr = (float)((double)g->logr[0] + ((double)g->logr[1] - (double)g->logr[0]) * u2);
+        double aspect = (double)expf(lr);
+        double wd = nearbyint(sqrt(target * aspect)), hd = nearbyint(sqrt(target / aspect));
+        if (wd > 0 && wd <= (double)W && hd > 0 && hd <= (double)H) {
+            *w = (int64_t)wd;
+            *h = (int64_t)hd;
+            *i = stk_rng_range(rng, 0, H - *h);
+            *j = stk_rng_range(rng, 0, W - *w);
+            return attempt;
+        }
+    }
+    double in_ratio = (double)W / (double)H;
+    double rmin = g->ratio[0], rmax = g->ratio[1];
+    if (in_ratio < rmin) {
+        *w = W;
+        *h = (int64_t)nearbyint((double)W / rmin);
+    } else if (in_ratio > rmax) {
+        *h = H;
+        *w = (int64_t)nearbyint((double)H * rmax);
+    } else {
+        *w = W;
+        *h = H;
+    }
+    /* torchvision would make an empty crop of a degenerate image here. */
+    if (*h < 1)
+        *h = 1;
+    if (*w < 1)
+        *w = 1;
+    if (*h > H)
+        *h = H;
+    if (*w > W)
+        *w = W;
+    *i = (H - *h) / 2;
+    *j = (W - *w) / 2;
+    return 0;
+}
+
+
+
+/* Compose the table of op `desc` (arguments `arg`) after lut `at` of d. */
+static void lut_then(stk_draws *d, int at, const stk_op_desc *desc, const double *arg)
+{
+    uint8_t t[256];
+    desc->lut(arg, t);
+    if (!d->has_lut[at]) {
+        memcpy(d->lut[at], t, sizeof t);
+        d->has_lut[at] = 1;
+        return;
+    }
+    for (int v = 0; v < 256; v++)
+        d->lut[at][v] = t[d->lut[at][v]];
+}
+
+int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, stk_draws *d,
+                    stk_plan_trace *tr)
+{
+    memset(d, 0, sizeof *d);
+    d->ax.b = W;
+    d->ay.b = H;
+    d->rrc_attempt = -1;
+    int resized = 0;
+    for (int k = 0; k < ip->ngeo; k++) {
+        const stk_geo_op *g = &ip->geo[k];
+        switch (g->kind) {
+        case G_LUT:
+            if (g->lut->draw(g->arg, rng))
+                lut_then(d, resized, g->lut, g->arg);
+            break;
+        case G_HFLIP:
+        case G_VFLIP:
+            if (stk_rng_uniform(rng) < g->p) {
+                if (g->kind == G_HFLIP)
+                    d->ax.flip ^= 1;
+                else
+                    d->ay.flip ^= 1;
+            }
+            break;
+        case G_RCROP:
+        case G_CCROP: {
+            int64_t vh = view_len(&d->ay), vw = view_len(&d->ax);
+            if ((int64_t)g->h > vh || (int64_t)g->w > vw)
+                return stk_fail(STK_EDATA,
+                                "%s %ux%u (HxW) does not fit the %lldx%lld image; resize "
+                                "first or crop less",
+                                g->kind == G_RCROP ? "random_crop" : "center_crop", g->h, g->w,
+                                (long long)vh, (long long)vw);
+            int64_t top, left;
+            if (g->kind == G_RCROP) {
+                top = stk_rng_range(rng, 0, vh - g->h);
+                left = stk_rng_range(rng, 0, vw - g->w);
+            } else {
+                top = stk_center_offset(vh - g->h);
+                left = stk_center_offset(vw - g->w);
+            }
+            axis_crop(&d->ay, top, g->h);
+            axis_crop(&d->ax, left, g->w);
+            break;
+        }
+        case G_RRC: {
+            int64_t i, j, h, w;
+            d->rrc_attempt = rrc_draw(g, rng, view_len(&d->ax), view_len(&d->ay), &i, &j, &h, &w);
+            axis_crop(&d->ay, i, h);
+            axis_crop(&d->ax, j, w);
+            axis_resize(&d->ay, g->h);
+            axis_resize(&d->ax, g->w);
+            resized = 1;
+            break;
+        }
+        case G_RESIZE: {
+            int64_t nh = g->h, nw = g->w;
+            if (g->shorter &&
+                stk_resize_shorter(view_len(&d->ay), view_len(&d->ax), g->h, &nh, &nw) < 0)
+                return stk_fail(STK_EDATA,
+                                "resizing the %lldx%lld image's shorter side to %u makes it "
+                                "too large",
+                                (long long)view_len(&d->ay), (long long)view_len(&d->ax), g->h);
+            axis_resize(&d->ay, nh);
+            axis_resize(&d->ax, nw);
+            resized = 1;
+            break;
+        }
+        }
+    }
+    d->hflip = d->ax.flip;
+    d->vflip = d->ay.flip;
+
+    for (int k = 0; k < ip->ntail; k++) {
+        const stk_tail_op *t = &ip->tail[k];
+        switch (t->kind) {
+        case T_LUT:
+            if (t->lut->draw(t->arg, rng))
+                lut_then(d, 1, t->lut, t->arg);
+            break;
+        case T_HFLIP:
+        case T_VFLIP:
+            if (stk_rng_uniform(rng) < t->p) {
+                if (t->kind == T_HFLIP)
+                    d->hflip ^= 1;
+                else
+                    d->vflip ^= 1;
+                /* Move the flip before every earlier rotation. */
+                for (int r = 0; r < d->nrot; r++)
+                    d->angle[r] = -d->angle[r];
+            }
+            break;
+        case T_ROTATE: {
+            double u = stk_rng_uniform(rng);
+            d->angle[d->nrot] = t->lo + (t->hi - t->lo) * u;
+            stk_draw_step *s = &d->steps[d->nsteps++];
+            s->kind = S_ROT;
+            s->rot = d->nrot++;
+            break;
+        }
+        case T_JITTER: {
+            int perm[4] = {0, 1, 2, 3};
+            for (int i = 3; i > 0; i--) { /* Fisher-Yates: below(4), below(3), below(2) */
+                int jj = (int)stk_rng_below(rng, (uint32_t)i + 1);
+                int tmp = perm[i];
+                perm[i] = perm[jj];
+                perm[jj] = tmp;
+            }
+            double fac[4];
+            for (int q = 0; q < 4; q++)
+                fac[q] = t->has[q] ? t->rlo[q] + (t->rhi[q] - t->rlo[q]) * stk_rng_uniform(rng)
+                                   : NAN;
+            if (tr && tr->njitter == 0) {
+                tr->njitter = 1;
+                memcpy(tr->perm, perm, sizeof perm);
+                memcpy(tr->factor, fac, sizeof fac);
+            }
+            for (int q = 0; q < 4; q++) {
+                int which = perm[q];
+                if (!t->has[which])
+                    continue;
+                stk_draw_step *s = &d->steps[d->nsteps++];
+                s->kind = which == 0 ? S_BRIGHT : which == 1 ? S_CONTRAST : which == 2 ? S_SAT
+                                                                                      : S_HUE;
+                s->f = (float)fac[which];
+                s->g = (float)(1.0 - fac[which]);
+            }
+            break;
+        }
+        }
+    }
+    return 0;
+}
+

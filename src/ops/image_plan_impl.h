@@ -1,0 +1,117 @@
+/*
+ * image_plan_impl.h — what the three parts of the image pipeline share
+ * (internal to src/ops/image_*.c): the compiled plan, and the draws of one
+ * sample.
+ *
+ *   image_plan.c   compile: a parsed spec into a stk_imgplan (prefix, head,
+ *                  tail, output format);
+ *   image_draws.c  the random draws of one sample, a pure function of the
+ *                  plan, the size of the image entering the head and the
+ *                  sample's Philox stream: no pixels, no allocation, so a
+ *                  GPU backend can run it unchanged and hand the result to
+ *                  its own kernels;
+ *   image_run.c    the pixel work: decode or copy the region the draws
+ *                  need, resample, point-op tables, float tail, store.
+ */
+#ifndef STK_OPS_IMAGE_PLAN_IMPL_H
+#define STK_OPS_IMAGE_PLAN_IMPL_H
+
+#include "ops/color.h"
+#include "ops/image_plan.h"
+#include "ops/op.h"
+#include "ops/resample.h"
+
+#define MAX_SIDE ((1 << 30) - 1)
+#define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
+
+enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT };
+enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT };
+
+typedef struct stk_geo_op {
+    int kind;
+    double p;              /* flips */
+    uint32_t h, w;         /* crop size; rrc/resize output (resize S: h = w = S) */
+    int shorter;           /* resize S */
+    double scale[2], ratio[2];
+    float logr[2];         /* rrc: log(ratio) in float32, as torch */
+    const stk_op_desc *lut; /* G_LUT: the op's row (draw and lut hooks) */
+    double arg[STK_SPEC_MAX_PARAMS]; /* G_LUT: its arguments */
+} stk_geo_op;
+
+typedef struct stk_tail_op {
+    int kind;
+    double p;              /* flips */
+    double lo, hi;         /* rotate: degrees */
+    float fill[3];         /* rotate: in [0, 1] */
+    int has[4];            /* jitter: b, c, s, h on */
+    double rlo[4], rhi[4];
+    const stk_op_desc *lut; /* T_LUT: the op's row */
+    double arg[STK_SPEC_MAX_PARAMS];
+} stk_tail_op;
+
+struct stk_imgplan {
+    uint32_t in_h, in_w, in_c; /* 0: any size */
+    int nc;                    /* channels through the pipeline and out */
+    stk_plan *prefix;          /* owned, or NULL */
+    uint32_t pre_h, pre_w;
+    int ngeo, ntail;
+    stk_geo_op geo[STK_SPEC_MAX_OPS];
+    stk_tail_op tail[STK_SPEC_MAX_OPS];
+    int float_path;            /* a rotate or color_jitter */
+    uint32_t out_h, out_w;
+    stk_outfmt fmt;
+    size_t sample_bytes;
+    const stk_rs_kernels *rk;    /* chosen at compile, like the fixed-shape kernel */
+    const stk_color_kernels *ck;
+};
+
+/* One axis of the head, in source pixels. Before a resize the current view
+ * is [a, b); after it, the resized grid is [0, n) over the domain [a, b)
+ * and the view is [g0, g1) of the grid. `flip`: the view runs backwards
+ * relative to the source. */
+typedef struct stk_axis_geo {
+    int64_t a, b;
+    int flip, resized;
+    double scale;
+    int64_t g0, g1;
+} stk_axis_geo;
+
+typedef struct stk_draw_step {
+    int kind;   /* S_* */
+    float f, g; /* factor; (float)(1 - factor) */
+    int rot;    /* S_ROT: index into rots */
+} stk_draw_step;
+
+/* Everything drawn for one sample. */
+typedef struct stk_draws {
+    stk_axis_geo ax, ay;
+    int hflip, vflip;
+    int rrc_attempt;
+    int nsteps;
+    stk_draw_step steps[4 * STK_SPEC_MAX_OPS];
+    int nrot;
+    double angle[MAX_ROT];
+    /* uint8 point ops that apply to this sample, composed into one table
+     * each: [0] before the resize (applied to the source pixels), [1] after
+     * it (applied to each resampled row). */
+    int has_lut[2];
+    uint8_t lut[2][256];
+} stk_draws;
+
+/* Draw everything for one sample whose head input is W x H (image_draws.c):
+ * the geometry of both axes, mirrorings, rotations, colour-jitter steps and
+ * point-op tables. The stream is consumed in spec order (docs/pipeline.md,
+ * "Random numbers"). `tr` (may be NULL) gets the first colour jitter.
+ * STK_EDATA when a crop does not fit this image. */
+int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, stk_draws *d,
+                     stk_plan_trace *tr);
+
+/* torchvision CenterCrop offset: int(round(d / 2.0)), halves to even. */
+int64_t stk_center_offset(int64_t d);
+
+/* torchvision's Resize(S) size: the shorter side to S, the longer
+ * int(S * long / short). Returns 0, or -1 when a side exceeds MAX_SIDE. */
+int stk_resize_shorter(int64_t h, int64_t w, int64_t s, int64_t *nh, int64_t *nw);
+
+#endif

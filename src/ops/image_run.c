@@ -1,0 +1,458 @@
+/*
+ * image_run.c — the pixel work of the image pipeline (stk_imgplan_run; the
+ * essay in image_plan.c describes the steps): size the input, take the
+ * draws (image_draws.c), choose the DCT scale, decode or copy the region
+ * the resample windows touch into the worker's scratch, apply the point-op
+ * table of the ops before the resize, resample (horizontal then vertical
+ * pass), apply the table of the ops after it, and write each row out,
+ * through the float tail's segments when there are rotations or colour
+ * jitter.
+ */
+#include "ops/image_plan_impl.h"
+
+#include "core/error.h"
+#include "core/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------- */
+/* Scratch                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Make s->cap >= bytes keeping its first `keep` bytes. */
+static int reserve_keep(stk_scratch *s, size_t bytes, size_t keep)
+{
+    if (s->cap >= bytes)
+        return 0;
+    size_t cap = s->cap ? s->cap : 65536;
+    while (cap < bytes)
+        cap = cap > SIZE_MAX / 2 ? bytes : cap * 2;
+    uint8_t *p = stk_aligned_alloc(cap);
+    if (!p)
+        return stk_fail(STK_ENOMEM, "out of memory allocating %zu bytes of scratch", cap);
+    if (keep)
+        memcpy(p, s->data, keep);
+    stk_aligned_free(s->data);
+    s->data = p;
+    s->cap = cap;
+    return 0;
+}
+
+/* Copy rows [y0, y0+h) and columns [x0, x0+w) of a raw view into dst as
+ * nc-channel HWC: 1 -> 3 channels replicates, 2 (gray + alpha) takes the
+ * gray, 4 drops alpha. */
+static void copy_raw(const stk_image_view *v, int64_t x0, int64_t y0, int64_t w, int64_t h,
+                     int nc, uint8_t *dst)
+{
+    uint32_t C = v->channels;
+    for (int64_t y = 0; y < h; y++) {
+        const uint8_t *row = v->pixels + (y0 + y) * v->row_stride + x0 * v->col_stride;
+        uint8_t *d = dst + (size_t)y * (size_t)w * nc;
+        if (C == (uint32_t)nc && v->col_stride == nc && v->chan_stride == 1) {
+            memcpy(d, row, (size_t)w * nc);
+            continue;
+        }
+        for (int64_t x = 0; x < w; x++) {
+            const uint8_t *px = row + x * v->col_stride;
+            for (int c = 0; c < nc; c++) {
+                int sc = C >= 3 ? c : 0;
+                d[x * nc + c] = px[sc * v->chan_stride];
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* Run                                                                     */
+/* ---------------------------------------------------------------------- */
+
+typedef struct axis_plan {
+    stk_rs_params p;   /* in decoded pixels, relative to the decoded domain */
+    int64_t dd0;       /* decoded index of the domain start */
+    int32_t f, e;      /* used range, relative to the domain */
+    int identity;
+} axis_plan;
+
+static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
+{
+    int64_t dom0, dom1, off, out;
+    double scale;
+    if (g->resized) {
+        dom0 = g->a;
+        dom1 = g->b;
+        scale = g->scale;
+        off = g->g0;
+        out = g->g1 - g->g0;
+    } else {
+        dom0 = g->a;
+        dom1 = g->b;
+        scale = 1.0;
+        off = 0;
+        out = g->b - g->a;
+    }
+    a->dd0 = dom0 / d;
+    int64_t dd1 = (dom1 + d - 1) / d;
+    a->p.in_size = (int32_t)(dd1 - a->dd0);
+    a->p.out = (int32_t)out;
+    a->p.off = (int32_t)off;
+    a->p.in0 = d == 1 ? 0.0 : (double)dom0 / d - (double)a->dd0;
+    a->p.scale = scale / d;
+    if (stk_rs_range(&a->p, &a->f, &a->e, &a->identity) < 0)
+        return stk_fail(STK_EDATA, "image geometry out of range");
+    return 0;
+}
+
+int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
+                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels)
+{
+    enum { SRC_ENC, SRC_RAW, SRC_PREFIX } kind;
+    stk_image_info info;
+    int64_t W, H;
+    int rc, nc = ip->nc;
+    stk_draws dr;
+
+    if (trace)
+        memset(trace, 0, sizeof *trace);
+    if (!in || !scratch || (decode_pixels && !out))
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL argument");
+    if (!rng)
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: rng is NULL");
+    memset(&info, 0, sizeof info);
+
+    /* 1. The size of the image entering the head. */
+    if (in->image) {
+        const stk_image_view *v = in->image;
+        if (!v->pixels)
+            return stk_fail(STK_EINVAL, "stk_plan_run_input: image without pixels");
+        if (ip->in_h && (v->height != ip->in_h || v->width != ip->in_w ||
+                         v->channels != ip->in_c))
+            return stk_fail(STK_EINVAL,
+                            "stk_plan_run: image is %ux%ux%u (HxWxC) but the plan was compiled "
+                            "for %ux%ux%u",
+                            v->height, v->width, v->channels, ip->in_h, ip->in_w, ip->in_c);
+        if (!ip->in_h && (v->channels < 1 || v->channels > 4 || !v->width || !v->height ||
+                          v->width > MAX_SIDE || v->height > MAX_SIDE))
+            return stk_fail(STK_EINVAL,
+                            "raw image of %ux%ux%u (HxWxC): images of any size need 1 to 4 "
+                            "channels",
+                            v->height, v->width, v->channels);
+        if (ip->prefix) {
+            size_t pb = (size_t)ip->pre_h * ip->pre_w * (size_t)nc;
+            if ((rc = reserve_keep(scratch, pb + 64, 0)) < 0)
+                return rc;
+            if ((rc = stk_plan_run(ip->prefix, v, rng, scratch->data)) < 0)
+                return rc;
+            W = ip->pre_w;
+            H = ip->pre_h;
+            kind = SRC_PREFIX;
+        } else {
+            W = v->width;
+            H = v->height;
+            kind = SRC_RAW;
+        }
+    } else if (in->encoded) {
+        if (ip->in_h)
+            return stk_fail(STK_EINVAL,
+                            "this pipeline was compiled for raw %ux%ux%u images, not encoded ones",
+                            ip->in_h, ip->in_w, ip->in_c);
+        rc = stk_image_probe(in->encoded, in->encoded_size, NULL, &info);
+        if (rc == STK_ELIMIT)
+            rc = STK_EDATA; /* one oversized image is one bad sample */
+        if (rc < 0)
+            return rc;
+        W = info.width;
+        H = info.height;
+        if (W < 1 || H < 1)
+            return stk_fail(STK_EDATA, "image of %lldx%lld pixels", (long long)W, (long long)H);
+        kind = SRC_ENC;
+    } else {
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: no image and no encoded bytes");
+    }
+
+    /* 2. Draws. */
+    if ((rc = stk_imgplan_draw(ip, rng, W, H, &dr, trace)) < 0)
+        return rc;
+
+    /* 3. DCT scale. */
+    unsigned d = 1;
+    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG) {
+        double sx = dr.ax.resized ? dr.ax.scale : 1.0, sy = dr.ay.resized ? dr.ay.scale : 1.0;
+        for (d = 8; d > 1; d /= 2)
+            if (sx >= (double)d && sy >= (double)d)
+                break;
+    }
+
+    /* 4. What the windows touch. */
+    axis_plan xa, ya;
+    if ((rc = axis_setup(&dr.ax, d, &xa)) < 0 || (rc = axis_setup(&dr.ay, d, &ya)) < 0)
+        return rc;
+    if (xa.p.out != (int32_t)ip->out_w || ya.p.out != (int32_t)ip->out_h)
+        return stk_fail(STK_EINVAL, "image pipeline: geometry gave %dx%d, expected %ux%u",
+                        ya.p.out, xa.p.out, ip->out_h, ip->out_w);
+    int64_t rx0 = (xa.dd0 + xa.f) * d, rx1 = (xa.dd0 + xa.e) * d;
+    int64_t ry0 = (ya.dd0 + ya.f) * d, ry1 = (ya.dd0 + ya.e) * d;
+    if (rx1 > W)
+        rx1 = W;
+    if (ry1 > H)
+        ry1 = H;
+    int32_t cols = xa.e - xa.f, rows = ya.e - ya.f;
+
+    if (trace) {
+        stk_plan_trace *t = trace;
+        t->src_width = (uint32_t)W;
+        t->src_height = (uint32_t)H;
+        t->resized = dr.ax.resized;
+        t->rrc_attempt = dr.rrc_attempt;
+        t->box[0] = dr.ax.a;
+        t->box[1] = dr.ay.a;
+        t->box[2] = dr.ax.b - dr.ax.a;
+        t->box[3] = dr.ay.b - dr.ay.a;
+        t->scale[0] = dr.ax.resized ? dr.ax.scale : 1.0;
+        t->scale[1] = dr.ay.resized ? dr.ay.scale : 1.0;
+        t->off[0] = dr.ax.resized ? (int32_t)dr.ax.g0 : 0;
+        t->off[1] = dr.ay.resized ? (int32_t)dr.ay.g0 : 0;
+        t->scale_denom = d;
+        t->region[0] = (uint32_t)rx0;
+        t->region[1] = (uint32_t)ry0;
+        t->region[2] = (uint32_t)(rx1 - rx0);
+        t->region[3] = (uint32_t)(ry1 - ry0);
+        t->hflip = dr.hflip;
+        t->vflip = dr.vflip;
+        t->nrot = dr.nrot < 4 ? dr.nrot : 4;
+        for (int r = 0; r < t->nrot; r++)
+            t->angle[r] = dr.angle[r];
+    }
+    if (!decode_pixels)
+        return 0;
+
+    /* 5. Workspace sizes. */
+    const stk_rs_kernels *rk = ip->rk;
+    const stk_color_kernels *ck = ip->ck;
+    int group = nc == 3 ? rk->group : 0;
+    int32_t OW = (int32_t)ip->out_w, OH = (int32_t)ip->out_h;
+    int need_h = !xa.identity || dr.hflip, need_v = !ya.identity;
+    int32_t ky = stk_rs_ksize(ya.p.scale), kx = stk_rs_ksize(xa.p.scale);
+    size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
+    if (!bx || !by)
+        return stk_fail(STK_EDATA, "image geometry out of range");
+    size_t rowb = (size_t)OW * nc, tstride = al64(rowb + 64);
+    size_t tmp_bytes = (need_h || need_v) ? tstride * ((size_t)rows + (size_t)ky + 1) : 0;
+    size_t fplane = al64((size_t)OW * 4), fimg = (size_t)OW * OH * 4 * (size_t)nc;
+
+    /* Segments of the float tail: boundaries before contrast and rotation. */
+    int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
+    segb[0] = 0;
+    for (int k = 0; k < dr.nsteps; k++)
+        if (dr.steps[k].kind == S_CONTRAST || dr.steps[k].kind == S_ROT)
+            segb[nseg++] = k;
+    segb[nseg] = dr.nsteps;
+    int float_path = dr.nsteps > 0;
+    if (nseg > 1)
+        nimg = 1;
+    for (int s = 1; s < nseg - 1; s++)
+        if (dr.steps[segb[s]].kind == S_ROT)
+            nimg = 2;
+    /* Every term is below 2^50 (sides < 2^30, region under the pixel
+     * limit); refuse a sum no machine could hold rather than wrap. */
+    uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
+                    (float_path ? 3 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
+    if (ws64 > SIZE_MAX / 4)
+        return stk_fail(STK_EDATA, "image too large for this pipeline (%llu bytes of buffers)",
+                        (unsigned long long)ws64);
+    size_t ws = (size_t)ws64;
+    size_t slack = STK_RS_SLACK(kx, nc) + 64;
+
+    /* 6. The source pixels at the start of the scratch. */
+    stk_image_view view;
+    size_t src_end;
+    if (kind == SRC_ENC) {
+        uint64_t ow = (uint64_t)((W + d - 1) / d), est;
+        if (!stk_mul_ok(ow * 4, (uint64_t)rows + 17, &est) || est > SIZE_MAX / 4)
+            return stk_fail(STK_EDATA, "image too large");
+        if ((rc = reserve_keep(scratch, (size_t)est + slack + ws, 0)) < 0)
+            return rc;
+        stk_rect r = {(uint32_t)rx0, (uint32_t)ry0, (uint32_t)(rx1 - rx0), (uint32_t)(ry1 - ry0)};
+        rc = stk_image_decode(in->encoded, in->encoded_size, NULL, &r, d, scratch, &view);
+        if (rc == STK_ELIMIT)
+            rc = STK_EDATA;
+        if (rc < 0)
+            return rc;
+        if (view.width != (uint32_t)cols || view.height != (uint32_t)rows || view.channels != 3 ||
+            view.col_stride != 3 || view.chan_stride != 1)
+            return stk_fail(STK_EDATA,
+                            "decoder returned %ux%ux%u pixels for a %dx%d region (scale 1/%u)",
+                            view.height, view.width, view.channels, rows, cols, d);
+        src_end = (size_t)(view.pixels - scratch->data) +
+                  (size_t)(rows - 1) * (size_t)view.row_stride + (size_t)cols * 3;
+    } else if (kind == SRC_RAW) {
+        size_t sb = (size_t)cols * rows * nc;
+        if ((rc = reserve_keep(scratch, al64(sb + slack) + ws, 0)) < 0)
+            return rc;
+        copy_raw(in->image, rx0, ry0, cols, rows, nc, scratch->data);
+        view.pixels = scratch->data;
+        view.width = (uint32_t)cols;
+        view.height = (uint32_t)rows;
+        view.channels = (uint32_t)nc;
+        view.row_stride = (ptrdiff_t)cols * nc;
+        view.col_stride = nc;
+        view.chan_stride = 1;
+        src_end = sb;
+    } else {
+        size_t pb = (size_t)ip->pre_h * ip->pre_w * (size_t)nc;
+        view.pixels = NULL; /* set below, after the scratch may have moved */
+        view.width = (uint32_t)cols;
+        view.height = (uint32_t)rows;
+        view.channels = (uint32_t)nc;
+        view.row_stride = (ptrdiff_t)ip->pre_w * nc;
+        view.col_stride = nc;
+        view.chan_stride = 1;
+        src_end = pb;
+    }
+    size_t pix_off = view.pixels ? (size_t)(view.pixels - scratch->data)
+                                 : (size_t)(ry0 * (int64_t)ip->pre_w + rx0) * (size_t)nc;
+    size_t ws_off = al64(src_end + slack);
+    if ((rc = reserve_keep(scratch, ws_off + ws, src_end)) < 0)
+        return rc;
+    uint8_t *base = scratch->data;
+    view.pixels = base + pix_off;
+    memset(base + src_end, 0, ws_off - src_end);
+    if (dr.has_lut[0]) /* point ops before the resize: on the source pixels */
+        for (int32_t r = 0; r < rows; r++) {
+            uint8_t *px = base + pix_off + (size_t)r * (size_t)view.row_stride;
+            for (size_t i = 0; i < (size_t)cols * (size_t)nc; i++)
+                px[i] = dr.lut[0][px[i]];
+        }
+
+    /* 7. Tables and buffers. */
+    uint8_t *m = base + ws_off;
+    stk_rs_axis ax, ay;
+    stk_rs_build(&xa.p, xa.f, dr.hflip, group, m, &ax);
+    m += al64(bx);
+    stk_rs_build(&ya.p, ya.f, dr.vflip, 0, m, &ay);
+    m += al64(by);
+    uint8_t *tmp = m;
+    m += al64(tmp_bytes);
+    uint8_t *rowbuf = m;
+    m += al64(rowb + 64);
+    int32_t *acc = (int32_t *)m;
+    m += al64(rowb * 4);
+    float *frow[3] = {NULL, NULL, NULL}, *img[2] = {NULL, NULL};
+    if (float_path) {
+        for (int c = 0; c < 3; c++, m += fplane)
+            frow[c] = (float *)m;
+        for (int i = 0; i < nimg; i++, m += al64(fimg))
+            img[i] = (float *)m;
+    }
+
+    /* 8. Horizontal pass (or a plain copy, so the vertical windows padded
+     * with zero weights can read past the last row). */
+    const uint8_t *vsrc = view.pixels;
+    ptrdiff_t vstride = view.row_stride;
+    if (need_h || need_v) {
+        for (int32_t r = 0; r < rows; r++) {
+            const uint8_t *s = view.pixels + (ptrdiff_t)r * view.row_stride;
+            if (need_h)
+                rk->hpass(&ax, s, tmp + (size_t)r * tstride, nc);
+            else
+                memcpy(tmp + (size_t)r * tstride, s, rowb);
+        }
+        memset(tmp + (size_t)rows * tstride, 0, tstride * ((size_t)ky + 1));
+        vsrc = tmp;
+        vstride = (ptrdiff_t)tstride;
+    }
+
+    /* 9. Rows: vertical pass, then the output or the float segments. */
+    const stk_outfmt *fmt = &ip->fmt;
+    stk_rotation rots[MAX_ROT];
+    for (int r = 0; r < dr.nrot; r++) {
+        const stk_tail_op *t = NULL;
+        for (int k = 0, seen = 0; k < ip->ntail; k++)
+            if (ip->tail[k].kind == T_ROTATE && seen++ == r)
+                t = &ip->tail[k];
+        stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+    }
+    size_t plane = (size_t)OW * OH;
+    int cur = 0;
+    float contrast_b = 0.0f;
+    for (int s = 0; s < nseg; s++) {
+        int k0 = segb[s], k1 = segb[s + 1], last = s == nseg - 1;
+        int first_kind = s > 0 ? dr.steps[k0].kind : -1;
+        int want_gray = !last && dr.steps[k1].kind == S_CONTRAST;
+        int dst_img = cur;
+        if (first_kind == S_ROT && !last)
+            dst_img = 1 - cur;
+        double gsum = 0.0;
+        if (first_kind == S_CONTRAST)
+            k0++; /* applied below with the image's mean */
+        else if (first_kind == S_ROT)
+            k0++;
+        for (int32_t y = 0; y < OH; y++) {
+            const uint8_t *row = NULL;
+            if (s == 0) {
+                if (need_v) {
+                    rk->vpass(&ay, y, vsrc, vstride, rowb, rowbuf, acc);
+                    row = rowbuf;
+                } else {
+                    row = vsrc + (ptrdiff_t)(dr.vflip ? OH - 1 - y : y) * vstride;
+                }
+                if (dr.has_lut[1]) { /* point ops after the resize: on each row */
+                    for (size_t i = 0; i < rowb; i++)
+                        rowbuf[i] = dr.lut[1][row[i]];
+                    row = rowbuf;
+                }
+                if (!float_path) {
+                    ck->u8_to_out(fmt, row, y, out);
+                    continue;
+                }
+            }
+            float *p[3] = {frow[0], frow[1], frow[2]};
+            if (s == 0) {
+                if (!last) /* straight into the parked image */
+                    for (int c = 0; c < nc; c++)
+                        p[c] = img[dst_img] + c * plane + (size_t)y * OW;
+                ck->u8_to_float(row, OW, nc, p);
+            } else if (first_kind == S_ROT) {
+                if (!last)
+                    for (int c = 0; c < nc; c++)
+                        p[c] = img[dst_img] + c * plane + (size_t)y * OW;
+                ck->rotate_row(&rots[dr.steps[k0 - 1].rot], img[cur], nc, y, p);
+            } else {
+                for (int c = 0; c < nc; c++)
+                    p[c] = img[cur] + c * plane + (size_t)y * OW;
+                ck->contrast(p, OW, nc, dr.steps[k0 - 1].f, contrast_b);
+            }
+            for (int k = k0; k < k1; k++) {
+                const stk_draw_step *st = &dr.steps[k];
+                switch (st->kind) {
+                case S_BRIGHT: ck->brightness(p, OW, nc, st->f); break;
+                case S_SAT: ck->saturation(p, OW, nc, st->f, st->g); break;
+                case S_HUE: ck->hue(p, OW, nc, st->f); break;
+                default: break; /* contrast and rotation start segments */
+                }
+            }
+            if (last) {
+                ck->float_to_out(fmt, p, y, out);
+                continue;
+            }
+            if (want_gray)
+                gsum += ck->gray_sum(p, OW, nc);
+            for (int c = 0; c < nc; c++) {
+                float *dst = img[dst_img] + c * plane + (size_t)y * OW;
+                if (dst != p[c])
+                    memcpy(dst, p[c], (size_t)OW * 4);
+            }
+        }
+        cur = dst_img;
+        if (want_gray) {
+            float mean = (float)(gsum / (double)plane);
+            contrast_b = dr.steps[k1].g * mean;
+        }
+    }
+    ck->fence();
+    return 0;
+}
+

@@ -1,0 +1,42 @@
+/*
+ * op_table.c — the op table: every op of the pipeline spec language, one
+ * line each in STK_OPS below (op.h says what a row is and who reads it).
+ *
+ * The order is the order of the "known ops" list in the unknown-op message
+ * and of the did-you-mean search (the first of equally close names wins).
+ * To add an op NAME: write src/ops/op_NAME.c defining `const stk_op_desc
+ * stk_op_NAME`, add `X(NAME)` here, its test, and its line in
+ * docs/pipeline.md. The built-in ops are defined in ops_builtin.c.
+ */
+#include "ops/op.h"
+
+#define STK_OPS(X)                                                                             \
+    X(pad)                                                                                     \
+    X(random_crop)                                                                             \
+    X(center_crop)                                                                             \
+    X(flip)                                                                                    \
+    X(vflip)                                                                                   \
+    X(normalize)                                                                               \
+    X(to)                                                                                      \
+    X(decode)                                                                                  \
+    X(random_resized_crop)                                                                     \
+    X(resize)                                                                                  \
+    X(rotate)                                                                                  \
+    X(color_jitter)                                                                            \
+    X(posterize)                                                                               \
+    X(solarize)                                                                                \
+    /* one line per op above; this comment ends the list */
+
+#define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
+#define STK_OP_ROW(name) &stk_op_##name.syntax,
+
+STK_OPS(STK_OP_DECLARE)
+
+const stk_spec_opdef *const stk_op_table[] = {STK_OPS(STK_OP_ROW)};
+
+const int stk_op_count = (int)(sizeof stk_op_table / sizeof stk_op_table[0]);
+
+int stk_spec_parse(const char *text, stk_spec *out)
+{
+    return stk_spec_parse_ops(text, stk_op_table, stk_op_count, out);
+}
