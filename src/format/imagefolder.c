@@ -441,7 +441,9 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
         rc = STK_ENOMEM;
         goto out;
     }
-    while ((e = readdir(d)) != NULL) {
+    /* errno is cleared before each readdir: NULL with errno set is a read
+     * error, which must not pass for the end of the directory. */
+    for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
@@ -451,6 +453,11 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
             rc = stk_strvec_push(&rec.files, name, strlen(name));
         if (rc)
             goto out;
+    }
+    if (errno != 0) {
+        rc = stk_fail(STK_EIO, "%s: cannot read directory: %s", rel,
+                      strerror_r(errno, ebuf, sizeof ebuf));
+        goto out;
     }
     closedir(d);
     d = NULL;
@@ -513,13 +520,16 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
         return stk_fail(STK_EIO, "%s: cannot read directory: %s", f->root,
                         strerror_r(errno, ebuf, sizeof ebuf));
     }
-    while ((e = readdir(d)) != NULL) {
+    for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
         if (stk_entry_is_dir(d, e) && (rc = stk_strvec_push(classes, name, strlen(name))))
             break;
     }
+    if (!e && errno != 0) /* a read error, not the end of the directory */
+        rc = stk_fail(STK_EIO, "%s: cannot read directory: %s", f->root,
+                      strerror_r(errno, ebuf, sizeof ebuf));
     closedir(d);
     if (!rc && classes->n > 1)
         qsort(classes->v, classes->n, sizeof *classes->v, stk_cmp_str);

@@ -337,7 +337,8 @@ static int dest_ready(const char *dest)
                         strerror(errno));
     struct dirent *e;
     int rc = 0;
-    while ((e = readdir(d))) {
+    /* NULL with errno set is a read error, not the end of the directory. */
+    for (errno = 0; (e = readdir(d)); errno = 0) {
         size_t n = strlen(e->d_name);
         if (n > 4 && !strcmp(e->d_name + n - 4, ".stk")) {
             rc = stk_fail(STK_EINVAL, "%s: already holds shards (%s); remove them or choose "
@@ -345,6 +346,9 @@ static int dest_ready(const char *dest)
             break;
         }
     }
+    if (!e && errno != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot list the destination directory: %s", dest,
+                      strerror(errno));
     closedir(d);
     return rc;
 }
@@ -401,6 +405,10 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         fields[0].dims[2] = p.ds->channels;
     }
     names = join_class_names(p.ds);
+    if (!names && p.ds->class_names && p.ds->num_classes) {
+        rc = stk_fail(STK_ENOMEM, "out of memory joining the class names");
+        goto done;
+    }
     char created_by[64];
     snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
     stk_kv meta[3];
@@ -500,13 +508,17 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
             o->on_progress(o->ctx, start + count, p.ds->count);
     }
     if (w) {
-        uint64_t bytes = stk_shard_writer_bytes(w);
         rc = stk_shard_writer_finish(w);
         w = NULL;
         if (rc < 0)
             goto done;
         struct stat st;
-        res.bytes += stat(path, &st) == 0 ? (uint64_t)st.st_size : bytes;
+        if (stat(path, &st) != 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot stat the shard just written: %s", path,
+                          strerror(errno));
+            goto done;
+        }
+        res.bytes += (uint64_t)st.st_size;
         res.shards++;
     }
     if (res.records == 0) {
