@@ -22,7 +22,8 @@
  *
  * One counter (atomic: loader workers call these concurrently) numbers the
  * calls made while armed, from 1; the call that draws number fail_at fails
- * instead of running. Unarmed, every wrapper only forwards.
+ * instead of running, and in persistent mode every later one too. Unarmed,
+ * every wrapper only forwards.
  */
 #include "faultinject.h"
 
@@ -55,13 +56,15 @@
 static int armed;               /* atomic: counting calls */
 static uint64_t calls;          /* atomic: calls counted since fi_arm */
 static uint64_t fail_at;        /* set by fi_arm before armed is raised */
+static int persist;             /* likewise */
 static int fired;               /* atomic */
 static const char *fired_what;  /* written once, by the thread that fires */
 static void *fired_caller;
 static long live_maps;          /* atomic */
 
-void fi_arm(uint64_t n)
+void fi_arm(uint64_t n, int persistent)
 {
+    persist = persistent;
     __atomic_store_n(&calls, 0, __ATOMIC_SEQ_CST);
     __atomic_store_n(&fired, 0, __ATOMIC_SEQ_CST);
     fired_what = NULL;
@@ -100,8 +103,10 @@ static int fail_here(const char *what, void *caller)
     if (!__atomic_load_n(&armed, __ATOMIC_SEQ_CST))
         return 0;
     uint64_t k = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
-    if (k != fail_at)
+    if (fail_at == 0 || k < fail_at)
         return 0;
+    if (k > fail_at)
+        return persist;
     fired_what = what;
     fired_caller = caller;
     __atomic_store_n(&fired, 1, __ATOMIC_SEQ_CST);

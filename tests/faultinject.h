@@ -7,17 +7,20 @@
  * wrapper, which forwards to the real one unless it is the call chosen to
  * fail. The mechanism and the list of wrapped functions: docs/testing.md.
  *
- * Usage: fi_arm(n) counts every wrapped call from now on (all threads) and
- * makes the nth one fail (n = 0: count only); fi_disarm() stops counting and
- * returns the number of calls counted. fi_fired() says whether the chosen
- * call happened, fi_fired_what() names the function that failed.
+ * Usage: fi_arm(n, persistent) counts every wrapped call from now on (all
+ * threads) and makes the nth one fail (n = 0: count only), and with
+ * `persistent` every later one too (SQLite's two modes: a single failure
+ * tests recovery, persistent ones test the cleanup paths). fi_disarm()
+ * stops counting and returns the number of calls counted. fi_fired() says
+ * whether the nth call happened, fi_fired_what() names the function that
+ * failed first.
  */
 #ifndef STK_FAULTINJECT_H
 #define STK_FAULTINJECT_H
 
 #include <stdint.h>
 
-void fi_arm(uint64_t fail_at);
+void fi_arm(uint64_t fail_at, int persistent);
 uint64_t fi_disarm(void);
 int fi_fired(void);
 /* Name of the function failed, and the address it was called from. */

@@ -142,7 +142,8 @@ static void on_alarm(int sig)
     abort();
 }
 
-static int run_once(scenario *sc, uint64_t fail_at, uint64_t *calls, uint64_t *digest)
+static int run_once(scenario *sc, uint64_t fail_at, int persistent, uint64_t *calls,
+                    uint64_t *digest)
 {
     if (sc->prepare)
         sc->prepare(sc);
@@ -150,7 +151,7 @@ static int run_once(scenario *sc, uint64_t fail_at, uint64_t *calls, uint64_t *d
     sc->left[0] = '\0';
     stk_errmsg_clear();
     alarm(60);
-    fi_arm(fail_at);
+    fi_arm(fail_at, persistent);
     int rc = sc->run(sc, digest);
     *calls = fi_disarm();
     alarm(0);
@@ -177,19 +178,19 @@ static const char *caller_text(void)
 #define BAD(...)                                                                                   \
     do {                                                                                           \
         if (bad++ < 20) {                                                                          \
-            print_error("%s: call %llu (%s from %s) failed: ", sc->name, (unsigned long long)n,    \
-                        what, caller_text());                                                      \
+            print_error("%s: call %llu%s (%s from %s) failed: ", sc->name, (unsigned long long)n,  \
+                        persistent ? " and on" : "", what, caller_text());                         \
             print_error(__VA_ARGS__);                                                              \
             print_error("\n");                                                                     \
         }                                                                                          \
     } while (0)
 
-static int loop(scenario *sc)
+static int loop_mode(scenario *sc, int persistent)
 {
     uint64_t ref = 0, calls = 0, digest;
     long maps0 = fi_live_maps();
     int fds0 = fi_open_fds();
-    int rc = run_once(sc, 0, &calls, &ref);
+    int rc = run_once(sc, 0, 0, &calls, &ref);
     if (rc != 0)
         fail_msg("%s: the run without failures failed: %d %s", sc->name, rc, sc->msg);
     assert_int_equal(fi_open_fds(), fds0);
@@ -198,7 +199,7 @@ static int loop(scenario *sc)
     int bad = 0;
     for (n = 1;; n++) {
         digest = 0;
-        rc = run_once(sc, n, &calls, &digest);
+        rc = run_once(sc, n, persistent, &calls, &digest);
         int fired = fi_fired();
         const char *what = fired ? fi_fired_what() : "-";
         int fds = fi_open_fds();
@@ -226,8 +227,8 @@ static int loop(scenario *sc)
             __lsan_do_recoverable_leak_check())
             BAD("memory leaked (%s)", sc->msg);
         if (getenv("FI_VERBOSE"))
-            print_message("  %s #%llu %s -> %d %s\n", sc->name, (unsigned long long)n, what, rc,
-                          sc->msg);
+            print_message("  %s #%llu%s %s -> %d %s\n", sc->name, (unsigned long long)n,
+                          persistent ? "+" : "", what, rc, sc->msg);
         if (!fired)
             break;
         if (rc == 0)
@@ -235,9 +236,9 @@ static int loop(scenario *sc)
         else
             errors++;
     }
-    print_message("%-30s %5llu injection points: %llu clean errors, %llu absorbed", sc->name,
-                  (unsigned long long)(n - 1), (unsigned long long)(errors - skipped),
-                  (unsigned long long)absorbed);
+    print_message("%-30s %-10s %5llu injection points: %llu clean errors, %llu absorbed",
+                  sc->name, persistent ? "persistent" : "single", (unsigned long long)(n - 1),
+                  (unsigned long long)(errors - skipped), (unsigned long long)absorbed);
     if (skipped)
         print_message(", %llu inputs left out and reported", (unsigned long long)skipped);
     print_message("\n");
@@ -245,6 +246,9 @@ static int loop(scenario *sc)
         print_error("%s: %d runs broke the rules (listed above)\n", sc->name, bad);
     return bad;
 }
+
+/* Both modes: the nth call fails alone, then the nth and every later one. */
+static int loop(scenario *sc) { return loop_mode(sc, 0) + loop_mode(sc, 1); }
 
 /* ------------------------------------------------------------------------ */
 /* Fixtures (made unarmed, once)                                            */
