@@ -555,6 +555,51 @@ static void test_pack(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Verify (stk_verify reads every shard and record, and decodes)            */
+/* ------------------------------------------------------------------------ */
+
+static void count_damage(void *ctx, const char *shard, uint64_t record, const char *reason)
+{
+    scenario *sc = ctx;
+    (void)shard, (void)record, (void)reason;
+    sc->skips++;
+}
+
+static int run_verify(scenario *sc, uint64_t *digest)
+{
+    stk_verify_result r;
+    memset(&r, 0, sizeof r);
+    sc->skips = 0;
+    stk_verify_options o = {.decode = 1, .on_damage = count_damage, .ctx = sc};
+    int rc = stk_verify(sc->uri, &o, &r);
+    if (rc < 0) {
+        /* STK_EDATA means damage found, each case reported: an injected
+         * failure may look like damage, but never unreported. */
+        if (rc == STK_EDATA && sc->skips == 0)
+            snprintf(sc->msg, sizeof sc->msg, "STK_EDATA without a damage report");
+        else
+            save_msg(sc, rc == STK_EDATA ? "damage reported" : stk_errmsg());
+        return rc;
+    }
+    *digest = mix(0xcbf29ce484222325ull, &r, sizeof r);
+    return sc->skips ? 1 : 0;
+}
+
+static void test_verify(void **state)
+{
+    (void)state;
+    int bad = 0;
+    const char *uris[] = {fmt("stk:%s/stk_enc", root), fmt("stk:%s/stk_zstd", root)};
+    for (size_t i = 0; i < 2; i++) {
+        scenario sc = {.name = i ? "verify stk zstd" : "verify stk encoded",
+                       .uri = uris[i],
+                       .run = run_verify};
+        bad += loop(&sc);
+    }
+    assert_int_equal(bad, 0);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Loader epoch                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -566,7 +611,7 @@ static int run_epoch(scenario *sc, uint64_t *digest)
         save_msg(sc, stk_errmsg());
         return rc;
     }
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0xcbf29ce484222325ull, skipped = 0;
     for (;;) {
         stk_batch b;
         rc = stk_loader_next_timeout(l, &b, 30000);
@@ -581,10 +626,18 @@ static int run_epoch(scenario *sc, uint64_t *digest)
         h = mix(h, b.data, b.size * b.sample_bytes);
         h = mix(h, b.labels, b.size * sizeof *b.labels);
         h = mix(h, b.indices, b.size * sizeof *b.indices);
+        skipped += b.skipped;
         stk_loader_release(l, &b);
     }
     stk_loader_destroy(l);
     *digest = h;
+    if (rc == 0 && skipped > 0) {
+        /* Only under the skip policy, and counted in the batches. */
+        snprintf(sc->msg, sizeof sc->msg, "%llu samples left out of their batches%s",
+                 (unsigned long long)skipped,
+                 sc->loader.on_error == STK_ON_ERROR_SKIP ? "" : " under the raise policy");
+        return sc->loader.on_error == STK_ON_ERROR_SKIP ? FI_SKIPPED : 1;
+    }
     return rc;
 }
 
@@ -595,21 +648,30 @@ static void test_epoch(void **state)
     struct {
         const char *name, *uri, *spec;
         uint32_t batch;
+        int skip;
     } cases[] = {
         {"epoch cifar10", fmt("%s/cifar", root),
-         "pad 4 | random_crop 32 | flip 0.5 | normalize cifar10 | to f32 chw", 3},
+         "pad 4 | random_crop 32 | flip 0.5 | normalize cifar10 | to f32 chw", 3, 0},
         {"epoch stk zstd", fmt("stk:%s/stk_zstd", root),
-         "random_crop 28 | normalize cifar10 | to f16 hwc", 4},
+         "random_crop 28 | normalize cifar10 | to f16 hwc", 4, 0},
         {"epoch imagefolder jpeg", fmt("imagefolder:%s/if", root),
-         "random_resized_crop 16 | flip 0.5 | normalize imagenet | to f32 chw", 2},
+         "random_resized_crop 16 | flip 0.5 | normalize imagenet | to f32 chw", 2, 0},
         {"epoch stk encoded", fmt("stk:%s/stk_enc?io=mmap", root),
-         "resize 20 | center_crop 16 | color_jitter 0.4 0.4 0.4 | to u8 hwc", 2},
+         "resize 20 | center_crop 16 | color_jitter 0.4 0.4 0.4 | to u8 hwc", 2, 0},
+        /* on_error=skip: a sample that fails with STK_EDATA is left out of
+         * its batch and counted there; any other failure stops the loader. */
+        {"epoch stk raw pread skip", fmt("stk:%s/stk_raw?io=pread&verify=always", root),
+         "random_crop 30 | flip 0.5 | to f32 chw", 4, 1},
+        {"epoch imagefolder skip", fmt("imagefolder:%s/if", root),
+         "resize 16 | center_crop 16 | rotate 10 | to f32 chw", 3, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         scenario sc = {.name = cases[i].name,
                        .spec = cases[i].spec,
                        .loader = {.batch_size = cases[i].batch, .threads = 3, .prefetch = 2,
-                                  .seed = 7},
+                                  .seed = 7,
+                                  .on_error = cases[i].skip ? STK_ON_ERROR_SKIP
+                                                            : STK_ON_ERROR_RAISE},
                        .run = run_epoch};
         assert_int_equal(stk_dataset_open(cases[i].uri, NULL, &sc.ds), 0);
         bad += loop(&sc);
@@ -623,6 +685,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open),
         cmocka_unit_test(test_pack),
+        cmocka_unit_test(test_verify),
         cmocka_unit_test(test_epoch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
