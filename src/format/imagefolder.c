@@ -385,7 +385,8 @@ typedef struct stk_walk_anc {
 } stk_walk_anc;
 
 /* Is the entry a directory (following symlinks), as os.scandir's
- * is_dir() says? */
+ * is_dir() says? A dangling or looping link is not; -1 (errno set) when
+ * the entry cannot be examined at all, which must not pass for "a file". */
 static int stk_entry_is_dir(DIR *d, const struct dirent *e)
 {
     struct stat st;
@@ -393,13 +394,16 @@ static int stk_entry_is_dir(DIR *d, const struct dirent *e)
         return 1;
     if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
         return 0;
-    return fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : -1;
+    return S_ISDIR(st.st_mode);
 }
 
 /* os.walk(rel, followlinks=True), collecting one stk_dir_rec per
- * directory. A directory that cannot be opened is skipped (os.walk's
- * default onerror), except when the process is out of descriptors or
- * memory, which would silently lose files. */
+ * directory. A directory that cannot be opened for lack of permission, or
+ * that vanished, is skipped (os.walk's default onerror); any other failure
+ * to open, stat or read a directory (I/O error, out of descriptors or
+ * memory) is an error, since skipping would silently lose its files. */
 static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_dir_list *out)
 {
     stk_strvec subdirs = {0};
@@ -413,14 +417,20 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
 
     fd = openat(root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
-            return stk_fail(STK_EIO, "%s: cannot open directory: %s", rel,
-                            strerror_r(errno, ebuf, sizeof ebuf));
-        return 0;
+        /* Skipped: not permitted, or gone / not a directory / a link loop.
+         * Any other failure (I/O, out of descriptors or memory) is an
+         * error: skipping it would silently lose the files below. */
+        if (errno == EACCES || errno == EPERM || errno == ENOENT || errno == ENOTDIR ||
+            errno == ELOOP)
+            return 0;
+        return stk_fail(STK_EIO, "%s: cannot open directory: %s", rel,
+                        strerror_r(errno, ebuf, sizeof ebuf));
     }
     if (fstat(fd, &st) != 0) {
+        rc = stk_fail(STK_EIO, "%s: cannot stat directory: %s", rel,
+                      strerror_r(errno, ebuf, sizeof ebuf));
         close(fd);
-        return 0;
+        return rc;
     }
     for (const stk_walk_anc *a = up; a; a = a->up)
         if (a->dev == st.st_dev && a->ino == st.st_ino) {
@@ -447,7 +457,11 @@ static int stk_walk(int root_fd, const char *rel, const stk_walk_anc *up, stk_di
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (stk_entry_is_dir(d, e))
+        int is_dir = stk_entry_is_dir(d, e);
+        if (is_dir < 0)
+            rc = stk_fail(STK_EIO, "%s/%s: cannot stat: %s", rel, name,
+                          strerror_r(errno, ebuf, sizeof ebuf));
+        else if (is_dir)
             rc = stk_strvec_push(&subdirs, name, strlen(name));
         else if (stk_has_img_ext(name))
             rc = stk_strvec_push(&rec.files, name, strlen(name));
@@ -524,7 +538,13 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (stk_entry_is_dir(d, e) && (rc = stk_strvec_push(classes, name, strlen(name))))
+        int is_dir = stk_entry_is_dir(d, e);
+        if (is_dir < 0)
+            rc = stk_fail(STK_EIO, "%s/%s: cannot stat: %s", f->root, name,
+                          strerror_r(errno, ebuf, sizeof ebuf));
+        else if (is_dir)
+            rc = stk_strvec_push(classes, name, strlen(name));
+        if (rc)
             break;
     }
     if (!e && errno != 0) /* a read error, not the end of the directory */
@@ -656,7 +676,7 @@ int stk_imagefolder_detect(const char *dir)
         int fd;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (!stk_entry_is_dir(d, e))
+        if (stk_entry_is_dir(d, e) <= 0)
             continue;
         fd = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         cd = fd >= 0 ? fdopendir(fd) : NULL;
