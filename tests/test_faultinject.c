@@ -334,6 +334,10 @@ static int setup(void **state)
     mkdir(fmt("%s/extra", root), 0755);
     put_jpeg(fmt("%s/extra/f.jpg", root), 8, 8, 5);
     assert_int_equal(symlink(fmt("%s/extra", root), fmt("%s/if/cat/linked", root)), 0);
+    /* A class folder that is a symlink (to a folder outside the root). */
+    mkdir(fmt("%s/extra2", root), 0755);
+    put_jpeg(fmt("%s/extra2/g.jpg", root), 8, 16, 6);
+    assert_int_equal(symlink(fmt("%s/extra2", root), fmt("%s/if/bird", root)), 0);
     /* MNIST gzip larger than the first decompression buffer (1 MiB). */
     {
         const uint32_t count = 1400;
@@ -491,11 +495,14 @@ static void test_open(void **state)
         {"open imagefolder detected", fmt("%s/if", root)},
         {"open list", fmt("list:%s/list.txt", root)},
         {"open stk raw mmap", fmt("stk:%s/stk_raw?io=mmap", root)},
+        {"open stk raw mmap small pages", fmt("stk:%s/stk_raw?io=mmap&hugepages=off", root)},
         {"open stk raw pread verify", fmt("stk:%s/stk_raw?io=pread&verify=always", root)},
         {"open stk zstd", fmt("stk:%s/stk_zstd", root)},
         {"open stk glob", fmt("stk:%s/stk_raw/shard-*.stk", root)},
+        {"open stk glob detected", fmt("%s/stk_raw/shard-0000[01].stk", root)},
         {"open stk file", fmt("stk:%s/stk_raw/shard-00001.stk", root)},
         {"open stk detected", fmt("%s/stk_zstd", root)},
+        {"open stk file detected", fmt("%s/stk_raw/shard-00000.stk", root)},
         {"open stk encoded mmap", fmt("stk:%s/stk_enc?io=mmap", root)},
         {"open stk encoded pread", fmt("stk:%s/stk_enc?io=pread&verify=first", root)},
     };
