@@ -10,9 +10,10 @@
  *
  * Three kinds of wrappers:
  *  - memory: malloc, calloc, realloc, posix_memalign fail with ENOMEM;
- *  - system calls: open, openat, pread, write, mmap, fstat, fstatat, stat,
- *    fsync, rename, mkdir, opendir, fdopendir, readdir, glob fail as the
- *    kernel would (EIO, ENOMEM for mmap, GLOB_NOSPACE for glob);
+ *  - system calls: open, openat, read, pread, write, pwrite, mmap, fstat,
+ *    fstatat, stat, lstat, fsync, fdatasync, ftruncate, rename, mkdir,
+ *    opendir, fdopendir, readdir, glob fail as the kernel would (EIO,
+ *    ENOMEM for mmap and fdopendir, GLOB_NOSPACE for glob);
  *    pthread_create fails with EAGAIN;
  *  - the codec libraries' allocating entry points fail the way those
  *    libraries report running out of memory: zstd returns
@@ -198,6 +199,15 @@ WRAP(int, openat, (int dirfd, const char *path, int flags, ...))
     return __real_openat(dirfd, path, flags, mode);
 }
 
+WRAP(ssize_t, read, (int fd, void *buf, size_t n))
+{
+    if (FAIL("read")) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_read(fd, buf, n);
+}
+
 WRAP(ssize_t, pread, (int fd, void *buf, size_t n, off_t off))
 {
     if (FAIL("pread")) {
@@ -214,6 +224,33 @@ WRAP(ssize_t, write, (int fd, const void *buf, size_t n))
         return -1;
     }
     return __real_write(fd, buf, n);
+}
+
+WRAP(ssize_t, pwrite, (int fd, const void *buf, size_t n, off_t off))
+{
+    if (FAIL("pwrite")) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_pwrite(fd, buf, n, off);
+}
+
+WRAP(int, ftruncate, (int fd, off_t n))
+{
+    if (FAIL("ftruncate")) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_ftruncate(fd, n);
+}
+
+WRAP(int, fdatasync, (int fd))
+{
+    if (FAIL("fdatasync")) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_fdatasync(fd);
 }
 
 WRAP(void *, mmap, (void *addr, size_t n, int prot, int flags, int fd, off_t off))
@@ -261,6 +298,15 @@ WRAP(int, stat, (const char *path, struct stat *st))
         return -1;
     }
     return __real_stat(path, st);
+}
+
+WRAP(int, lstat, (const char *path, struct stat *st))
+{
+    if (FAIL("lstat")) {
+        errno = EIO;
+        return -1;
+    }
+    return __real_lstat(path, st);
 }
 
 WRAP(int, fsync, (int fd))
