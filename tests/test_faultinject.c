@@ -6,21 +6,25 @@
  * the wrapped calls it makes (tests/faultinject.c), then run it again with
  * call 1 failing, then call 2, ... until a run makes fewer calls than the
  * one chosen to fail, i.e. every call site the operation reaches has failed
- * once. Each run must end in either
+ * once; then again with the nth and every later call failing (persistent
+ * mode). Each run must end in either
  *   - a clean error: a pinned negative code with a non-empty message, or
  *   - success with exactly the result of the run without a failure (a
  *     digest of every sample, batch or shard byte): a failure the library
- *     absorbed (a readahead hint, say) must not change the output,
- * and must leave no file descriptor, mapping, temporary file or (under
- * ASan, detect_leaks=1) heap block behind, and never crash or hang (an
- * alarm aborts a run that takes over a minute; loader waits time out).
+ *     absorbed (a size heuristic's stat, say) must not change the output,
+ *   - or, where the API allows it, inputs left out and each one reported
+ *     (pack without strict, the loader's skip policy, verify's damage),
+ * and must leave no file descriptor, mapping, file in a failed pack's
+ * destination or (under ASan, detect_leaks=1) heap block behind, and never
+ * crash or hang (an alarm aborts a run that takes over a minute; loader
+ * waits time out).
  *
- * The datasets are tiny (a few samples each) so that the thousands of runs
- * stay within a couple of minutes under ASan; every format and I/O mode is
- * covered: CIFAR-10, IDX plain and gzip, in-memory arrays, an image folder
- * (JPEG and PNG), a list file, and .stk shards raw, zstd and encoded, with
- * mmap and pread I/O. Each scenario prints how many injection points it
- * covered.
+ * The datasets are small (a few samples each, a few larger files to reach
+ * buffer growth) so that the ten thousand runs stay well under a minute
+ * under ASan; every format and I/O mode is covered: CIFAR-10, IDX plain
+ * and gzip, in-memory arrays, an image folder (JPEG and PNG), a list file,
+ * and .stk shards raw, zstd and encoded, with mmap and pread I/O. Each
+ * scenario prints how many injection points it covered.
  */
 #include <stdarg.h>
 #include <stddef.h>
