@@ -482,7 +482,8 @@ static int stk_walk_skip(stk_walker *w, const char *rel, const char *why, ...)
 }
 
 /* Is the entry a directory (following symlinks), as os.scandir's
- * is_dir() says? */
+ * is_dir() says? A dangling or looping link is not; -1 (errno set) when
+ * the entry cannot be examined at all, which must not pass for "a file". */
 static int stk_entry_is_dir(DIR *d, const struct dirent *e)
 {
     struct stat st;
@@ -490,16 +491,20 @@ static int stk_entry_is_dir(DIR *d, const struct dirent *e)
         return 1;
     if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN)
         return 0;
-    return fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 0 : -1;
+    return S_ISDIR(st.st_mode);
 }
 
 /* os.walk(rel, followlinks=True), collecting one stk_dir_rec per
  * directory into w->out, subdirectories visited in name order (so which of
  * two paths to one directory is listed does not depend on readdir order).
  * `top` is the class directory itself. A directory that cannot be opened
- * or read, or that was met before (stk_seen_dir), is left out with its
- * whole subtree and reported through stk_walk_skip; running out of
- * descriptors or memory is fatal, as it would lose files silently. */
+ * for lack of permission, or that vanished (os.walk's default onerror), or
+ * that was met before (stk_seen_dir), is left out with its whole subtree
+ * and reported through stk_walk_skip; any other failure to open, stat or
+ * read a directory (an I/O error, out of descriptors or memory) is an
+ * error, since skipping it would lose its files in silence. */
 static int stk_walk(stk_walker *w, const char *rel, int top)
 {
     stk_strvec subdirs = {0};
@@ -513,15 +518,16 @@ static int stk_walk(stk_walker *w, const char *rel, int top)
 
     fd = openat(w->root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM)
-            return stk_fail(STK_EIO, "%s: cannot open directory: %s", rel,
-                            strerror_r(errno, ebuf, sizeof ebuf));
-        return stk_walk_skip(w, rel, "cannot open directory: %s; its images are left out",
-                             strerror_r(errno, ebuf, sizeof ebuf));
+        if (errno == EACCES || errno == EPERM || errno == ENOENT || errno == ENOTDIR ||
+            errno == ELOOP)
+            return stk_walk_skip(w, rel, "cannot open directory: %s; its images are left out",
+                                 strerror_r(errno, ebuf, sizeof ebuf));
+        return stk_fail(STK_EIO, "%s: cannot open directory: %s", rel,
+                        strerror_r(errno, ebuf, sizeof ebuf));
     }
     if (fstat(fd, &st) != 0) {
-        rc = stk_walk_skip(w, rel, "cannot stat directory: %s; its images are left out",
-                           strerror_r(errno, ebuf, sizeof ebuf));
+        rc = stk_fail(STK_EIO, "%s: cannot stat directory: %s", rel,
+                      strerror_r(errno, ebuf, sizeof ebuf));
         close(fd);
         return rc;
     }
@@ -554,26 +560,27 @@ static int stk_walk(stk_walker *w, const char *rel, int top)
         const char *name;
         errno = 0;
         if (!(e = readdir(d))) {
-            if (errno) {
-                /* A listing cut short would lose files silently: leave the
-                 * whole directory out and say so. */
-                rc = stk_walk_skip(w, rel, "error reading directory: %s; its images are left "
-                                           "out",
-                                   strerror_r(errno, ebuf, sizeof ebuf));
-                goto out;
-            }
+            if (errno) /* a read error must not pass for the end of the listing */
+                rc = stk_fail(STK_EIO, "%s: error reading directory: %s", rel,
+                              strerror_r(errno, ebuf, sizeof ebuf));
             break;
         }
         name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (stk_entry_is_dir(d, e))
+        int is_dir = stk_entry_is_dir(d, e);
+        if (is_dir < 0)
+            rc = stk_fail(STK_EIO, "%s/%s: cannot stat: %s", rel, name,
+                          strerror_r(errno, ebuf, sizeof ebuf));
+        else if (is_dir)
             rc = stk_strvec_push(&subdirs, name, strlen(name));
         else if (stk_has_img_ext(name))
             rc = stk_strvec_push(&rec.files, name, strlen(name));
         if (rc)
             goto out;
     }
+    if (rc)
+        goto out;
     closedir(d);
     d = NULL;
 
@@ -656,7 +663,13 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
         name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (stk_entry_is_dir(d, e) && (rc = stk_strvec_push(classes, name, strlen(name))))
+        int is_dir = stk_entry_is_dir(d, e);
+        if (is_dir < 0)
+            rc = stk_fail(STK_EIO, "%s/%s: cannot stat: %s", f->root, name,
+                          strerror_r(errno, ebuf, sizeof ebuf));
+        else if (is_dir)
+            rc = stk_strvec_push(classes, name, strlen(name));
+        if (rc)
             break;
     }
     closedir(d);
@@ -821,7 +834,7 @@ int stk_imagefolder_detect(const char *dir)
         int fd;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (!stk_entry_is_dir(d, e))
+        if (stk_entry_is_dir(d, e) <= 0)
             continue;
         fd = openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         cd = fd >= 0 ? fdopendir(fd) : NULL;

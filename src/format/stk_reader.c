@@ -810,6 +810,8 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
     char **list = NULL;
     size_t n = 0, cap = 0;
     int rc = 0;
+    glob_t g;
+    int globbed = 0; /* g holds a glob's result: globfree on the way out */
     *out = NULL;
     *count = 0;
 #define PUSH(s)                                                                    \
@@ -831,8 +833,8 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
     } while (0)
     struct stat st;
     if (has_glob_chars(path) && stat(path, &st) != 0) {
-        glob_t g;
         int grc = glob(path, 0, NULL, &g);
+        globbed = 1; /* glob leaves g for globfree on error too */
         if (grc == GLOB_NOMATCH) {
             rc = stk_fail(STK_ENOENT, "%s: no shard file matches this pattern", path);
             goto fail;
@@ -844,6 +846,7 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
         for (size_t i = 0; i < g.gl_pathc; i++)
             PUSH(stk_strdup(g.gl_pathv[i]));
         globfree(&g);
+        globbed = 0;
     } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         DIR *d = opendir(path);
         if (!d) {
@@ -851,7 +854,8 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
             goto fail;
         }
         struct dirent *e;
-        while ((e = readdir(d))) {
+        /* NULL with errno set is a read error, not the end of the list. */
+        for (errno = 0; (e = readdir(d)); errno = 0) {
             if (!ends_with_stk(e->d_name))
                 continue;
             char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
@@ -876,6 +880,11 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
             list[n++] = p;
             list[n] = NULL;
         }
+        if (errno != 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
+            closedir(d);
+            goto fail;
+        }
         closedir(d);
         if (n == 0) {
             rc = stk_fail(STK_ENOENT, "%s: no *.stk shard files in this directory", path);
@@ -893,6 +902,8 @@ static int list_shards(const char *path, char ***out, uint32_t *count)
     *count = (uint32_t)n;
     return 0;
 fail:
+    if (globbed)
+        globfree(&g);
     for (size_t i = 0; i < n; i++)
         free(list[i]);
     free(list);

@@ -361,7 +361,8 @@ static int dest_ready(const char *dest)
                         strerror(errno));
     struct dirent *e;
     int rc = 0;
-    while ((e = readdir(d))) {
+    /* NULL with errno set is a read error, not the end of the directory. */
+    for (errno = 0; (e = readdir(d)); errno = 0) {
         size_t n = strlen(e->d_name);
         if (n > 4 && !strcmp(e->d_name + n - 4, ".stk")) {
             rc = stk_fail(STK_EINVAL, "%s: already holds shards (%s); remove them or choose "
@@ -389,6 +390,9 @@ static int dest_ready(const char *dest)
             break;
         }
     }
+    if (!e && errno != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot list the destination directory: %s", dest,
+                      strerror(errno));
     closedir(d);
     return rc;
 }
@@ -515,7 +519,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     /* The label map, escaped so that any name survives (class_names.c). */
     if (p.ds->class_names && p.ds->num_classes &&
         !(names = stk_class_names_encode(p.ds->class_names, p.ds->num_classes))) {
-        rc = STK_ENOMEM;
+        rc = stk_fail(STK_ENOMEM, "out of memory encoding the class names");
         goto done;
     }
     char created_by[64];
