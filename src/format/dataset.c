@@ -128,6 +128,10 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
         goto out;
     if (!s.image.pixels) { /* encoded: decode it whole, to RGB */
         rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &decoded, &s.image);
+        if (rc < 0 && stk_dataset_check(ds, index) < 0) { /* decoded lost bytes */
+            rc = STK_EDATA;
+            goto out;
+        }
         if (rc < 0) {
             char name[1024];
             stk_dataset_sample_name(ds, index, name, sizeof name);
@@ -150,6 +154,8 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
     }
 
     stk_image_copy_hwc(v, pixels);
+    if ((rc = stk_dataset_check(ds, index)) < 0)
+        goto out;
     if (label)
         *label = s.label;
 

@@ -53,6 +53,14 @@ typedef struct stk_dataset_vtable {
      * file-per-sample sources, "SHARD: record R (sample N)" for shards.
      * NULL: "URI: sample N". */
     void (*sample_name)(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
+    /* Optional, for readers whose views point into a mapping that can lose
+     * pages under them (a file truncated while open: src/io/map_guard.c):
+     * called once the caller has finished with the view `read` returned for
+     * `index`; STK_EDATA via stk_fail (naming the file and record) when
+     * those bytes were lost and the caller has used zeros in their place.
+     * Every caller of `read` that uses the view calls it; stk_dataset_check
+     * wraps it. Thread-safe. */
+    int (*read_check)(const stk_dataset *ds, uint64_t index);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -65,6 +73,13 @@ struct stk_dataset {
                               owned: freed by stk_dataset_close with each name */
     void *impl;            /* owned by the reader */
 };
+
+/* After using the view of sample `index`: 0, or the reader's STK_EDATA if
+ * its bytes were lost meanwhile (vtable.read_check; 0 when absent). */
+static inline int stk_dataset_check(const stk_dataset *ds, uint64_t index)
+{
+    return ds->vt->read_check ? ds->vt->read_check(ds, index) : 0;
+}
 
 /* The name of sample `index` for messages (see vtable.sample_name). */
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);

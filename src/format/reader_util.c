@@ -10,9 +10,11 @@
  * mapping is MAP_PRIVATE and PROT_READ: readers hand out pointers into it
  * and nothing can write through them.
  *
- * A mapping cannot protect against another process truncating the file
- * while it is open (the kernel then raises SIGBUS on access); docs/datasets.md
- * says so. Everything else about the file is validated at open.
+ * These private mappings (CIFAR, IDX) are not registered with the SIGBUS
+ * guard that .stk shards use (src/io/map_guard.c): their readers hand out
+ * views without a read_check, so a file truncated while open still raises
+ * SIGBUS on access; docs/datasets.md says so. Everything else about the
+ * file is validated at open.
  */
 #include "format/reader_util.h"
 

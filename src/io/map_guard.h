@@ -1,0 +1,46 @@
+/*
+ * map_guard.h — file mappings that survive the file shrinking under them
+ * (internal).
+ *
+ * A reader that hands out pointers into a shared file mapping (zero copy)
+ * cannot stop another process from truncating the file: the kernel then
+ * raises SIGBUS on the first access to a lost page, which kills the process
+ * whatever the caller's error policy. A mapping registered here turns that
+ * fault into data the reader can reason about: the lost pages read as zeros
+ * from then on, and the region remembers how much of it is still the
+ * file's. The reader then checks, after the bytes of a record have been
+ * used, that they all lay below that mark (stk_map_guard_intact) and
+ * otherwise fails the read with STK_EDATA naming the file and record, so
+ * zeros are never passed off as data. See src/io/map_guard.c for the
+ * mechanism and why it was chosen over a copy or a size check.
+ *
+ * Thread safety: every function may be called from any thread; a region
+ * may be checked by many threads while another registers or removes other
+ * regions. A region must not be removed while a thread may still touch its
+ * memory (the owner's close, like munmap).
+ */
+#ifndef STK_IO_MAP_GUARD_H
+#define STK_IO_MAP_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct stk_map_guard stk_map_guard;
+
+/* Register the mapping [base, base + size) (page-aligned base, as mmap
+ * returns it). Returns the region, or NULL with STK_ENOMEM via stk_fail
+ * (the caller must then not rely on the guard). Installs the process's
+ * SIGBUS handler on first use. */
+stk_map_guard *stk_map_guard_add(const void *base, size_t size);
+/* Forget a region before its mapping is unmapped. NULL is a no-op. */
+void stk_map_guard_remove(stk_map_guard *g);
+/* Bytes from the start of the mapping known to hold the file: the mapping's
+ * size until a fault, then the offset of the first page found lost. */
+uint64_t stk_map_guard_valid(const stk_map_guard *g);
+/* True when [offset, offset + len) lies below stk_map_guard_valid: those
+ * bytes were the file's when read, provided this is called after reading
+ * them. One relaxed atomic load in the common case. */
+bool stk_map_guard_intact(const stk_map_guard *g, uint64_t offset, uint64_t len);
+
+#endif

@@ -1,0 +1,340 @@
+/*
+ * test_shard_faults.c — .stk shards that change under an open dataset, and
+ * the shard URI's query:
+ *
+ *  - a mapped (raw, default I/O) shard truncated with ftruncate after open:
+ *    reads fail with STK_EDATA naming the shard and record, no SIGBUS; a
+ *    loader under the raise policy stops with that error, under the skip
+ *    policy it delivers only intact rows (pixels and labels checked against
+ *    the values written) and counts the rest as skipped;
+ *  - the same under ?io=pread: the message is said once, not formatted
+ *    into itself ("record R: ...: record R:" was the old text);
+ *  - the query: a repeated key is refused, unknown keys and values are named,
+ *    and 8 threads opening shard URIs with queries at once all get their own
+ *    answer (the parser once used strtok).
+ *
+ * Each truncation happens at a fixed point (after open, or after the first
+ * batch), so what is lost is known; what the loader had already prefetched
+ * before it is intact and may be delivered, which the checks allow.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "format/dataset.h"
+#include "format/stk_format.h"
+#include "format/stk_writer.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define NREC 256
+#define SIDE 64
+#define PIXELS (SIDE * SIDE)
+
+static uint8_t pixel_of(uint64_t i) { return (uint8_t)(i % 251 + 1); } /* never 0 */
+
+/* NREC raw 64x64x1 records (4 KiB of pixels each, so a record spans
+ * pages), pixels all pixel_of(i), label i. */
+static void write_raw_shard(const char *path)
+{
+    static const stk_field_def fields[] = {
+        {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {SIDE, SIDE, 1}},
+        {.name = "label", .type = STK_FIELD_INT64},
+    };
+    stk_shard_writer *w;
+    assert_int_equal(stk_shard_writer_open(path, fields, 2, NULL, 0, &w), 0);
+    for (uint64_t i = 0; i < NREC; i++) {
+        static uint8_t payload[12 + PIXELS];
+        stk_wr32(payload, SIDE);
+        stk_wr32(payload + 4, SIDE);
+        stk_wr32(payload + 8, 1);
+        memset(payload + 12, pixel_of(i), PIXELS);
+        int64_t label = (int64_t)i;
+        stk_field_value v[2] = {{payload, sizeof payload}, {&label, 8}};
+        assert_int_equal(stk_shard_writer_add(w, v), 0);
+    }
+    assert_int_equal(stk_shard_writer_finish(w), 0);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_size;
+}
+
+static void truncate_to(const char *path, off_t size)
+{
+    assert_int_equal(truncate(path, size), 0);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+static void check_pixels(const uint8_t *px, uint64_t index)
+{
+    for (size_t k = 0; k < PIXELS; k++)
+        if (px[k] != pixel_of(index))
+            fail_msg("sample %llu: pixel %zu is %u, written %u", (unsigned long long)index, k,
+                     px[k], pixel_of(index));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Truncation under a mapped shard                                          */
+/* ------------------------------------------------------------------------ */
+
+static void test_truncated_mapped_reads_fail(void **state)
+{
+    (void)state;
+    const char *path = tu_path("trunc-read.stk");
+    write_raw_shard(path);
+    off_t size = file_size(path);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(path, NULL, &ds), 0); /* raw: mmap by default */
+    uint8_t px[PIXELS];
+    int64_t label = -1;
+    assert_int_equal(stk_dataset_read(ds, 3, px, sizeof px, &label), PIXELS);
+    check_pixels(px, 3);
+    assert_int_equal(label, 3);
+
+    truncate_to(path, size / 2);
+    /* A record in the lost half, and one in the kept half whose index entry
+     * (at the end of the file) was lost: both fail, naming shard and record. */
+    assert_int_equal(stk_dataset_read(ds, 200, px, sizeof px, &label), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "trunc-read.stk: record 200 (sample 200): the shard was "
+                                         "truncated while open"));
+    assert_non_null(strstr(stk_errmsg(), "the record's bytes were lost"));
+    assert_int_equal(stk_dataset_read(ds, 3, px, sizeof px, &label), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "trunc-read.stk: record 3 (sample 3): the shard was "
+                                         "truncated while open"));
+    /* Field and label calls read the same mapping. */
+    void *data = NULL;
+    size_t n = 0;
+    assert_int_equal(stk_dataset_read_field(ds, 100, "image", &data, &n, NULL), STK_EDATA);
+    assert_null(data);
+    assert_non_null(strstr(stk_errmsg(), "record 100 (sample 100)"));
+    assert_int_equal(stk_dataset_label(ds, 7, &label), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "record 7 (sample 7): the shard was truncated"));
+    stk_dataset_close(ds);
+}
+
+static void run_loader_over_truncation(const char *name, stk_error_policy policy)
+{
+    const char *path = tu_path(name);
+    write_raw_shard(path);
+    off_t size = file_size(path);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
+    stk_loader_options o = {.batch_size = 4, .threads = 2, .prefetch = 2, .seed = 5,
+                            .on_error = policy};
+    stk_loader *l;
+    assert_int_equal(stk_loader_create(ds, "to u8", &o, &l), 0);
+    stk_batch b;
+    uint8_t seen[NREC] = {0};
+    uint64_t rows = 0, skipped = 0;
+    int rc, batches = 0;
+    while ((rc = stk_loader_next(l, &b)) == 1) {
+        for (uint32_t i = 0; i < b.size; i++) {
+            uint64_t idx = b.indices[i];
+            assert_true(idx < NREC);
+            assert_int_equal(seen[idx], 0);
+            seen[idx] = 1;
+            check_pixels((const uint8_t *)b.data + (size_t)i * PIXELS, idx);
+            assert_int_equal(b.labels[i], (int64_t)idx);
+        }
+        rows += b.size;
+        skipped += b.skipped;
+        stk_loader_release(l, &b);
+        if (++batches == 1)
+            truncate_to(path, size / 3); /* while the workers run ahead */
+    }
+    if (policy == STK_ON_ERROR_RAISE) {
+        assert_int_equal(rc, STK_EDATA);
+        assert_non_null(strstr(stk_errmsg(), name));
+        assert_non_null(strstr(stk_errmsg(), "the shard was truncated while open"));
+        assert_non_null(strstr(stk_errmsg(), "record "));
+        assert_true(rows < NREC);
+    } else {
+        /* Every sample either delivered intact or counted as skipped; the
+         * pool is far smaller than the epoch, so most were lost. */
+        assert_int_equal(rc, 0);
+        assert_int_equal(rows + skipped, NREC);
+        assert_true(skipped > NREC / 2);
+    }
+    stk_loader_destroy(l);
+    stk_dataset_close(ds);
+}
+
+static void test_truncated_under_loader_raise(void **state)
+{
+    (void)state;
+    run_loader_over_truncation("trunc-raise.stk", STK_ON_ERROR_RAISE);
+}
+
+static void test_truncated_under_loader_skip(void **state)
+{
+    (void)state;
+    run_loader_over_truncation("trunc-skip.stk", STK_ON_ERROR_SKIP);
+}
+
+/* pread: the index was read at open, so records before the cut still read;
+ * the ones after it fail with one clean message. */
+static void test_truncated_pread_message(void **state)
+{
+    (void)state;
+    const char *path = tu_path("trunc-pread.stk");
+    write_raw_shard(path);
+    off_t size = file_size(path);
+    char uri[600];
+    snprintf(uri, sizeof uri, "stk:%s?io=pread", path);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(uri, NULL, &ds), 0);
+    truncate_to(path, size / 2);
+    uint8_t px[PIXELS];
+    int64_t label = -1;
+    assert_int_equal(stk_dataset_read(ds, 10, px, sizeof px, &label), PIXELS);
+    check_pixels(px, 10);
+    assert_int_equal(label, 10);
+    assert_int_equal(stk_dataset_read(ds, 200, px, sizeof px, &label), STK_EDATA);
+    const char *m = stk_errmsg();
+    assert_non_null(strstr(m, "trunc-pread.stk: record 200 (sample 200): the file ends before "
+                              "the record's 4108 bytes at offset "));
+    assert_non_null(strstr(m, "(truncated while open?)"));
+    assert_int_equal(count_of(m, "record 200"), 1);
+    assert_int_equal(count_of(m, "trunc-pread.stk"), 1);
+    stk_dataset_close(ds);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Query                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int open_uri(const char *fmt, const char *path, stk_dataset **ds)
+{
+    char uri[700];
+    snprintf(uri, sizeof uri, fmt, path);
+    return stk_dataset_open(uri, NULL, ds);
+}
+
+static void test_query_errors(void **state)
+{
+    (void)state;
+    const char *path = tu_path("query.stk");
+    write_raw_shard(path);
+    stk_dataset *ds = NULL;
+    assert_int_equal(open_uri("stk:%s?io=mmap&io=pread", path, &ds), STK_EINVAL);
+    assert_null(ds);
+    assert_non_null(strstr(stk_errmsg(), "stk: query key 'io' given twice in URI 'stk:"));
+    assert_int_equal(open_uri("%s?verify=off&verify=off", path, &ds), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "query key 'verify' given twice"));
+    assert_int_equal(open_uri("stk:%s?io=disk", path, &ds), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "unknown value 'disk' for query key 'io'"));
+    assert_non_null(strstr(stk_errmsg(), "(expected auto, mmap or pread)"));
+    assert_int_equal(open_uri("stk:%s?cache=on", path, &ds), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "unknown query key 'cache'"));
+    assert_non_null(strstr(stk_errmsg(), "(known keys: verify, io and hugepages)"));
+    assert_int_equal(open_uri("stk:%s?io", path, &ds), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "query item 'io' has no '=value'"));
+    assert_int_equal(open_uri("stk:%s?io=pread&verify=always&hugepages=off", path, &ds), 0);
+    stk_dataset_close(ds);
+}
+
+typedef struct opener {
+    const char *path;
+    int id;
+    int failures;
+    char first_failure[1100];
+} opener;
+
+static void opener_fail(opener *o, const char *what)
+{
+    if (o->failures++ == 0)
+        snprintf(o->first_failure, sizeof o->first_failure, "thread %d: %s: %s", o->id, what,
+                 stk_errmsg());
+}
+
+static void *opener_main(void *arg)
+{
+    opener *o = arg;
+    static const char *const good[] = {
+        "stk:%s?io=pread&verify=always&hugepages=off",
+        "stk:%s?verify=off&io=mmap",
+        "%s?hugepages=on&verify=first&io=auto",
+        "stk:%s?io=mmap&hugepages=auto&verify=always",
+    };
+    for (int it = 0; it < 40; it++) {
+        stk_dataset *ds = NULL;
+        uint8_t px[PIXELS];
+        int64_t label = -1;
+        uint64_t idx = (uint64_t)(o->id * 31 + it) % NREC;
+        if (open_uri(good[(o->id + it) % 4], o->path, &ds) != 0) {
+            opener_fail(o, "open");
+            continue;
+        }
+        if (stk_dataset_read(ds, idx, px, sizeof px, &label) != PIXELS ||
+            label != (int64_t)idx || px[0] != pixel_of(idx) || px[PIXELS - 1] != pixel_of(idx))
+            opener_fail(o, "read");
+        stk_dataset_close(ds);
+        /* A bad URI, its own key in each thread: the message must be ours. */
+        char key[32], want[64];
+        snprintf(key, sizeof key, "k%dx%d", o->id, it);
+        char fmt[96];
+        snprintf(fmt, sizeof fmt, "stk:%%s?io=pread&%s=1", key);
+        snprintf(want, sizeof want, "unknown query key '%s'", key);
+        if (open_uri(fmt, o->path, &ds) != STK_EINVAL || !strstr(stk_errmsg(), want))
+            opener_fail(o, "bad key");
+        if (open_uri("stk:%s?io=pread&verify=off&io=mmap", o->path, &ds) != STK_EINVAL ||
+            !strstr(stk_errmsg(), "query key 'io' given twice"))
+            opener_fail(o, "repeated key");
+    }
+    return NULL;
+}
+
+static void test_eight_threads_open_at_once(void **state)
+{
+    (void)state;
+    const char *path = tu_path("threads.stk");
+    write_raw_shard(path);
+    pthread_t t[8];
+    opener o[8];
+    for (int i = 0; i < 8; i++) {
+        memset(&o[i], 0, sizeof o[i]);
+        o[i].path = path;
+        o[i].id = i;
+        assert_int_equal(pthread_create(&t[i], NULL, opener_main, &o[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < 8; i++)
+        if (o[i].failures)
+            fail_msg("%d failures; first: %s", o[i].failures, o[i].first_failure);
+}
+
+/* An optional argument is a cmocka test-name filter ("*pread*"). */
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_truncated_mapped_reads_fail),
+        cmocka_unit_test(test_truncated_under_loader_raise),
+        cmocka_unit_test(test_truncated_under_loader_skip),
+        cmocka_unit_test(test_truncated_pread_message),
+        cmocka_unit_test(test_query_errors),
+        cmocka_unit_test(test_eight_threads_open_at_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
