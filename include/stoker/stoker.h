@@ -163,6 +163,13 @@ typedef struct stk_dataset_options {
 STK_API int stk_dataset_open(const char *uri, const stk_dataset_options *opts,
                              stk_dataset **out);
 
+/* The readers stk_dataset_open knows, from its reader table, for i = 0, 1,
+ * ...: the i-th URI prefix ("cifar10", used as "cifar10:PATH"), and, where
+ * not NULL, *form its URI form with query keys and *description one line.
+ * NULL past the last. All static strings. Thread-safe. */
+STK_API const char *stk_dataset_reader(uint32_t i, const char **form,
+                                       const char **description);
+
 /* An in-memory array of `count` images, each height x width x channels uint8
  * in HWC order, and `count` labels. With copy != 0 the arrays are copied;
  * with copy == 0 they are borrowed and must outlive the dataset. `labels`
