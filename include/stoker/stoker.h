@@ -144,6 +144,9 @@ typedef struct stk_dataset_options {
  *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread][&hugepages=auto|on|off]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
+ *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
+ *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
+ *                                       DIR holds images.npy and labels.npy
  *   imagefolder:DIR                     torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -151,6 +154,9 @@ typedef struct stk_dataset_options {
  *   PATH                                detected: a directory of one of the
  *                                       layouts above, or an IDX images file
  *                                       (its labels file found by name)
+ *
+ * These forms are the rows of the library's reader table; stk_dataset_reader
+ * lists them at run time.
  *
  * A query is `?key=value&key=value`; an unknown key or value, a key given
  * twice or an item without '=' is STK_EINVAL naming it.
@@ -186,8 +192,10 @@ STK_API void stk_dataset_close(stk_dataset *ds);
 
 typedef struct stk_dataset_info {
     const char *uri;      /* as given to open (lent: lives with the dataset) */
-    const char *format;   /* the reader: "cifar10", "cifar100", "idx", "stk",
-                             "imagefolder", "list" or "memory" (static) */
+    const char *format;   /* the reader: "cifar10", "cifar100", "idx" (also for
+                             mnist: and fashion-mnist:), "stk", "npy",
+                             "imagefolder", "list", or "memory" for
+                             stk_dataset_from_memory (static) */
     uint64_t count;       /* number of samples */
     uint32_t height, width, channels; /* sample shape; 0 where it varies */
     uint32_t num_classes; /* 0 when unknown */

@@ -487,6 +487,5 @@ static int stk_npy_detect(const char *path)
 
 const stk_reader stk_reader_npy = {
     "npy", "npy:IMAGES,LABELS or npy:DIR",
-    "NumPy .npy arrays: uint8 images (N,H,W[,C]) and int labels (N,); DIR holds images.npy "
-    "and labels.npy",
+    "NumPy .npy: uint8 images (N,H,W[,C]), int labels (N,); DIR/{images,labels}.npy",
     stk_npy_open, NULL, stk_npy_detect, "images.npy and labels.npy (NumPy)", NULL};
