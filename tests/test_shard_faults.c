@@ -6,7 +6,9 @@
  *    reads fail with STK_EDATA naming the shard and record, no SIGBUS; a
  *    loader under the raise policy stops with that error, under the skip
  *    policy it delivers only intact rows (pixels and labels checked against
- *    the values written) and counts the rest as skipped;
+ *    the values written) and counts the rest as skipped; stk_pack reading a
+ *    source shard cut between blocks packs the intact records and leaves
+ *    the rest out with the reason (never zeros);
  *  - the same under ?io=pread: the message is said once, not formatted
  *    into itself ("record R: ...: record R:" was the old text);
  *  - the query: a repeated key is refused, unknown keys and values are named,
@@ -131,6 +133,35 @@ static void test_truncated_mapped_reads_fail(void **state)
     stk_dataset_close(ds);
 }
 
+/* The race the after-use check exists for: a zero-copy view taken before
+ * the cut and used after it. Its pixels read as zeros (no SIGBUS), and the
+ * check that every user of a view makes afterwards fails the sample. */
+static void test_view_used_after_truncation(void **state)
+{
+    (void)state;
+    const char *path = tu_path("trunc-view.stk");
+    write_raw_shard(path);
+    off_t size = file_size(path);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
+    stk_sample s;
+    stk_scratch scratch = {0};
+    assert_int_equal(ds->vt->read(ds, 250, &s, &scratch), 0);
+    assert_non_null(s.image.pixels);
+    assert_int_equal(s.image.pixels[0], pixel_of(250));
+    assert_int_equal(stk_dataset_check(ds, 250), 0);
+    truncate_to(path, size / 2);
+    unsigned sum = 0;
+    for (size_t k = 0; k < PIXELS; k++)
+        sum += s.image.pixels[k]; /* the lost page, now a zero page */
+    assert_int_equal(sum, 0);
+    assert_int_equal(stk_dataset_check(ds, 250), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "trunc-view.stk: record 250 (sample 250): the shard was "
+                                         "truncated while open (only its first "));
+    stk_scratch_free(&scratch);
+    stk_dataset_close(ds);
+}
+
 static void run_loader_over_truncation(const char *name, stk_error_policy policy)
 {
     const char *path = tu_path(name);
@@ -188,6 +219,62 @@ static void test_truncated_under_loader_skip(void **state)
 {
     (void)state;
     run_loader_over_truncation("trunc-skip.stk", STK_ON_ERROR_SKIP);
+}
+
+/* pack reading a mapped source shard that is truncated between blocks: the
+ * records packed before are intact, the later ones are left out with the
+ * reason (never packed as zeros). */
+typedef struct pack_ctx {
+    const char *src;
+    off_t cut;
+    uint64_t skips, truncated_reasons, progress_calls;
+} pack_ctx;
+
+static void on_pack_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    pack_ctx *c = ctx;
+    (void)total;
+    if (c->progress_calls++ == 0 && done < NREC)
+        truncate_to(c->src, c->cut);
+}
+
+static void on_pack_skip(void *ctx, uint64_t index, const char *reason)
+{
+    pack_ctx *c = ctx;
+    (void)index;
+    c->skips++;
+    c->truncated_reasons += strstr(reason, "pack-src.stk") &&
+                            strstr(reason, "the shard was truncated while open") != NULL;
+}
+
+static void test_truncated_pack_source(void **state)
+{
+    (void)state;
+    const char *src = tu_path("pack-src.stk");
+    write_raw_shard(src);
+    const char *dest = tu_path("pack-out");
+    pack_ctx c = {.src = src, .cut = file_size(src) / 3};
+    stk_pack_options o = {.jobs = 1, .on_progress = on_pack_progress, .on_skip = on_pack_skip,
+                          .ctx = &c};
+    stk_pack_result res;
+    assert_int_equal(stk_pack(src, dest, &o, &res), 0);
+    assert_true(res.records > 0 && res.records < NREC);
+    assert_int_equal(res.records + res.skipped, NREC);
+    assert_int_equal(c.skips, res.skipped);
+    assert_int_equal(c.truncated_reasons, res.skipped);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(dest, NULL, &ds), 0);
+    stk_dataset_info info;
+    stk_dataset_info_get(ds, &info);
+    assert_int_equal(info.count, res.records);
+    for (uint64_t i = 0; i < info.count; i++) {
+        uint8_t px[PIXELS];
+        int64_t label = -1;
+        assert_int_equal(stk_dataset_read(ds, i, px, sizeof px, &label), PIXELS);
+        assert_int_equal(label, (int64_t)i); /* the first block, in order */
+        check_pixels(px, i);
+    }
+    stk_dataset_close(ds);
 }
 
 /* pread: the index was read at open, so records before the cut still read;
@@ -330,8 +417,10 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_truncated_mapped_reads_fail),
+        cmocka_unit_test(test_view_used_after_truncation),
         cmocka_unit_test(test_truncated_under_loader_raise),
         cmocka_unit_test(test_truncated_under_loader_skip),
+        cmocka_unit_test(test_truncated_pack_source),
         cmocka_unit_test(test_truncated_pread_message),
         cmocka_unit_test(test_query_errors),
         cmocka_unit_test(test_eight_threads_open_at_once),

@@ -180,7 +180,7 @@ static int apply_restarts(packer *p, pack_worker *w, item *it, const stk_image_v
     return 0;
 }
 
-static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
+static void prepare_item(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     stk_sample s;
     it->rc = 0;
@@ -254,6 +254,16 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     it->size = s.encoded_size;
     if (p->opt->restart_interval && (rc = apply_restarts(p, w, it, &view)) < 0)
         set_reason(it, rc);
+}
+
+/* prepare_item, then: were the source's bytes still there while they were
+ * used (a mapped source shard truncated meanwhile reads zeros)? */
+static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
+{
+    prepare_item(p, w, index, it);
+    int lost = stk_dataset_check(p->ds, index);
+    if (lost < 0)
+        set_reason(it, lost);
 }
 
 static void *pack_worker_main(void *arg)
