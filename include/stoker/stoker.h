@@ -389,8 +389,10 @@ STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_
  * caller's side is meant for one consumer thread. next and next_timeout:
  * one thread at a time. set_epoch and state_set: from the consumer, not
  * while a next() is in flight. release, interrupt, state_get, stats_get,
- * length, sample_shape and errmsg: any thread, at any time, alongside the
- * consumer. destroy: once, with no other call on the loader in flight.
+ * length and sample_shape: any thread, at any time, alongside the consumer
+ * (none of them from a signal handler). errmsg: once a call has returned the
+ * error that stopped the loader (the message is written then, once).
+ * destroy: once, with no other call on the loader in flight.
  * Different loaders (over the same dataset or not) are independent.
  */
 typedef struct stk_loader stk_loader;
