@@ -24,6 +24,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "core/error.h"
 #include "format/dataset.h"
 #include "format/stk_format.h"
 #include "format/stk_writer.h"
@@ -305,6 +306,16 @@ static void test_truncated_pread_message(void **state)
     stk_dataset_close(ds);
 }
 
+/* stk_fail given its own message as an argument (the shape of the old
+ * record_get bug): the text is formatted aside first, so it reads whole. */
+static void test_fail_with_own_message(void **state)
+{
+    (void)state;
+    stk_fail(STK_EIO, "shard.stk: unexpected end of file");
+    assert_int_equal(stk_fail(STK_EDATA, "shard.stk: record %d: %s", 7, stk_errmsg()), STK_EDATA);
+    assert_string_equal(stk_errmsg(), "shard.stk: record 7: shard.stk: unexpected end of file");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Query                                                                     */
 /* ------------------------------------------------------------------------ */
@@ -422,6 +433,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_truncated_under_loader_skip),
         cmocka_unit_test(test_truncated_pack_source),
         cmocka_unit_test(test_truncated_pread_message),
+        cmocka_unit_test(test_fail_with_own_message),
         cmocka_unit_test(test_query_errors),
         cmocka_unit_test(test_eight_threads_open_at_once),
     };
