@@ -163,6 +163,39 @@ static void test_view_used_after_truncation(void **state)
     stk_dataset_close(ds);
 }
 
+/* A cut of 100 bytes: inside the file's last page, so no access faults
+ * (the kernel zero-fills the page's tail). The footer and the label entries
+ * of the last 5 records are gone (the label column ends 64 bytes before the
+ * end: 256 records, index 7168 bytes); those reads fail, the others are
+ * exact. Without asking the file its size, labels 251..255 would read 0. */
+static void test_cut_inside_last_page(void **state)
+{
+    (void)state;
+    const char *path = tu_path("trunc-tail.stk");
+    write_raw_shard(path);
+    off_t size = file_size(path);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
+    truncate_to(path, size - 100);
+    uint8_t px[PIXELS];
+    for (uint64_t i = 0; i < NREC; i++) {
+        int64_t label = -1;
+        int64_t rc = stk_dataset_read(ds, i, px, sizeof px, &label);
+        if (i <= 250) {
+            assert_int_equal(rc, PIXELS);
+            assert_int_equal(label, (int64_t)i);
+            check_pixels(px, i);
+        } else {
+            assert_int_equal(rc, STK_EDATA);
+            char want[96];
+            snprintf(want, sizeof want, "record %llu (sample %llu): the shard was truncated",
+                     (unsigned long long)i, (unsigned long long)i);
+            assert_non_null(strstr(stk_errmsg(), want));
+        }
+    }
+    stk_dataset_close(ds);
+}
+
 static void run_loader_over_truncation(const char *name, stk_error_policy policy)
 {
     const char *path = tu_path(name);
@@ -429,6 +462,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_truncated_mapped_reads_fail),
         cmocka_unit_test(test_view_used_after_truncation),
+        cmocka_unit_test(test_cut_inside_last_page),
         cmocka_unit_test(test_truncated_under_loader_raise),
         cmocka_unit_test(test_truncated_under_loader_skip),
         cmocka_unit_test(test_truncated_pack_source),

@@ -24,7 +24,8 @@
  *  - What is done here: the handler recognises a fault inside a registered
  *    mapping, replaces the pages from the faulting one to the end of the
  *    mapping with anonymous zero pages (MAP_FIXED), lowers the region's
- *    "valid" mark to the faulting page, and returns; the faulting load
+ *    "valid" mark to the file's new size (fstat on a descriptor the guard
+ *    keeps; the faulting page without one), and returns; the faulting load
  *    restarts and reads zeros. Nothing crashes, wherever the access was
  *    (reader, decoder, an op in the worker). The reader makes the result
  *    honest: after a record's bytes have been used, it checks that they and
@@ -33,6 +34,12 @@
  *    by policy). The check is one atomic load while nothing was lost. Pages
  *    from the fault on are all past the new end of the file (truncation
  *    removes a suffix), so everything the mark keeps is real.
+ *  - One case raises no SIGBUS at all: a cut inside the file's last page
+ *    (the kernel zero-fills the rest of that page). Only the file's size
+ *    can tell, so a reader asks for it (stk_map_guard_refresh: one fstat)
+ *    when the bytes it used lie in the mapping's last page — for a .stk
+ *    shard, the footer and the tail of the index, i.e. the index entries of
+ *    at most a page's worth of records.
  *
  * The handler. Installed when the first region is registered, and installed
  * again at a later registration if someone replaced it meanwhile (the one
@@ -64,14 +71,26 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct stk_map_guard {
     _Atomic uintptr_t base; /* mapping start; 0 = free slot */
     _Atomic size_t size;    /* mapping length */
-    _Atomic uint64_t valid; /* bytes still the file's; lowered by the handler */
+    _Atomic uint64_t valid; /* bytes still the file's; lowered by the handler / refresh */
+    _Atomic int fd;         /* owned duplicate of the file's descriptor, or -1 */
 };
+
+/* Lower g->valid to `v` if it is higher (from the handler too: lock-free). */
+static uint64_t guard_lower(stk_map_guard *g, uint64_t v)
+{
+    uint64_t cur = atomic_load(&g->valid);
+    while (v < cur && !atomic_compare_exchange_weak(&g->valid, &cur, v))
+        ;
+    return v < cur ? v : cur;
+}
 
 #define GUARD_CHUNK 256
 #define GUARD_CHUNKS 1024 /* 262 144 mappings at once */
@@ -119,9 +138,13 @@ static void guard_on_sigbus(int sig, siginfo_t *si, void *ctx)
                 if (!base || a < base || a - base >= size)
                     continue;
                 uintptr_t page = a & ~(guard_page - 1);
-                uint64_t off = page - base, v = atomic_load(&g->valid);
-                while (off < v && !atomic_compare_exchange_weak(&g->valid, &v, off))
-                    ;
+                uint64_t off = page - base;
+                struct stat st; /* fstat is async-signal-safe */
+                int fd = atomic_load_explicit(&g->fd, memory_order_relaxed);
+                if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= 0 &&
+                    (uint64_t)st.st_size < off)
+                    off = (uint64_t)st.st_size;
+                guard_lower(g, off);
                 void *p = mmap((void *)page, base + size - page, PROT_READ,
                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
                 errno = saved;
@@ -158,12 +181,19 @@ static bool guard_install_locked(void)
     return sigaction(SIGBUS, &sa, NULL) == 0;
 }
 
-stk_map_guard *stk_map_guard_add(const void *base, size_t size)
+stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd)
 {
     stk_map_guard *found = NULL;
+    int dup_fd = -1;
+    if (fd >= 0 && (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        stk_fail(STK_EIO, "cannot duplicate a mapped file's descriptor: %s", strerror(errno));
+        return NULL;
+    }
     pthread_mutex_lock(&guard_mu);
     if (!guard_install_locked()) {
         pthread_mutex_unlock(&guard_mu);
+        if (dup_fd >= 0)
+            close(dup_fd);
         stk_fail(STK_EIO, "cannot install the SIGBUS handler that guards mapped files");
         return NULL;
     }
@@ -182,9 +212,12 @@ stk_map_guard *stk_map_guard_add(const void *base, size_t size)
     if (found) {
         atomic_store_explicit(&found->size, size, memory_order_relaxed);
         atomic_store_explicit(&found->valid, (uint64_t)size, memory_order_relaxed);
+        atomic_store_explicit(&found->fd, dup_fd, memory_order_relaxed);
         atomic_store_explicit(&found->base, (uintptr_t)base, memory_order_release);
     }
     pthread_mutex_unlock(&guard_mu);
+    if (!found && dup_fd >= 0)
+        close(dup_fd);
     if (!found)
         stk_fail(STK_ENOMEM, "out of memory (or over %d mapped files) guarding a mapping",
                  GUARD_CHUNK * GUARD_CHUNKS);
@@ -197,7 +230,19 @@ void stk_map_guard_remove(stk_map_guard *g)
         return;
     pthread_mutex_lock(&guard_mu);
     atomic_store_explicit(&g->base, 0, memory_order_release);
+    int fd = atomic_exchange_explicit(&g->fd, -1, memory_order_relaxed);
     pthread_mutex_unlock(&guard_mu);
+    if (fd >= 0)
+        close(fd);
+}
+
+uint64_t stk_map_guard_refresh(stk_map_guard *g)
+{
+    struct stat st;
+    int fd = atomic_load_explicit(&g->fd, memory_order_relaxed);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= 0)
+        return guard_lower(g, (uint64_t)st.st_size);
+    return stk_map_guard_valid(g);
 }
 
 uint64_t stk_map_guard_valid(const stk_map_guard *g)

@@ -29,15 +29,23 @@
 typedef struct stk_map_guard stk_map_guard;
 
 /* Register the mapping [base, base + size) (page-aligned base, as mmap
- * returns it). Returns the region, or NULL with STK_ENOMEM via stk_fail
- * (the caller must then not rely on the guard). Installs the process's
- * SIGBUS handler on first use. */
-stk_map_guard *stk_map_guard_add(const void *base, size_t size);
+ * returns it) of the file open as `fd` (or -1): the guard keeps a duplicate
+ * of fd to learn the file's exact new size. Returns the region, or NULL
+ * with STK_ENOMEM / STK_EIO via stk_fail (the caller must then not rely on
+ * the guard). Installs the process's SIGBUS handler on first use. */
+stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd);
 /* Forget a region before its mapping is unmapped. NULL is a no-op. */
 void stk_map_guard_remove(stk_map_guard *g);
 /* Bytes from the start of the mapping known to hold the file: the mapping's
- * size until a fault, then the offset of the first page found lost. */
+ * size until a fault, then the file's size found then (or, without an fd,
+ * the offset of the first page found lost). */
 uint64_t stk_map_guard_valid(const stk_map_guard *g);
+/* Ask the file for its size now (fstat) and lower the valid mark to it;
+ * returns the mark. For bytes in the mapping's last page: a file cut inside
+ * its last page raises no SIGBUS (the kernel zero-fills a page's tail past
+ * the end), so only this can see it. A system call: for the rare reads that
+ * touch the last page, not for every read. */
+uint64_t stk_map_guard_refresh(stk_map_guard *g);
 /* True when [offset, offset + len) lies below stk_map_guard_valid: those
  * bytes were the file's when read, provided this is called after reading
  * them. One relaxed atomic load in the common case. */
