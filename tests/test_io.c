@@ -102,7 +102,8 @@ static void run_guard_truncation(int with_fd)
     assert_true(fd >= 0);
     const uint8_t *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
     assert_true(map != MAP_FAILED);
-    stk_map_guard *g = stk_map_guard_add(map, size, with_fd ? fd : -1);
+    stk_map_guard *g;
+    assert_int_equal(stk_map_guard_add(map, size, with_fd ? fd : -1, &g), 0);
     close(fd); /* the guard keeps its own duplicate */
     assert_non_null(g);
     assert_int_equal(stk_map_guard_valid(g), size);
@@ -148,7 +149,8 @@ static void test_map_guard_cut_in_last_page(void **state)
     int fd = open(path, O_RDONLY);
     const uint8_t *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
     assert_true(map != MAP_FAILED);
-    stk_map_guard *g = stk_map_guard_add(map, size, fd);
+    stk_map_guard *g;
+    assert_int_equal(stk_map_guard_add(map, size, fd, &g), 0);
     close(fd);
     assert_non_null(g);
     assert_int_equal(truncate(path, (off_t)(size - 100)), 0);
@@ -180,7 +182,8 @@ static void test_map_guard_chains(void **state)
     assert_int_equal(sigaction(SIGBUS, &sa, &old), 0);
     /* Registering installs the guard over the user's handler, chained. */
     static uint8_t page_buf[1];
-    stk_map_guard *g = stk_map_guard_add(page_buf, 1, -1);
+    stk_map_guard *g;
+    assert_int_equal(stk_map_guard_add(page_buf, 1, -1, &g), 0);
     assert_non_null(g);
     struct sigaction now;
     assert_int_equal(sigaction(SIGBUS, NULL, &now), 0);

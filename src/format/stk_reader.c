@@ -392,8 +392,8 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
         long sys_page = sysconf(_SC_PAGESIZE);
         s->last_page = (s->file_size - 1) / (uint64_t)(sys_page > 0 ? sys_page : 4096) *
                        (uint64_t)(sys_page > 0 ? sys_page : 4096);
-        if (!(s->guard = stk_map_guard_add(m, s->file_size, s->fd))) {
-            rc = stk_fail_prefix(STK_ENOMEM, "%s", path);
+        if ((rc = stk_map_guard_add(m, s->file_size, s->fd, &s->guard)) < 0) {
+            stk_fail_prefix(rc, "%s", path);
             goto done;
         }
         shard_map_advice(set, s, index_offset);

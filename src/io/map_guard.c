@@ -181,21 +181,20 @@ static bool guard_install_locked(void)
     return sigaction(SIGBUS, &sa, NULL) == 0;
 }
 
-stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd)
+int stk_map_guard_add(const void *base, size_t size, int fd, stk_map_guard **out)
 {
     stk_map_guard *found = NULL;
     int dup_fd = -1;
-    if (fd >= 0 && (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
-        stk_fail(STK_EIO, "cannot duplicate a mapped file's descriptor: %s", strerror(errno));
-        return NULL;
-    }
+    *out = NULL;
+    if (fd >= 0 && (dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return stk_fail(STK_EIO, "cannot duplicate a mapped file's descriptor: %s",
+                        strerror(errno));
     pthread_mutex_lock(&guard_mu);
     if (!guard_install_locked()) {
         pthread_mutex_unlock(&guard_mu);
         if (dup_fd >= 0)
             close(dup_fd);
-        stk_fail(STK_EIO, "cannot install the SIGBUS handler that guards mapped files");
-        return NULL;
+        return stk_fail(STK_EIO, "cannot install the SIGBUS handler that guards mapped files");
     }
     for (size_t c = 0; c < GUARD_CHUNKS && !found; c++) {
         stk_map_guard *chunk = atomic_load_explicit(&guard_chunks[c], memory_order_relaxed);
@@ -203,6 +202,8 @@ stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd)
             chunk = calloc(GUARD_CHUNK, sizeof *chunk);
             if (!chunk)
                 break;
+            for (size_t i = 0; i < GUARD_CHUNK; i++)
+                atomic_init(&chunk[i].fd, -1);
             atomic_store_explicit(&guard_chunks[c], chunk, memory_order_release);
         }
         for (size_t i = 0; i < GUARD_CHUNK && !found; i++)
@@ -216,12 +217,14 @@ stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd)
         atomic_store_explicit(&found->base, (uintptr_t)base, memory_order_release);
     }
     pthread_mutex_unlock(&guard_mu);
-    if (!found && dup_fd >= 0)
-        close(dup_fd);
-    if (!found)
-        stk_fail(STK_ENOMEM, "out of memory (or over %d mapped files) guarding a mapping",
-                 GUARD_CHUNK * GUARD_CHUNKS);
-    return found;
+    if (!found) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return stk_fail(STK_ENOMEM, "out of memory (or over %d mapped files) guarding a mapping",
+                        GUARD_CHUNK * GUARD_CHUNKS);
+    }
+    *out = found;
+    return 0;
 }
 
 void stk_map_guard_remove(stk_map_guard *g)

@@ -30,10 +30,10 @@ typedef struct stk_map_guard stk_map_guard;
 
 /* Register the mapping [base, base + size) (page-aligned base, as mmap
  * returns it) of the file open as `fd` (or -1): the guard keeps a duplicate
- * of fd to learn the file's exact new size. Returns the region, or NULL
- * with STK_ENOMEM / STK_EIO via stk_fail (the caller must then not rely on
- * the guard). Installs the process's SIGBUS handler on first use. */
-stk_map_guard *stk_map_guard_add(const void *base, size_t size, int fd);
+ * of fd to learn the file's exact new size. 0 with the region in *out, or
+ * STK_ENOMEM / STK_EIO via stk_fail (*out NULL: the caller must then not
+ * rely on the guard). Installs the process's SIGBUS handler on first use. */
+int stk_map_guard_add(const void *base, size_t size, int fd, stk_map_guard **out);
 /* Forget a region before its mapping is unmapped. NULL is a no-op. */
 void stk_map_guard_remove(stk_map_guard *g);
 /* Bytes from the start of the mapping known to hold the file: the mapping's
