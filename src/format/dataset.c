@@ -2,23 +2,31 @@
  * dataset.c — opening a dataset by URI, the public dataset calls, and the
  * in-memory reader.
  *
- * stk_dataset_open is a dispatcher. It recognises the URI forms documented
- * in stoker.h by their exact prefix ("cifar10:", "cifar100:", "idx:",
- * "mnist:", "fashion-mnist:", "imagefolder:", "list:", ...), splits the
- * rest into PATH and an optional "?query", and calls the reader's entry point, which validates everything
- * (dataset.h). Text with no known prefix is a path whose format is detected:
+ * stk_dataset_open reads one table, stk_readers (below): a row per reader,
+ * {prefix, form, description, open, open_detected, detect, detect texts}
+ * (stk_reader, dataset.h). A URI "PREFIX:PATH[?QUERY]" whose prefix matches
+ * a row exactly is split into PATH and QUERY and handed to the row's open,
+ * which validates everything. Text with no known prefix is a path: the rows
+ * with a detect hook are asked in table order, first yes wins:
  *
+ *   *.stk file, directory holding *.stk, or a *.stk glob     -> stk
  *   a directory holding data_batch_1.bin or test_batch.bin   -> cifar10
- *     (or a cifar-10-batches-bin subdirectory holding them)
+ *     (or a cifar-10-batches-bin subdirectory), or such a file
  *   a directory holding train.bin or test.bin                -> cifar100
- *     (or a cifar-100-binary subdirectory)
- *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
- *   (last) a directory with a subdirectory that directly holds a file
- *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
+ *     (or a cifar-100-binary subdirectory), or such a file
  *   a file named *images-idx3-ubyte[.gz] (or *images.idx3-ubyte) -> idx, its
  *     labels file named by replacing images-idx3 with labels-idx1
- *   a file named data_batch_N.bin / test_batch.bin           -> cifar10 file
- *   a file named train.bin / test.bin                        -> cifar100 file
+ *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
+ *   a directory holding images.npy and labels.npy            -> npy
+ *   (last) a directory with a subdirectory that directly holds a file
+ *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
+ *
+ * The same table gives the prefix list and the "looked for ..." lists of
+ * the messages, and stk_dataset_reader (the CLI's help). Readers written
+ * before the table keep their entry points (dataset.h) and get their rows
+ * and small adapters here; a new reader defines its row in its own file and
+ * adds one X to STK_SELF_DESCRIBED_READERS (docs/datasets.md, "Adding a
+ * reader").
  *
  * A name like "foo:bar" that is not an existing path and whose "foo" looks
  * like a scheme is an unknown prefix (STK_EINVAL) rather than a missing file,
