@@ -3,9 +3,11 @@
  * preads at every offset against the bytes written, reading past the end,
  * the refusals of open: missing, directory, FIFO without hanging, over the
  * limit), whole-file mappings, and the SIGBUS guard on a mapping whose file
- * is truncated (zero pages from the cut on, the valid mark at the cut's
- * page, a SIGBUS outside any guarded region still reaching the handler
- * installed before).
+ * is truncated (zero pages from the cut on, the valid mark at the cut, a
+ * cut inside the last page seen by refresh, a SIGBUS outside any guarded
+ * region still reaching the handler installed before), and the CIFAR, IDX
+ * and npy readers over a file cut while open (STK_EDATA naming the file
+ * and sample, no SIGBUS; samples before the cut still exact).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,6 +166,89 @@ static void test_map_guard_cut_in_last_page(void **state)
     free(bytes);
 }
 
+/* The array readers over stk_map_file (CIFAR, IDX, npy) share the guard:
+ * a file cut while open fails the samples it took, naming file and sample,
+ * and the ones before the cut still read exactly. */
+static void expect_cut(const char *uri, const char *path, size_t cut, uint64_t ok_index,
+                       uint64_t straddle, uint64_t lost, size_t sample_bytes,
+                       const char *what)
+{
+    stk_dataset *ds;
+    if (stk_dataset_open(uri, NULL, &ds) != 0)
+        fail_msg("%s: %s", uri, stk_errmsg());
+    uint8_t *px = malloc(sample_bytes), *px0 = malloc(sample_bytes);
+    int64_t label;
+    assert_int_equal(stk_dataset_read(ds, ok_index, px0, sample_bytes, &label),
+                     (int64_t)sample_bytes);
+    assert_int_equal(truncate(path, (off_t)cut), 0);
+    assert_int_equal(stk_dataset_read(ds, ok_index, px, sample_bytes, &label),
+                     (int64_t)sample_bytes);
+    assert_memory_equal(px, px0, sample_bytes);
+    uint64_t bad[2] = {straddle, lost};
+    for (int k = 0; k < 2; k++) {
+        char want[200];
+        assert_int_equal(stk_dataset_read(ds, bad[k], px, sample_bytes, &label), STK_EDATA);
+        snprintf(want, sizeof want, what, (unsigned long long)bad[k], (unsigned long long)bad[k]);
+        if (!strstr(stk_errmsg(), want) || !strstr(stk_errmsg(), path) ||
+            !strstr(stk_errmsg(), "truncated while open"))
+            fail_msg("'%s' lacks '%s'", stk_errmsg(), want);
+    }
+    free(px);
+    free(px0);
+    stk_dataset_close(ds);
+}
+
+static void test_array_readers_truncated(void **state)
+{
+    (void)state;
+    char uri[1200];
+    /* CIFAR-10: 100 records of 3073 bytes; cut inside record 48. */
+    static uint8_t c10[100 * 3073];
+    tu_fill_random(c10, sizeof c10, 11);
+    for (int i = 0; i < 100; i++)
+        c10[i * 3073] = (uint8_t)(i % 10);
+    const char *cpath = tu_path("data_batch_1.bin");
+    tu_write_file(cpath, c10, sizeof c10);
+    snprintf(uri, sizeof uri, "cifar10:%s", cpath);
+    expect_cut(uri, cpath, 48 * 3073 + 1500, 10, 48, 90, 3072,
+               "record %llu (sample %llu): the file was truncated while open");
+
+    /* IDX plain: 60 images of 28x28; cut inside image 30. */
+    static uint8_t idx[16 + 60 * 784];
+    uint8_t lab[8 + 60] = {0, 0, 8, 1, 0, 0, 0, 60};
+    memcpy(idx, (uint8_t[]){0, 0, 8, 3, 0, 0, 0, 60, 0, 0, 0, 28, 0, 0, 0, 28}, 16);
+    tu_fill_random(idx + 16, 60 * 784, 12);
+    const char *ipath = tu_path("cut-images-idx3-ubyte"), *lpath = tu_path("cut-labels-idx1-ubyte");
+    tu_write_file(ipath, idx, sizeof idx);
+    tu_write_file(lpath, lab, sizeof lab);
+    snprintf(uri, sizeof uri, "idx:%s,%s", ipath, lpath);
+    expect_cut(uri, ipath, 16 + 30 * 784 + 400, 3, 30, 55, 784,
+               "sample %llu: the images file was truncated while open");
+
+    /* npy: 40 images of 10x10x3 uint8 after a 128-byte header. */
+    static uint8_t npy[128 + 40 * 300];
+    static const char dict[] = "{'descr': '|u1', 'fortran_order': False, 'shape': (40, 10, 10, 3), }";
+    memcpy(npy, "\x93NUMPY\x01\x00\x76\x00", 10);
+    memset(npy + 10, ' ', 118);
+    memcpy(npy + 10, dict, sizeof dict - 1);
+    npy[127] = '\n';
+    tu_fill_random(npy + 128, 40 * 300, 13);
+    int64_t labels[40] = {0};
+    uint8_t lnpy[128 + sizeof labels];
+    static const char ldict[] = "{'descr': '<i8', 'fortran_order': False, 'shape': (40,), }";
+    memcpy(lnpy, "\x93NUMPY\x01\x00\x76\x00", 10);
+    memset(lnpy + 10, ' ', 118);
+    memcpy(lnpy + 10, ldict, sizeof ldict - 1);
+    lnpy[127] = '\n';
+    memcpy(lnpy + 128, labels, sizeof labels);
+    const char *npath = tu_path("cut-images.npy"), *nlpath = tu_path("cut-labels.npy");
+    tu_write_file(npath, npy, sizeof npy);
+    tu_write_file(nlpath, lnpy, sizeof lnpy);
+    snprintf(uri, sizeof uri, "npy:%s,%s", npath, nlpath);
+    expect_cut(uri, npath, 128 + 20 * 300 + 7, 2, 20, 39, 300,
+               "sample %llu: the images file was truncated while open");
+}
+
 /* A SIGBUS the guard does not own goes to the handler installed before it. */
 static volatile sig_atomic_t chained;
 static void user_handler(int sig)
@@ -201,6 +286,7 @@ int main(void)
         cmocka_unit_test(test_file_source_refusals),
         cmocka_unit_test(test_map_guard_truncation),
         cmocka_unit_test(test_map_guard_cut_in_last_page),
+        cmocka_unit_test(test_array_readers_truncated),
         cmocka_unit_test(test_map_guard_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -196,6 +196,42 @@ static void test_cut_inside_last_page(void **state)
     stk_dataset_close(ds);
 }
 
+/* A cut inside a record's last page: reading that record faults nowhere
+ * (the kernel zero-fills the page past the new end), so only the probe of
+ * the file's last bytes made by the check can tell its tail was lost. */
+static void test_cut_inside_a_record(void **state)
+{
+    (void)state;
+    const char *path = tu_path("trunc-mid.stk");
+    write_raw_shard(path);
+    size_t n;
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static uint8_t file[2 << 20];
+    n = fread(file, 1, sizeof file, f);
+    fclose(f);
+    uint64_t index_off = stk_rd64(file + n - STK_FOOTER_SIZE + FTR_INDEX_OFFSET);
+    uint64_t off = stk_rd64(file + index_off + 100 * 8), len = 12 + PIXELS;
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
+    stk_sample s;
+    stk_scratch scratch = {0};
+    assert_int_equal(ds->vt->read(ds, 100, &s, &scratch), 0);
+    truncate_to(path, (off_t)(off + len - 100));
+    unsigned zeros = 0;
+    for (size_t k = 0; k < PIXELS; k++)
+        zeros += s.image.pixels[k] == 0; /* the last 100 bytes, zero-filled */
+    assert_int_equal(zeros, 100);
+    assert_int_equal(stk_dataset_check(ds, 100), STK_EDATA);
+    char want[160];
+    snprintf(want, sizeof want, "trunc-mid.stk: record 100 (sample 100): the shard was truncated "
+             "while open (only its first %llu of ", (unsigned long long)(off + len - 100));
+    assert_non_null(strstr(stk_errmsg(), want));
+    assert_int_equal(stk_dataset_check(ds, 99), STK_EDATA); /* index entries lost */
+    stk_scratch_free(&scratch);
+    stk_dataset_close(ds);
+}
+
 static void run_loader_over_truncation(const char *name, stk_error_policy policy)
 {
     const char *path = tu_path(name);
@@ -463,6 +499,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_truncated_mapped_reads_fail),
         cmocka_unit_test(test_view_used_after_truncation),
         cmocka_unit_test(test_cut_inside_last_page),
+        cmocka_unit_test(test_cut_inside_a_record),
         cmocka_unit_test(test_truncated_under_loader_raise),
         cmocka_unit_test(test_truncated_under_loader_skip),
         cmocka_unit_test(test_truncated_pack_source),

@@ -287,6 +287,22 @@ static int stk_npy_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     return 0;
 }
 
+/* vtable.read_check: were sample `index`'s pixels still the file's after
+ * use (a file truncated while open reads as zeros)? */
+static int stk_npy_read_check(const stk_dataset *ds, uint64_t index)
+{
+    const stk_npy_impl *m = ds->impl;
+    uint64_t valid;
+    uint64_t off = (uint64_t)(m->pixels - m->images.data) + index * m->sample_bytes;
+    if (stk_mapped_file_intact(&m->images, off, m->sample_bytes, &valid))
+        return 0;
+    return stk_fail(STK_EDATA,
+                    "%s: sample %llu: the images file was truncated while open (only its first "
+                    "%llu of %zu bytes remain); the sample's bytes were lost",
+                    ds->uri, (unsigned long long)index, (unsigned long long)valid,
+                    m->images.size);
+}
+
 static void stk_npy_close(stk_dataset *ds)
 {
     stk_npy_impl *m = ds->impl;
@@ -297,7 +313,8 @@ static void stk_npy_close(stk_dataset *ds)
 }
 
 static const stk_dataset_vtable stk_npy_vt = {.format = "npy", .read = stk_npy_read,
-                                              .close = stk_npy_close};
+                                              .close = stk_npy_close,
+                                              .read_check = stk_npy_read_check};
 
 static int stk_npy_open_pair(const char *uri, const char *images_path, const char *labels_path,
                              const stk_dataset_options *opts, stk_dataset **out)

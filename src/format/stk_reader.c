@@ -53,8 +53,6 @@ typedef struct shard {
                                    per shard_map_advice */
     stk_map_guard *guard;       /* owned registration of map (src/io/map_guard.c): pages lost
                                    to a truncation read as zeros; see shard_lost_check */
-    uint64_t last_page;         /* mapped: offset of the file's last (system) page */
-    uint64_t tail_first;        /* mapped: first record with an index entry in that page */
     uint8_t *index_copy;        /* owned: the index, read with pread (pread mode) */
     uint64_t file_size;
     uint64_t n, first;          /* records; global index of record 0 */
@@ -258,29 +256,6 @@ static uint64_t index_size_for(const shardset *set, uint64_t n, bool *ok)
     return total;
 }
 
-/* The first record whose index entries reach the file's last page (the
- * column entries grow with the record number; each column's first such
- * record is floor((last_page - column start) / entry size)). */
-static uint64_t shard_tail_first(const shardset *set, const shard *s)
-{
-    uint64_t first = s->n;
-#define TAIL(col, entry)                                                           \
-    do {                                                                           \
-        uint64_t c_ = (uint64_t)((col) - s->map), e_ = (entry);                    \
-        uint64_t r_ = c_ >= s->last_page ? 0 : e_ ? (s->last_page - c_) / e_ : 0; \
-        first = r_ < first ? r_ : first;                                           \
-    } while (0)
-    TAIL(s->offsets, 8);
-    TAIL(s->checksums, 8);
-    if (set->nvar)
-        TAIL(s->lengths, (uint64_t)set->nvar * 4);
-    for (uint32_t i = 0; i < set->nfields; i++)
-        if (set->storage[i] == STK_STORAGE_FIXED)
-            TAIL(s->columns[i], set->fixed_size[i]);
-#undef TAIL
-    return first;
-}
-
 static int shard_open(shardset *set, shard *s, const char *path, bool first)
 {
     int rc;
@@ -389,9 +364,6 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
             goto done;
         }
         s->map = m;
-        long sys_page = sysconf(_SC_PAGESIZE);
-        s->last_page = (s->file_size - 1) / (uint64_t)(sys_page > 0 ? sys_page : 4096) *
-                       (uint64_t)(sys_page > 0 ? sys_page : 4096);
         if ((rc = stk_map_guard_add(m, s->file_size, s->fd, &s->guard)) < 0) {
             stk_fail_prefix(rc, "%s", path);
             goto done;
@@ -416,8 +388,6 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
         s->columns[i] = index + at;
         at += stk_pad_to(s->n * set->fixed_size[i], 8);
     }
-    if (s->guard)
-        s->tail_first = shard_tail_first(set, s);
     if (s->map && !set->huge_pages && !(s->touched = calloc((size_t)(s->n / 64 + 1), sizeof *s->touched))) {
         rc = stk_fail(STK_ENOMEM, "out of memory");
         goto done;
@@ -463,19 +433,20 @@ static const shard *locate(const shardset *set, uint64_t index, uint64_t *local)
  * pages into zeros (src/io/map_guard.c) and lowers the guard's valid mark
  * to the new size; this says whether anything record r depends on lies at
  * or past it. Call it after the bytes have been used (the read, a checksum,
- * the consumer's crop): then a 0 means they were real. An atomic load and a
- * few additions while nothing was lost (plus an 8-byte compare of the
- * footer magic for records whose index entries lie in the file's last page,
- * where a cut faults nowhere). Returns 0 or STK_EDATA naming the shard and
+ * the consumer's crop): then a 0 means they were real. While nothing was
+ * cut: an 8-byte load of the footer's magic, a compare and an atomic load
+ * (stk_map_guard_check). Returns 0 or STK_EDATA naming the shard and
  * record.
  */
 static int shard_lost_check(const shardset *set, const shard *s, uint64_t r, uint64_t global)
 {
     if (!s->guard)
         return 0;
-    uint64_t valid = stk_map_guard_valid(s->guard);
-    if (valid >= s->file_size && r < s->tail_first)
-        return 0; /* the common case: nothing lost, entries before the last page */
+    /* Probes the file's last bytes (the footer magic, never zeros): any cut
+     * shows there, and the guard then holds the exact new size. */
+    uint64_t valid = stk_map_guard_check(s->guard, 0);
+    if (valid >= s->file_size)
+        return 0; /* the common case: nothing was cut */
     /* The index entries of record r (the highest byte of each column). */
     uint64_t need = (uint64_t)(s->offsets - s->map) + (r + 1) * 8;
     uint64_t e = (uint64_t)(s->checksums - s->map) + (r + 1) * 8;
@@ -490,16 +461,6 @@ static int shard_lost_check(const shardset *set, const shard *s, uint64_t r, uin
         e = (uint64_t)(s->columns[i] - s->map) + (r + 1) * set->fixed_size[i];
         need = e > need ? e : need;
     }
-    /* A cut inside the last page raises no SIGBUS: that page's tail then
-     * reads as zeros, the footer's closing magic included (the file's last
-     * bytes). So for entries in the last page (record data never lies
-     * there), a footer magic that changed sends us to ask the file its
-     * exact size. */
-    if (need > s->last_page &&
-        memcmp(s->map + s->file_size - STK_FOOTER_SIZE + FTR_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
-        valid = stk_map_guard_refresh(s->guard);
-    if (valid >= s->file_size)
-        return 0;
     if (need <= valid) {
         /* The index entries are real: so is the record's extent. */
         uint64_t off = stk_rd64(s->offsets + r * 8), len = 0;
@@ -531,7 +492,10 @@ static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t 
 {
     int rc = record_get_unchecked(set, s, r, global, bytes, field_off, field_len, scratch,
                                   force_verify);
-    int lost = shard_lost_check(set, s, r, global);
+    /* On success the caller checks after using the bytes (read_check, or
+     * shard_lost_check in the field, label and verify paths); a failure is
+     * checked here, so a cut is reported as such, not as what it caused. */
+    int lost = rc < 0 ? shard_lost_check(set, s, r, global) : 0;
     return lost ? lost : rc;
 }
 

@@ -34,12 +34,17 @@
  *    by policy). The check is one atomic load while nothing was lost. Pages
  *    from the fault on are all past the new end of the file (truncation
  *    removes a suffix), so everything the mark keeps is real.
- *  - One case raises no SIGBUS at all: a cut inside the file's last page
- *    (the kernel zero-fills the rest of that page). Only the file's size
- *    can tell, so a reader asks for it (stk_map_guard_refresh: one fstat)
- *    when the bytes it used lie in the mapping's last page — for a .stk
- *    shard, the footer and the tail of the index, i.e. the index entries of
- *    at most a page's worth of records.
+ *  - A cut raises SIGBUS only on pages wholly past the new end: the page
+ *    holding the new end is zero-filled past it, silently, and a reader
+ *    may use such a tail before anyone faults. So the check after use
+ *    first probes the mapping's last 8 bytes (stk_map_guard_check): after
+ *    any cut below the last page that read faults and the handler records
+ *    the exact new size (fstat on a descriptor the guard keeps); a cut
+ *    inside the last page changes those bytes (zero-filled), which sends
+ *    the check to fstat. Only if they were zeros to begin with does a read
+ *    that reaches the last page always ask the file. Linux's truncation
+ *    (truncate_pagecache) unmaps the pages past a cut before it zeroes the
+ *    partial page, so a reader that saw zeros there faults on the probe.
  *
  * The handler. Installed when the first region is registered, and installed
  * again at a later registration if someone replaced it meanwhile (the one
@@ -81,7 +86,23 @@ struct stk_map_guard {
     _Atomic size_t size;    /* mapping length */
     _Atomic uint64_t valid; /* bytes still the file's; lowered by the handler / refresh */
     _Atomic int fd;         /* owned duplicate of the file's descriptor, or -1 */
+    uint64_t tail;          /* the mapping's last (up to) 8 bytes at registration;
+                               written before base is published, then read-only */
+    uint64_t last_page;     /* offset of the mapping's last system page; idem */
 };
+
+/* The mapping's last min(8, size) bytes (may fault: the handler is in
+ * place). One load; the asm barrier keeps the compiler from moving it
+ * before the caller's reads or dropping it. */
+static uint64_t guard_tail(uintptr_t base, size_t size)
+{
+    uint64_t t = 0;
+    size_t n = size < 8 ? size : 8;
+    __asm__ volatile("" ::: "memory");
+    memcpy(&t, (const void *)(base + size - n), n);
+    __asm__ volatile("" ::: "memory");
+    return t;
+}
 
 /* Lower g->valid to `v` if it is higher (from the handler too: lock-free). */
 static uint64_t guard_lower(stk_map_guard *g, uint64_t v)
@@ -214,9 +235,13 @@ int stk_map_guard_add(const void *base, size_t size, int fd, stk_map_guard **out
         atomic_store_explicit(&found->size, size, memory_order_relaxed);
         atomic_store_explicit(&found->valid, (uint64_t)size, memory_order_relaxed);
         atomic_store_explicit(&found->fd, dup_fd, memory_order_relaxed);
+        found->last_page = size ? (size - 1) / guard_page * guard_page : 0;
         atomic_store_explicit(&found->base, (uintptr_t)base, memory_order_release);
     }
     pthread_mutex_unlock(&guard_mu);
+    /* Registered first, so a file already cut reads zeros here, no SIGBUS. */
+    if (found && size)
+        found->tail = guard_tail((uintptr_t)base, size);
     if (!found) {
         if (dup_fd >= 0)
             close(dup_fd);
@@ -253,8 +278,23 @@ uint64_t stk_map_guard_valid(const stk_map_guard *g)
     return atomic_load_explicit(&((stk_map_guard *)g)->valid, memory_order_acquire);
 }
 
-bool stk_map_guard_intact(const stk_map_guard *g, uint64_t offset, uint64_t len)
+uint64_t stk_map_guard_check(stk_map_guard *g, uint64_t end)
 {
+    uintptr_t base = atomic_load_explicit(&g->base, memory_order_relaxed);
+    size_t size = atomic_load_explicit(&g->size, memory_order_relaxed);
+    if (!size)
+        return 0;
+    /* The caller's reads of the mapping come before the probe. */
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t t = guard_tail(base, size);
     uint64_t v = stk_map_guard_valid(g);
+    if (t != g->tail || (g->tail == 0 && end > g->last_page))
+        v = stk_map_guard_refresh(g);
+    return v;
+}
+
+bool stk_map_guard_intact(stk_map_guard *g, uint64_t offset, uint64_t len)
+{
+    uint64_t v = stk_map_guard_check(g, offset + len);
     return offset <= v && len <= v - offset;
 }

@@ -46,9 +46,17 @@ uint64_t stk_map_guard_valid(const stk_map_guard *g);
  * the end), so only this can see it. A system call: for the rare reads that
  * touch the last page, not for every read. */
 uint64_t stk_map_guard_refresh(stk_map_guard *g);
-/* True when [offset, offset + len) lies below stk_map_guard_valid: those
- * bytes were the file's when read, provided this is called after reading
- * them. One relaxed atomic load in the common case. */
-bool stk_map_guard_intact(const stk_map_guard *g, uint64_t offset, uint64_t len);
+/* Call after reading bytes of the mapping: the bytes from its start that
+ * were still the file's when they were read. It first reads the mapping's
+ * last 8 bytes (the probe): a cut anywhere below the last page makes that
+ * read fault, and the handler records the file's exact new size; a cut
+ * inside the last page changes them (zero-filled), which sends it to ask
+ * the file (stk_map_guard_refresh). If those bytes were zeros to begin
+ * with, a cut inside the last page cannot change them, so it also asks the
+ * file when `end` (one past the last byte the caller used) reaches the
+ * last page. Common case: one 8-byte load, one compare, one atomic load. */
+uint64_t stk_map_guard_check(stk_map_guard *g, uint64_t end);
+/* stk_map_guard_check(g, offset + len) covers [offset, offset + len). */
+bool stk_map_guard_intact(stk_map_guard *g, uint64_t offset, uint64_t len);
 
 #endif

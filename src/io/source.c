@@ -14,14 +14,17 @@
  *
  * stk_map_file maps a whole file MAP_PRIVATE and PROT_READ (readers hand out
  * pointers into it and nothing can write through them) and closes the
- * source: a mapping keeps its own reference to the file. These private
- * mappings are not registered with the SIGBUS guard (map_guard.c): their
- * readers (CIFAR, IDX, npy) hand out views without a read_check, so a file
- * truncated while open still raises SIGBUS on access (docs/datasets.md).
+ * source: a mapping keeps its own reference to the file. The mapping is
+ * registered with the SIGBUS guard (map_guard.c): if the file is truncated
+ * while open, the lost pages read as zeros instead of killing the process,
+ * and the readers that hand out views into it (CIFAR, IDX, npy) check with
+ * stk_mapped_file_intact, in their read_check, that a sample's bytes were
+ * still the file's after the caller used them.
  */
 #include "io/source.h"
 
 #include "core/error.h"
+#include "io/map_guard.h"
 #include "core/util.h"
 
 #include <errno.h>
@@ -175,20 +178,38 @@ int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out)
 
     out->data = NULL;
     out->size = 0;
+    out->guard = NULL;
     if ((rc = stk_source_open_file(path, max_bytes, &s)) < 0)
         return rc;
     rc = stk_source_map(s, &data);
     if (rc == 0 && data) {
-        stk_source_advise(s, data, 0, s->size, STK_ADVISE_WILLNEED);
-        out->data = data;
-        out->size = (size_t)s->size;
+        rc = stk_map_guard_add(data, (size_t)s->size, ((file_source *)s)->fd, &out->guard);
+        if (rc < 0) {
+            stk_fail_prefix(rc, "%s", path);
+            munmap((void *)data, (size_t)s->size);
+        } else {
+            stk_source_advise(s, data, 0, s->size, STK_ADVISE_WILLNEED);
+            out->data = data;
+            out->size = (size_t)s->size;
+        }
     }
     stk_source_close(s);
     return rc;
 }
 
+int stk_mapped_file_intact(const stk_mapped_file *m, uint64_t offset, uint64_t len,
+                           uint64_t *valid)
+{
+    uint64_t v = m->guard ? stk_map_guard_check(m->guard, offset + len) : m->size;
+    if (valid)
+        *valid = v;
+    return offset <= v && len <= v - offset;
+}
+
 void stk_unmap_file(stk_mapped_file *m)
 {
+    stk_map_guard_remove(m->guard);
+    m->guard = NULL;
     if (m->data)
         munmap((void *)m->data, m->size);
     m->data = NULL;

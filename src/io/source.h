@@ -79,18 +79,30 @@ void stk_source_close(stk_source *s);
 /* A whole file mapped: what the array readers (CIFAR, IDX, npy) use        */
 /* ------------------------------------------------------------------------ */
 
+struct stk_map_guard;
+
 /* A read-only private mapping of a whole file. */
 typedef struct stk_mapped_file {
     const uint8_t *data; /* owned mapping (munmap via stk_unmap_file); NULL
                             when the file is empty */
     size_t size;         /* file size in bytes at open */
+    struct stk_map_guard *guard; /* owned SIGBUS-guard registration
+                                    (io/map_guard.h), or NULL when empty */
 } stk_mapped_file;
 
-/* Open `path` as a source, map it whole with STK_ADVISE_WILLNEED, close the
- * source (the mapping keeps the file). An empty file succeeds with data =
- * NULL and size = 0, so each format can word its own "empty file" message.
- * Errors as stk_source_open_file's, and the mapping's (STK_ENOMEM, STK_EIO). */
+/* Open `path` as a source, map it whole with STK_ADVISE_WILLNEED, register
+ * the mapping with the SIGBUS guard, close the source (the mapping keeps
+ * the file). An empty file succeeds with data = NULL and size = 0, so each
+ * format can word its own "empty file" message. Errors as
+ * stk_source_open_file's, and the mapping's (STK_ENOMEM, STK_EIO). */
 int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out);
+/* After using bytes [offset, offset + len) of the mapping: were they the
+ * file's? False when the file was truncated under the mapping so that they
+ * read as zeros (*valid, if not NULL, gets the bytes that remain). See
+ * stk_map_guard_check: a probe of the file's last bytes and an atomic load
+ * in the common case. Thread-safe. */
+int stk_mapped_file_intact(const stk_mapped_file *m, uint64_t offset, uint64_t len,
+                           uint64_t *valid);
 /* Unmap and zero *m. Safe on a zeroed or already unmapped struct. */
 void stk_unmap_file(stk_mapped_file *m);
 
