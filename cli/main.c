@@ -32,9 +32,8 @@ static const char usage[] =
     "  version                         print the library version\n"
     "  help [COMMAND]                  this text, or a command's options\n"
     "\n"
-    "DATASET is a URI (below, from the library's reader table), or a path whose format is\n"
-    "detected (.stk shards, CIFAR, MNIST, .npy arrays, an image folder, IDX).\n"
-    "See docs/datasets.md.\n";
+    "DATASET is a URI of one of the forms below (the library's reader table), or a path\n"
+    "whose format is detected. See docs/datasets.md.\n";
 
 /* The usage text, then one line per reader of stk_dataset_reader(). */
 static void print_usage(FILE *f)
