@@ -32,10 +32,18 @@ static const char usage[] =
     "  version                         print the library version\n"
     "  help [COMMAND]                  this text, or a command's options\n"
     "\n"
-    "DATASET is a URI: stk:SHARDS, imagefolder:DIR, list:FILE, cifar10:DIR, cifar100:DIR,\n"
-    "idx:IMAGES,LABELS, mnist:DIR, fashion-mnist:DIR, or a path whose format is detected\n"
-    "(.stk shards, an image folder, CIFAR, IDX). See docs/datasets.md.\n"
-    "Exit status: 0 success, 1 runtime failure (data, I/O), 2 usage error.\n";
+    "DATASET is a URI of one of the forms below (the library's reader table), or a path\n"
+    "whose format is detected. See docs/datasets.md.\n";
+
+/* The usage text, then one line per reader of stk_dataset_reader(). */
+static void print_usage(FILE *f)
+{
+    const char *form, *desc;
+    fputs(usage, f);
+    for (uint32_t i = 0; stk_dataset_reader(i, &form, &desc); i++)
+        fprintf(f, "  %s\n      %s\n", form, desc);
+    fputs("Exit status: 0 success, 1 runtime failure (data, I/O), 2 usage error.\n", f);
+}
 
 void cli_error(const char *fmt, ...)
 {
@@ -87,7 +95,7 @@ double cli_peak_rss_mb(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage, stderr);
+        print_usage(stderr);
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
@@ -133,7 +141,7 @@ int main(int argc, char **argv)
             cli_error("no command '%s' (try 'stoker help')", argv[2]);
             return EXIT_USAGE;
         }
-        fputs(usage, stdout);
+        print_usage(stdout);
         return 0;
     }
     cli_error("unknown command '%s' (try 'stoker help')", cmd);

@@ -12,7 +12,10 @@
  *     path with a well-formed stream around mutated content);
  *   - IDX labels, with generated 1x1 images of the claimed count;
  *   - a CIFAR-10 file, alone and listed twice ("A,A": two files, one index
- *     space), and a CIFAR-100 file with fine and coarse labels.
+ *     space), and a CIFAR-100 file with fine and coarse labels;
+ *   - NumPy .npy images (src/format/npy.c), with a generated int64 labels
+ *     file of the count its header's shape starts with, and .npy labels
+ *     with generated (N, 1, 1) images.
  *
  * Everything opened is read sample by sample (the first and last
  * READ_BUDGET/2) through stk_dataset_read and stk_dataset_read_field, with
@@ -115,6 +118,30 @@ static void put_companion(uint32_t n, int images)
     free(b);
 }
 
+/* A .npy file of `n` records: int64 labels (all 1) or (n, 1, 1) uint8
+ * images. */
+static void put_npy_companion(uint32_t n, int images)
+{
+    char dict[128];
+    uint8_t *b;
+    int hl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s%u%s}",
+                      images ? "|u1" : "<i8", "(", n, images ? ", 1, 1)" : ",)");
+    size_t elem = images ? 1 : 8;
+    size_t hdr = (10 + (size_t)hl + 1 + 63) / 64 * 64; /* padded as numpy does */
+    b = calloc(1, hdr + (size_t)n * elem);
+    check(b != NULL, "calloc");
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (uint8_t)(hdr - 10);
+    b[9] = (uint8_t)((hdr - 10) >> 8);
+    memcpy(b + 10, dict, (size_t)hl);
+    memset(b + 10 + hl, ' ', hdr - 11 - (size_t)hl);
+    b[hdr - 1] = '\n';
+    for (uint32_t i = 0; !images && i < n; i++)
+        b[hdr + (size_t)i * 8] = 1;
+    put_file(F_COMPANION, b, hdr + (size_t)n * elem);
+    free(b);
+}
+
 static void exercise(stk_dataset *ds)
 {
     stk_dataset_info info;
@@ -200,6 +227,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     put_companion(n, 1);
     snprintf(uri, sizeof uri, "idx:%s,%s", g_path[F_COMPANION], in);
+    try_open(uri);
+
+    /* npy: the first shape entry of the header, as a hint for the companion. */
+    n = 1;
+    if (size > 10 && size < (1u << 20)) {
+        const char *t = memmem(data, size, "'shape': (", 10);
+        if (t) {
+            uint64_t v = strtoull(t + 10, NULL, 10);
+            n = v && v <= MAX_COMPANION ? (uint32_t)v : 1;
+        }
+    }
+    put_npy_companion(n, 0);
+    snprintf(uri, sizeof uri, "npy:%s,%s", in, g_path[F_COMPANION]);
+    try_open(uri);
+    put_npy_companion(n, 1);
+    snprintf(uri, sizeof uri, "npy:%s,%s", g_path[F_COMPANION], in);
     try_open(uri);
 
     /* CIFAR. */

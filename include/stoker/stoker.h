@@ -37,6 +37,17 @@
  * means the old behaviour. In structs the library fills (info, results,
  * stats, batches) the reserved words are zeroed. Codes and enum values are
  * only appended.
+ *
+ * Thread safety. Every function may be called from any thread; a paragraph
+ * before each object's functions says which calls may run at the same time
+ * on the same object, and a function's own comment says so where it differs.
+ * Calls on different objects never interfere: there is no global state
+ * except the per-thread error message and, for mapped .stk shards, a
+ * process-wide SIGBUS handler with a locked registry (docs/datasets.md).
+ * No stoker function is async-signal-safe: none may be called from a signal
+ * handler. stk_version_number, stk_version_string, stk_strerror and
+ * stk_errmsg (which reads the calling thread's own message) are safe from
+ * any number of threads at once.
  */
 #ifndef STOKER_STOKER_H
 #define STOKER_STOKER_H
@@ -115,6 +126,17 @@ STK_API void stk_free(void *p);
 /* Datasets                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Thread safety of datasets. stk_dataset_open and stk_dataset_from_memory
+ * may run in any number of threads at once (the URI and its query are parsed
+ * without shared state). An opened dataset is immutable: every function
+ * below that takes a `const stk_dataset *` — info, read, fields, label,
+ * metadata, class names, shards — may be called by any number of threads at
+ * once on the same dataset, alongside the loaders reading it. Only
+ * stk_dataset_close needs the dataset to itself: no call on it in flight and
+ * every loader over it destroyed. Lent strings (uri, metadata, class and
+ * field names, shard paths) live until close.
+ */
 typedef struct stk_dataset stk_dataset;
 
 /* Safety limits applied while opening. Zero means the default. */
@@ -139,9 +161,12 @@ typedef struct stk_dataset_options {
  *   mnist:DIR[?split=train|test]        DIR with train-images-idx3-ubyte[.gz] and
  *                                       train-labels-idx1-ubyte[.gz] (t10k-* for test)
  *   fashion-mnist:DIR[?split=...]       the same file names as mnist
- *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread]
+ *   stk:PATH[?verify=off|first|always][&io=auto|mmap|pread][&hugepages=auto|on|off]
  *                                       .stk shards: a file, a directory of
  *                                       *.stk, or a glob (docs/format.md)
+ *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
+ *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
+ *                                       DIR holds images.npy and labels.npy
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -150,6 +175,12 @@ typedef struct stk_dataset_options {
  *                                       layouts above, or an IDX images file
  *                                       (its labels file found by name)
  *
+ * These forms are the rows of the library's reader table; stk_dataset_reader
+ * lists them at run time.
+ *
+ * A query is `?key=value&key=value`; an unknown key or value, a key given
+ * twice or an item without '=' is STK_EINVAL naming it.
+ *
  * `opts` may be NULL. On success *out owns a new dataset (close it with
  * stk_dataset_close). Fails with STK_ENOENT, STK_EIO, STK_EFORMAT, STK_ELIMIT,
  * STK_EUNSUPPORTED, STK_ENOMEM or STK_EINVAL; stk_errmsg() names the file and
@@ -157,6 +188,13 @@ typedef struct stk_dataset_options {
  */
 STK_API int stk_dataset_open(const char *uri, const stk_dataset_options *opts,
                              stk_dataset **out);
+
+/* The readers stk_dataset_open knows, from its reader table, for i = 0, 1,
+ * ...: the i-th URI prefix ("cifar10", used as "cifar10:PATH"), and, where
+ * not NULL, *form its URI form with query keys and *description one line.
+ * NULL past the last. All static strings. Thread-safe. */
+STK_API const char *stk_dataset_reader(uint32_t i, const char **form,
+                                       const char **description);
 
 /* An in-memory array of `count` images, each height x width x channels uint8
  * in HWC order, and `count` labels. With copy != 0 the arrays are copied;
@@ -169,12 +207,15 @@ STK_API int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels
                                     uint32_t channels, int copy, stk_dataset **out);
 
 /* Destroys the dataset. NULL is a no-op. Every loader using it must have been
- * destroyed first. */
+ * destroyed first, and no other call on it may be in flight. */
 STK_API void stk_dataset_close(stk_dataset *ds);
 
 typedef struct stk_dataset_info {
     const char *uri;      /* as given to open (lent: lives with the dataset) */
-    const char *format;   /* "cifar10", "cifar100", "idx", "memory" (static) */
+    const char *format;   /* the reader: "cifar10", "cifar100", "idx" (also for
+                             mnist: and fashion-mnist:), "stk", "npy",
+                             "imagefolder", "list", or "memory" for
+                             stk_dataset_from_memory (static) */
     uint64_t count;       /* number of samples */
     uint32_t height, width, channels; /* sample shape; 0 where it varies */
     uint32_t num_classes; /* 0 when unknown */
@@ -223,6 +264,7 @@ typedef struct stk_field_info {
     uint64_t reserved_[2]; /* zeroed by the library */
 } stk_field_info;
 
+/* Thread-safe, both. */
 STK_API uint32_t stk_dataset_field_count(const stk_dataset *ds);
 /* STK_EINVAL if i is out of range. */
 STK_API int stk_dataset_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *info);
@@ -236,15 +278,17 @@ STK_API int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const 
                                    void **data, size_t *size, uint32_t shape[3]);
 
 /* The label of sample `index`, read without touching the record where the
- * format allows (stk: from the index). */
+ * format allows (stk: from the index). Thread-safe. */
 STK_API int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label);
 
 /* Metadata value for `key` (lent, NUL-terminated), or NULL; of a set of
  * shards, the first shard's. The keys of a packed dataset: class_names,
- * source, created_by, shard_set, shard (docs/format.md). */
+ * source, created_by, shard_set, shard (docs/format.md).
+ * Thread-safe. */
 STK_API const char *stk_dataset_metadata(const stk_dataset *ds, const char *key);
 
-/* Name of class `label` (lent), or NULL when the dataset has no label map. */
+/* Name of class `label` (lent), or NULL when the dataset has no label map.
+ * Thread-safe. */
 STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label);
 
 /* Inputs the open left out without failing, each with a message naming it
@@ -253,11 +297,12 @@ STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label
  * to the root or an ancestor, or a second path to a listed directory).
  * `imagefolder:DIR?strict=1` fails on the first one instead, and stk_pack
  * reports them through on_skip (index UINT64_MAX) or, strict, fails. The
- * message is lent (lives with the dataset); NULL when i >= the count. */
+ * message is lent (lives with the dataset); NULL when i >= the count.
+ * Thread-safe. */
 STK_API uint64_t stk_dataset_skipped_count(const stk_dataset *ds);
 STK_API const char *stk_dataset_skipped(const stk_dataset *ds, uint64_t i);
 
-/* Shards of a .stk dataset (0 for other formats). */
+/* Shards of a .stk dataset (0 for other formats). Thread-safe. */
 typedef struct stk_shard_info {
     const char *path;     /* lent */
     uint64_t records;
@@ -271,6 +316,11 @@ STK_API int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_
 /* ------------------------------------------------------------------------ */
 /* Packing and verifying .stk shards                                         */
 /* ------------------------------------------------------------------------ */
+
+/* Thread safety: stk_pack and stk_verify keep no state between calls and may
+ * run in several threads at once, on different destinations (two packs
+ * into the same directory at once are not supported). Their callbacks run
+ * on the calling thread, one at a time. */
 
 typedef enum stk_pack_mode {
     STK_PACK_KEEP = 0,   /* encoded images byte for byte (validated by decoding);
@@ -359,6 +409,8 @@ STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_veri
 /* Sampler: the epoch order                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Thread safety: a sampler is immutable after create; length and index may
+ * be called by any number of threads at once. destroy needs it to itself. */
 typedef struct stk_sampler stk_sampler;
 
 typedef struct stk_sampler_options {
@@ -395,6 +447,17 @@ STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_
 /* Loader                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Thread safety of loaders. A loader runs its own worker threads; the
+ * caller's side is meant for one consumer thread. next and next_timeout:
+ * one thread at a time. set_epoch and state_set: from the consumer, not
+ * while a next() is in flight. release, interrupt, state_get, stats_get,
+ * length and sample_shape: any thread, at any time, alongside the consumer
+ * (none of them from a signal handler). errmsg: once a call has returned the
+ * error that stopped the loader (the message is written then, once).
+ * destroy: once, with no other call on the loader in flight.
+ * Different loaders (over the same dataset or not) are independent.
+ */
 typedef struct stk_loader stk_loader;
 
 typedef enum stk_dtype { STK_U8 = 0, STK_F16 = 1, STK_F32 = 2 } stk_dtype;
@@ -482,8 +545,13 @@ STK_API int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t tim
  * batch twice is detected and ignored (returns STK_ESTATE). */
 STK_API int stk_loader_release(stk_loader *l, stk_batch *batch);
 
-/* Make a next() that is waiting (or the next one to start) return STK_EINTR.
- * Async-safe enough for a signal-watching thread; the loader stays usable. */
+/* Make a next() that is waiting (or the next one to start) return STK_EINTR;
+ * the loader stays usable. Callable from any thread, e.g. one that waits for
+ * signals with sigwait(). NOT async-signal-safe: it takes the loader's lock,
+ * so calling it from a signal handler can deadlock if the handler interrupted
+ * a thread inside a loader call. From a handler, set a flag instead and let
+ * the consumer poll it between stk_loader_next_timeout() calls (what the
+ * Python binding does for Ctrl-C). */
 STK_API void stk_loader_interrupt(stk_loader *l);
 
 /* Move to the start of `epoch`. A no-op if the loader is already at position
@@ -553,7 +621,7 @@ STK_API const char *stk_loader_errmsg(const stk_loader *l);
  * fills the output shape (3 dims in the output layout), dtype and layout.
  * On failure returns STK_ESPEC with stk_errmsg() pointing at the column,
  * STK_EINVAL for an oversized input shape, STK_ELIMIT for rows too
- * wide. */
+ * wide. Keeps no state: any number of threads at once. */
 STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
                            uint32_t channels, int64_t out_shape[3],
                            stk_dtype *dtype, stk_layout *layout);
@@ -570,7 +638,8 @@ STK_API int stk_spec_check(const char *spec, uint32_t height, uint32_t width,
  * 255, clamped) so the colors are the augmented image's; CHW/HWC and
  * u8/f16/f32 outputs are all read, one channel is shown as gray. Corrupt
  * samples are skipped. Returns 0, or the spec's, the loader's or the file's
- * error (STK_ESPEC, STK_EIO...) with stk_errmsg().
+ * error (STK_ESPEC, STK_EIO...) with stk_errmsg(). Only reads `ds`, through
+ * a loader of its own: may run alongside other users of the dataset.
  */
 STK_API int stk_preview(stk_dataset *ds, const char *spec, uint32_t count, uint64_t seed,
                         uint32_t columns, const char *png_path);

@@ -48,7 +48,11 @@ const char *stk_errmsg(void) { return tls_msg; }
 
 int stk_failv(int code, const char *fmt, va_list ap)
 {
-    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    /* Formatted aside first: an argument may be stk_errmsg() itself (the
+     * buffer being written), which vsnprintf must not read as it writes. */
+    char msg[STK_ERRMSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(tls_msg, msg, sizeof msg);
     return code;
 }
 

@@ -96,6 +96,31 @@ static int stk_cifar_read(const stk_dataset *ds, uint64_t index, stk_sample *out
     return 0;
 }
 
+/* vtable.read_check: the caller is done with sample `index`'s pixels; were
+ * they still the file's (a file truncated while open reads as zeros)? */
+static int stk_cifar_read_check(const stk_dataset *ds, uint64_t index)
+{
+    const stk_cifar_impl *c = ds->impl;
+    size_t lo = 0, hi = c->nfiles;
+    uint64_t valid;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->files[mid].first <= index)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const stk_cifar_file *f = &c->files[lo];
+    uint64_t r = index - f->first;
+    if (stk_mapped_file_intact(&f->map, r * c->record_size, c->record_size, &valid))
+        return 0;
+    return stk_fail(STK_EDATA,
+                    "%s: record %llu (sample %llu): the file was truncated while open (only its "
+                    "first %llu of %zu bytes remain); the record's bytes were lost",
+                    f->path, (unsigned long long)r, (unsigned long long)index,
+                    (unsigned long long)valid, f->map.size);
+}
+
 static void stk_cifar_close(stk_dataset *ds)
 {
     stk_cifar_impl *c = ds->impl;
@@ -111,8 +136,12 @@ static void stk_cifar_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-static const stk_dataset_vtable stk_cifar10_vt = {.format = "cifar10", .read = stk_cifar_read, .close = stk_cifar_close};
-static const stk_dataset_vtable stk_cifar100_vt = {.format = "cifar100", .read = stk_cifar_read, .close = stk_cifar_close};
+static const stk_dataset_vtable stk_cifar10_vt = {.format = "cifar10", .read = stk_cifar_read,
+                                                  .close = stk_cifar_close,
+                                                  .read_check = stk_cifar_read_check};
+static const stk_dataset_vtable stk_cifar100_vt = {.format = "cifar100", .read = stk_cifar_read,
+                                                   .close = stk_cifar_close,
+                                                   .read_check = stk_cifar_read_check};
 
 /* ------------------------------------------------------------------------ */
 /* Which files                                                              */

@@ -2,23 +2,31 @@
  * dataset.c — opening a dataset by URI, the public dataset calls, and the
  * in-memory reader.
  *
- * stk_dataset_open is a dispatcher. It recognises the URI forms documented
- * in stoker.h by their exact prefix ("cifar10:", "cifar100:", "idx:",
- * "mnist:", "fashion-mnist:", "imagefolder:", "list:", ...), splits the
- * rest into PATH and an optional "?query", and calls the reader's entry point, which validates everything
- * (dataset.h). Text with no known prefix is a path whose format is detected:
+ * stk_dataset_open reads one table, stk_readers (below): a row per reader,
+ * {prefix, form, description, open, open_detected, detect, detect texts}
+ * (stk_reader, dataset.h). A URI "PREFIX:PATH[?QUERY]" whose prefix matches
+ * a row exactly is split into PATH and QUERY and handed to the row's open,
+ * which validates everything. Text with no known prefix is a path: the rows
+ * with a detect hook are asked in table order, first yes wins:
  *
+ *   *.stk file, directory holding *.stk, or a *.stk glob     -> stk
  *   a directory holding data_batch_1.bin or test_batch.bin   -> cifar10
- *     (or a cifar-10-batches-bin subdirectory holding them)
+ *     (or a cifar-10-batches-bin subdirectory), or such a file
  *   a directory holding train.bin or test.bin                -> cifar100
- *     (or a cifar-100-binary subdirectory)
- *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
- *   (last) a directory with a subdirectory that directly holds a file
- *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
+ *     (or a cifar-100-binary subdirectory), or such a file
  *   a file named *images-idx3-ubyte[.gz] (or *images.idx3-ubyte) -> idx, its
  *     labels file named by replacing images-idx3 with labels-idx1
- *   a file named data_batch_N.bin / test_batch.bin           -> cifar10 file
- *   a file named train.bin / test.bin                        -> cifar100 file
+ *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
+ *   a directory holding images.npy and labels.npy            -> npy
+ *   (last) a directory with a subdirectory that directly holds a file
+ *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
+ *
+ * The same table gives the prefix list and the "looked for ..." lists of
+ * the messages, and stk_dataset_reader (the CLI's help). Readers written
+ * before the table keep their entry points (dataset.h) and get their rows
+ * and small adapters here; a new reader defines its row in its own file and
+ * adds one X to STK_SELF_DESCRIBED_READERS (docs/datasets.md, "Adding a
+ * reader").
  *
  * A name like "foo:bar" that is not an existing path and whose "foo" looks
  * like a scheme is an unknown prefix (STK_EINVAL) rather than a missing file,
@@ -41,6 +49,7 @@
 #include "core/util.h"
 #include "format/reader_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +141,10 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
         goto out;
     if (!s.image.pixels) { /* encoded: decode it whole, to RGB */
         rc = stk_image_decode(s.encoded, s.encoded_size, NULL, NULL, 1, &decoded, &s.image);
+        if (rc < 0 && stk_dataset_check(ds, index) < 0) { /* decoded lost bytes */
+            rc = STK_EDATA;
+            goto out;
+        }
         if (rc < 0) {
             char name[1024];
             stk_dataset_sample_name(ds, index, name, sizeof name);
@@ -154,6 +167,8 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
     }
 
     stk_image_copy_hwc(v, pixels);
+    if ((rc = stk_dataset_check(ds, index)) < 0)
+        goto out;
     if (label)
         *label = s.label;
 
@@ -293,42 +308,8 @@ fail:
 }
 
 /* ------------------------------------------------------------------------ */
-/* URI dispatch                                                             */
+/* URI dispatch: the reader table                                           */
 /* ------------------------------------------------------------------------ */
-
-enum stk_uri_kind {
-    STK_URI_CIFAR10,
-    STK_URI_CIFAR100,
-    STK_URI_IDX,
-    STK_URI_MNIST,
-    STK_URI_STK,
-    STK_URI_IMAGEFOLDER,
-    STK_URI_LIST,
-};
-
-static const struct {
-    const char *prefix;
-    int kind;
-} stk_uri_prefixes[] = {
-    {"cifar10:", STK_URI_CIFAR10},
-    {"cifar100:", STK_URI_CIFAR100},
-    {"idx:", STK_URI_IDX},
-    {"mnist:", STK_URI_MNIST},
-    {"fashion-mnist:", STK_URI_MNIST},
-    {"stk:", STK_URI_STK},
-    {"imagefolder:", STK_URI_IMAGEFOLDER},
-    {"list:", STK_URI_LIST},
-};
-
-#define STK_PREFIX_LIST \
-    "cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, stk:, imagefolder:, list:"
-#define STK_DETECT_DIR_LIST                                                                  \
-    "data_batch_1.bin or test_batch.bin (CIFAR-10), train.bin or test.bin (CIFAR-100), "     \
-    "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout), also in "  \
-    "cifar-10-batches-bin/ or cifar-100-binary/, or subdirectories holding images "          \
-    "(ImageFolder: DIR/CLASS/IMAGE)"
-#define STK_DETECT_LIST                                                                      \
-    "a directory with " STK_DETECT_DIR_LIST ", or an IDX file named *images-idx3-ubyte[.gz]"
 
 static const char *const stk_split_values[] = {"train", "test", NULL};
 
@@ -427,11 +408,10 @@ out:
 }
 
 /* "idx:IMAGES,LABELS" — exactly one comma; no query keys exist. */
-static int stk_open_idx_pair(const char *uri, const char *rest, const stk_dataset_options *opts,
-                             stk_dataset **out)
+static int stk_open_idx_pair(const char *uri, const char *path, const char *query,
+                             const stk_dataset_options *opts, stk_dataset **out)
 {
-    char *query = NULL;
-    char *copy = stk_split_query(rest, &query);
+    char *copy = stk_strdup(path);
     char *comma;
     int rc;
 
@@ -527,69 +507,225 @@ static int stk_dir_has(const char *dir, const char *name)
     return r;
 }
 
-/* A path with no prefix. */
+static int stk_dir_has_any(const char *dir, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int r = stk_dir_has(dir, names[i]);
+        if (r)
+            return r; /* 1, or STK_ENOMEM */
+    }
+    return 0;
+}
+
+/* The built-in readers whose files predate the table: their rows, with the
+ * small adapters from (uri, path, query) to their entry points. */
+
+static int stk_open_cifar10(const char *uri, const char *path, const char *query,
+                            const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_cifar_open(uri, path, query, 0, opts, out);
+}
+
+static int stk_open_cifar100(const char *uri, const char *path, const char *query,
+                             const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_cifar_open(uri, path, query, 1, opts, out);
+}
+
+static int stk_detect_cifar10(const char *path)
+{
+    static const char *const names[] = {"data_batch_1.bin", "test_batch.bin",
+                                        "cifar-10-batches-bin/data_batch_1.bin",
+                                        "cifar-10-batches-bin/test_batch.bin"};
+    if (stk_path_is_dir(path))
+        return stk_dir_has_any(path, names, 4);
+    return stk_path_is_file(path) && stk_is_cifar10_file_name(stk_basename(path));
+}
+
+static int stk_detect_cifar100(const char *path)
+{
+    static const char *const names[] = {"train.bin", "test.bin", "cifar-100-binary/train.bin",
+                                        "cifar-100-binary/test.bin"};
+    const char *base = stk_basename(path);
+    if (stk_path_is_dir(path))
+        return stk_dir_has_any(path, names, 4);
+    return stk_path_is_file(path) && (!strcmp(base, "train.bin") || !strcmp(base, "test.bin"));
+}
+
+static int stk_open_mnist(const char *uri, const char *path, const char *query,
+                          const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_open_mnist_dir(uri, "mnist", path, query, opts, out);
+}
+
+static int stk_open_fashion_mnist(const char *uri, const char *path, const char *query,
+                                  const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_open_mnist_dir(uri, "fashion-mnist", path, query, opts, out);
+}
+
+static int stk_detect_mnist(const char *path)
+{
+    static const char *const names[] = {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                                        "t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"};
+    return stk_path_is_dir(path) ? stk_dir_has_any(path, names, 4) : 0;
+}
+
+static int stk_detect_imagefolder(const char *path)
+{
+    return stk_path_is_dir(path) && stk_imagefolder_detect(path);
+}
+
+/* An IDX images file named like MNIST's: its labels file found by name. */
+static int stk_detect_idx(const char *path)
+{
+    char *labels = NULL;
+    int r;
+    if (!stk_path_is_file(path))
+        return 0;
+    r = stk_idx_labels_for(path, &labels);
+    free(labels);
+    return r; /* 1, 0, or the error naming the missing labels file */
+}
+
+static int stk_open_idx_detected(const char *uri, const char *path, const char *query,
+                                 const stk_dataset_options *opts, stk_dataset **out)
+{
+    char *labels = NULL;
+    int r = stk_idx_labels_for(path, &labels);
+    if (r <= 0)
+        return r < 0 ? r : stk_fail(STK_EINVAL, "%s: not an IDX images file name", path);
+    r = stk_query_parse(uri, "idx", query, NULL, 0);
+    if (r == 0)
+        r = stk_idx_open(uri, path, labels, opts, out);
+    free(labels);
+    return r;
+}
+
+static const stk_reader stk_reader_cifar10 = {
+    "cifar10", "cifar10:PATH[?split=train|test]",
+    "CIFAR-10 binary: a directory, one file, or files joined by ','",
+    stk_open_cifar10, NULL, stk_detect_cifar10,
+    "data_batch_1.bin or test_batch.bin (CIFAR-10)", "data_batch_N.bin, test_batch.bin"};
+static const stk_reader stk_reader_cifar100 = {
+    "cifar100", "cifar100:PATH[?split=train|test][&label=fine|coarse]",
+    "CIFAR-100 binary: a directory, one file, or files joined by ','",
+    stk_open_cifar100, NULL, stk_detect_cifar100,
+    "train.bin or test.bin (CIFAR-100), also in cifar-10-batches-bin/ or cifar-100-binary/",
+    "train.bin, test.bin"};
+static const stk_reader stk_reader_idx = {
+    "idx", "idx:IMAGES,LABELS", "two IDX files (MNIST layout), plain or .gz; no query keys",
+    stk_open_idx_pair, stk_open_idx_detected, stk_detect_idx, NULL,
+    "*images-idx3-ubyte[.gz]"};
+static const stk_reader stk_reader_mnist = {
+    "mnist", "mnist:DIR[?split=train|test]",
+    "DIR with train-/t10k-{images-idx3,labels-idx1}-ubyte[.gz]", stk_open_mnist, NULL,
+    stk_detect_mnist,
+    "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout)", NULL};
+static const stk_reader stk_reader_fashion_mnist = {
+    "fashion-mnist", "fashion-mnist:DIR[?split=train|test]", "the same file names as mnist:",
+    stk_open_fashion_mnist, NULL, NULL, NULL, NULL};
+static const stk_reader stk_reader_stk = {
+    "stk", "stk:PATH[?verify=off|first|always][&io=auto|mmap|pread][&hugepages=auto|on|off]",
+    ".stk shards: a file, a directory of *.stk, or a glob (docs/format.md)", stk_shards_open,
+    NULL, stk_shards_detect, "*.stk shards", "*.stk"};
+static const stk_reader stk_reader_imagefolder = {
+    "imagefolder", "imagefolder:DIR",
+    "torchvision's ImageFolder layout DIR/CLASS/.../IMAGE (encoded images)",
+    stk_imagefolder_open, NULL, stk_detect_imagefolder,
+    "subdirectories holding images (ImageFolder: DIR/CLASS/IMAGE)", NULL};
+static const stk_reader stk_reader_list = {
+    "list", "list:FILE", "lines \"PATH<TAB>LABEL\", paths relative to FILE's directory",
+    stk_filelist_open, NULL, NULL, NULL, NULL};
+
+/* Readers that describe themselves in their own file (one X per reader). */
+#define STK_SELF_DESCRIBED_READERS(X) X(npy)
+#define STK_DECLARE_READER(name) extern const stk_reader stk_reader_##name;
+STK_SELF_DESCRIBED_READERS(STK_DECLARE_READER)
+#define STK_READER_ROW(name) &stk_reader_##name,
+
+/*
+ * THE table: a prefix is matched exactly ("PREFIX:"); detection of a bare
+ * path tries the rows with a detect hook in this order (first match wins),
+ * so the specific layouts come before the catch-all image folder. Adding a
+ * reader: one file defining `const stk_reader stk_reader_NAME` and one X in
+ * STK_SELF_DESCRIBED_READERS (placed there, detection runs after stk,
+ * CIFAR and MNIST and before the image folder).
+ */
+static const stk_reader *const stk_readers[] = {
+    &stk_reader_stk,
+    &stk_reader_cifar10,
+    &stk_reader_cifar100,
+    &stk_reader_idx,
+    &stk_reader_mnist,
+    &stk_reader_fashion_mnist,
+    STK_SELF_DESCRIBED_READERS(STK_READER_ROW)
+    &stk_reader_imagefolder,
+    &stk_reader_list,
+};
+#define STK_NREADERS (sizeof stk_readers / sizeof stk_readers[0])
+
+const char *stk_dataset_reader(uint32_t i, const char **form, const char **description)
+{
+    if (i >= STK_NREADERS)
+        return NULL;
+    if (form)
+        *form = stk_readers[i]->form;
+    if (description)
+        *description = stk_readers[i]->description;
+    return stk_readers[i]->prefix;
+}
+
+/* "a, b, c" of the rows' `field` strings (or prefixes + ':'), into buf. */
+enum { STK_LIST_PREFIXES, STK_LIST_DIRS, STK_LIST_FILES };
+static const char *stk_reader_list_text(char *buf, size_t n, int which)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < STK_NREADERS; i++) {
+        const stk_reader *r = stk_readers[i];
+        const char *t = which == STK_LIST_PREFIXES ? r->prefix
+                        : which == STK_LIST_DIRS   ? r->detect_dir_text
+                                                   : r->detect_file_text;
+        if (!t)
+            continue;
+        int w = snprintf(buf + used, n - used, "%s%s%s", used ? ", " : "", t,
+                         which == STK_LIST_PREFIXES ? ":" : "");
+        if (w < 0 || (size_t)w >= n - used)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+/* A path with no prefix: the first row whose detect says yes. */
 static int stk_open_detect(const char *uri, const char *path, const char *query,
                            const stk_dataset_options *opts, stk_dataset **out)
 {
-    if (stk_shards_detect(path))
-        return stk_shards_open(uri, path, query, opts, out);
-    if (stk_path_is_dir(path)) {
-        static const char *const c10[] = {"data_batch_1.bin", "test_batch.bin",
-                                          "cifar-10-batches-bin/data_batch_1.bin",
-                                          "cifar-10-batches-bin/test_batch.bin"};
-        static const char *const c100[] = {"train.bin", "test.bin", "cifar-100-binary/train.bin",
-                                           "cifar-100-binary/test.bin"};
-        static const char *const mn[] = {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
-                                         "t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"};
-        int r;
-        for (size_t i = 0; i < 4; i++) {
-            if ((r = stk_dir_has(path, c10[i])) < 0)
-                return r;
-            if (r)
-                return stk_cifar_open(uri, path, query, 0, opts, out);
-        }
-        for (size_t i = 0; i < 4; i++) {
-            if ((r = stk_dir_has(path, c100[i])) < 0)
-                return r;
-            if (r)
-                return stk_cifar_open(uri, path, query, 1, opts, out);
-        }
-        for (size_t i = 0; i < 4; i++) {
-            if ((r = stk_dir_has(path, mn[i])) < 0)
-                return r;
-            if (r)
-                return stk_open_mnist_dir(uri, "mnist", path, query, opts, out);
-        }
-        if (stk_imagefolder_detect(path))
-            return stk_imagefolder_open(uri, path, query, opts, out);
-        return stk_fail(STK_ENOENT, "%s: no dataset detected in this directory (looked for %s)",
-                        path, STK_DETECT_DIR_LIST);
+    char dirs[768], files[256], prefixes[256];
+    for (size_t i = 0; i < STK_NREADERS; i++) {
+        const stk_reader *r = stk_readers[i];
+        int hit = r->detect ? r->detect(path) : 0;
+        if (hit < 0)
+            return hit;
+        if (hit)
+            return (r->open_detected ? r->open_detected : r->open)(uri, path, query, opts, out);
     }
-    if (stk_path_exists(path)) {
-        const char *base = stk_basename(path);
-        char *labels = NULL;
-        int r = stk_idx_labels_for(path, &labels);
-        if (r < 0)
-            return r;
-        if (r > 0) {
-            r = stk_query_parse(uri, "idx", query, NULL, 0);
-            if (r == 0)
-                r = stk_idx_open(uri, path, labels, opts, out);
-            free(labels);
-            return r;
-        }
-        if (stk_is_cifar10_file_name(base))
-            return stk_cifar_open(uri, path, query, 0, opts, out);
-        if (strcmp(base, "train.bin") == 0 || strcmp(base, "test.bin") == 0)
-            return stk_cifar_open(uri, path, query, 1, opts, out);
+    stk_reader_list_text(dirs, sizeof dirs, STK_LIST_DIRS);
+    stk_reader_list_text(files, sizeof files, STK_LIST_FILES);
+    if (stk_path_is_dir(path))
+        return stk_fail(STK_ENOENT, "%s: no dataset detected in this directory (looked for %s)",
+                        path, dirs);
+    if (stk_path_exists(path))
         return stk_fail(STK_EINVAL,
                         "%s: cannot detect the dataset format from this file name (looked for "
-                        "*images-idx3-ubyte[.gz], data_batch_N.bin, test_batch.bin, train.bin, "
-                        "test.bin); name the format with a prefix: " STK_PREFIX_LIST,
-                        path);
-    }
-    return stk_fail(STK_ENOENT, "%s: no such file or directory (expected %s)", path,
-                    STK_DETECT_LIST);
+                        "%s); name the format with a prefix: %s",
+                        path, files,
+                        stk_reader_list_text(prefixes, sizeof prefixes, STK_LIST_PREFIXES));
+    return stk_fail(STK_ENOENT,
+                    "%s: no such file or directory (expected a directory with %s, or a file "
+                    "named %s)",
+                    path, dirs, files);
 }
 
 /* "abc:" at the start, with a scheme-like name before the colon. */
@@ -618,31 +754,15 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
     if (opts && (rc = stk_reserved_check(opts->reserved_, sizeof opts->reserved_ / sizeof opts->reserved_[0], "stk_dataset_options")) < 0)
         return rc;
 
-    for (size_t i = 0; i < sizeof stk_uri_prefixes / sizeof stk_uri_prefixes[0]; i++) {
-        size_t plen = strlen(stk_uri_prefixes[i].prefix);
-        const char *rest = uri + plen;
-        int kind = stk_uri_prefixes[i].kind;
-        if (strncmp(uri, stk_uri_prefixes[i].prefix, plen) != 0)
+    for (size_t i = 0; i < STK_NREADERS; i++) {
+        const stk_reader *r = stk_readers[i];
+        size_t plen = strlen(r->prefix);
+        if (strncmp(uri, r->prefix, plen) != 0 || uri[plen] != ':')
             continue;
-        if (kind == STK_URI_IDX)
-            return stk_open_idx_pair(uri, rest, opts, out);
-        copy = stk_split_query(rest, &query);
+        copy = stk_split_query(uri + plen + 1, &query);
         if (!copy)
-            return STK_ENOMEM;
-        if (kind == STK_URI_IMAGEFOLDER) {
-            rc = stk_imagefolder_open(uri, copy, query, opts, out);
-        } else if (kind == STK_URI_LIST) {
-            rc = stk_filelist_open(uri, copy, query, opts, out);
-        } else if (kind == STK_URI_STK) {
-            rc = stk_shards_open(uri, copy, query, opts, out);
-        } else if (kind == STK_URI_MNIST) {
-            char what[32];
-            memcpy(what, uri, plen - 1);
-            what[plen - 1] = '\0';
-            rc = stk_open_mnist_dir(uri, what, copy, query, opts, out);
-        } else {
-            rc = stk_cifar_open(uri, copy, query, kind == STK_URI_CIFAR100, opts, out);
-        }
+            return stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
+        rc = r->open(uri, copy, query, opts, out);
         free(copy);
         return rc;
     }
@@ -651,14 +771,17 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
      * scheme-like prefix. */
     if (stk_path_exists(uri))
         return stk_open_detect(uri, uri, NULL, opts, out);
-    if (stk_looks_like_scheme(uri, &slen))
+    if (stk_looks_like_scheme(uri, &slen)) {
+        char prefixes[256];
         return stk_fail(STK_EINVAL,
-                        "unknown dataset URI prefix '%.*s:' in '%s' (known prefixes: "
-                        STK_PREFIX_LIST "; or a path to detect)",
-                        (int)(slen > 64 ? 64 : slen), uri, uri);
+                        "unknown dataset URI prefix '%.*s:' in '%s' (known prefixes: %s; or a "
+                        "path to detect)",
+                        (int)(slen > 64 ? 64 : slen), uri, uri,
+                        stk_reader_list_text(prefixes, sizeof prefixes, STK_LIST_PREFIXES));
+    }
     copy = stk_split_query(uri, &query);
     if (!copy)
-        return STK_ENOMEM;
+        return stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
     rc = stk_open_detect(uri, copy, query, opts, out);
     free(copy);
     return rc;

@@ -54,6 +54,14 @@ typedef struct stk_dataset_vtable {
      * file-per-sample sources, "SHARD: record R (sample N)" for shards.
      * NULL: "URI: sample N". */
     void (*sample_name)(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
+    /* Optional, for readers whose views point into a mapping that can lose
+     * pages under them (a file truncated while open: src/io/map_guard.c):
+     * called once the caller has finished with the view `read` returned for
+     * `index`; STK_EDATA via stk_fail (naming the file and record) when
+     * those bytes were lost and the caller has used zeros in their place.
+     * Every caller of `read` that uses the view calls it; stk_dataset_check
+     * wraps it. Thread-safe. */
+    int (*read_check)(const stk_dataset *ds, uint64_t index);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -71,6 +79,13 @@ struct stk_dataset {
     void *impl;            /* owned by the reader */
 };
 
+/* After using the view of sample `index`: 0, or the reader's STK_EDATA if
+ * its bytes were lost meanwhile (vtable.read_check; 0 when absent). */
+static inline int stk_dataset_check(const stk_dataset *ds, uint64_t index)
+{
+    return ds->vt->read_check ? ds->vt->read_check(ds, index) : 0;
+}
+
 /* The name of sample `index` for messages (see vtable.sample_name). */
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
 
@@ -85,6 +100,30 @@ stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts)
 
 /* Allocate a dataset shell with vt and a copy of uri; NULL + stk_fail on OOM. */
 stk_dataset *stk_dataset_alloc(const stk_dataset_vtable *vt, const char *uri);
+
+/*
+ * A row of the reader table (dataset.c): how stk_dataset_open finds a
+ * reader. A URI "PREFIX:PATH[?QUERY]" goes to `open` with PATH and QUERY
+ * split (query NULL without '?'); a bare path goes to the first row, in
+ * table order, whose `detect` says yes, then to `open_detected` (or `open`).
+ * `form` and `description` feed stk_dataset_reader (the CLI's help);
+ * the detect texts feed the "looked for ..." messages. All static.
+ */
+typedef struct stk_reader {
+    const char *prefix;      /* "cifar10": matched as "cifar10:" */
+    const char *form;        /* "cifar10:PATH[?split=train|test]": with its query keys */
+    const char *description; /* one line */
+    int (*open)(const char *uri, const char *path, const char *query,
+                const stk_dataset_options *opts, stk_dataset **out);
+    /* Optional: a detected bare path opens differently from PREFIX:PATH. */
+    int (*open_detected)(const char *uri, const char *path, const char *query,
+                         const stk_dataset_options *opts, stk_dataset **out);
+    /* Optional: 1 when bare `path` (file, directory or pattern; it may not
+     * exist) is this format, 0 when not, or a negative code via stk_fail. */
+    int (*detect)(const char *path);
+    const char *detect_dir_text;  /* what detect looks for in a directory, or NULL */
+    const char *detect_file_text; /* the file names it recognises, or NULL */
+} stk_reader;
 
 /* Reader entry points, called by stk_dataset_open after the URI is split.
  * `query` is the text after '?' (may be NULL). Each validates everything and

@@ -117,6 +117,13 @@ int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *fi
     if ((rc = stk_memdup(src, n, data)) == 0)
         *size = n;
 done:
+    /* A mapped file cut while we copied: the copy holds zeros (dataset.h,
+     * read_check). */
+    if (rc == 0 && (rc = stk_dataset_check(ds, index)) < 0) {
+        free(*data);
+        *data = NULL;
+        *size = 0;
+    }
     stk_scratch_free(&scratch);
     return rc;
 }

@@ -101,6 +101,26 @@ static int stk_idx_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     return 0;
 }
 
+/* vtable.read_check: were sample `index`'s pixels still the file's after
+ * use (a plain file truncated while open reads as zeros; gzip data lives in
+ * memory)? */
+static int stk_idx_read_check(const stk_dataset *ds, uint64_t index)
+{
+    const stk_idx_impl *x = ds->impl;
+    uint64_t valid;
+    if (!x->images.map.data || x->images.data < x->images.map.data ||
+        x->images.data >= x->images.map.data + x->images.map.size)
+        return 0; /* decompressed into memory: nothing can shrink under it */
+    uint64_t off = (uint64_t)(x->images.data - x->images.map.data) + index * x->sample_bytes;
+    if (stk_mapped_file_intact(&x->images.map, off, x->sample_bytes, &valid))
+        return 0;
+    return stk_fail(STK_EDATA,
+                    "%s: sample %llu: the images file was truncated while open (only its first "
+                    "%llu of %zu bytes remain); the sample's bytes were lost",
+                    ds->uri, (unsigned long long)index, (unsigned long long)valid,
+                    x->images.map.size);
+}
+
 static void stk_idx_close(stk_dataset *ds)
 {
     stk_idx_impl *x = ds->impl;
@@ -112,7 +132,9 @@ static void stk_idx_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-static const stk_dataset_vtable stk_idx_vt = {.format = "idx", .read = stk_idx_read, .close = stk_idx_close};
+static const stk_dataset_vtable stk_idx_vt = {.format = "idx", .read = stk_idx_read,
+                                              .close = stk_idx_close,
+                                              .read_check = stk_idx_read_check};
 
 /* ------------------------------------------------------------------------ */
 /* gzip source                                                              */

@@ -1,107 +1,20 @@
 /*
- * reader_util.c — file mapping, URI query parsing and path helpers shared by
- * the dataset readers.
+ * reader_util.c — URI query parsing and path helpers shared by the dataset
+ * readers.
  *
- * stk_map_file is the one place a dataset file is opened. It opens with
- * O_NONBLOCK so that naming a FIFO cannot hang the caller, rejects anything
- * that is not a regular file before mapping, checks the size against the
- * caller's limit before the mapping exists, and closes the descriptor once
- * the mapping holds the file (a mapping keeps its own reference). The
- * mapping is MAP_PRIVATE and PROT_READ: readers hand out pointers into it
- * and nothing can write through them.
- *
- * A mapping cannot protect against another process truncating the file
- * while it is open (the kernel then raises SIGBUS on access); docs/datasets.md
- * says so. Everything else about the file is validated at open.
+ * The query parser is the one every reader uses (the .stk reader's
+ * included): it keeps no state outside the call (no strtok), so any number
+ * of threads may open datasets at once, and it refuses a repeated key. The
+ * file mapping these readers share moved to src/io/source.c.
  */
 #include "format/reader_util.h"
 
 #include "core/error.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-/* ------------------------------------------------------------------------ */
-/* Mapping                                                                  */
-/* ------------------------------------------------------------------------ */
-
-static const char *stk_errno_text(int e, char *buf, size_t n)
-{
-    /* GNU strerror_r (we build with _GNU_SOURCE): returns the text. */
-    return strerror_r(e, buf, n);
-}
-
-int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out)
-{
-    char ebuf[128];
-    struct stat st;
-    int rc;
-    void *p;
-    int fd;
-
-    out->data = NULL;
-    out->size = 0;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        if (e == ENOENT || e == ENOTDIR)
-            return stk_fail(STK_ENOENT, "%s: no such file", path);
-        return stk_fail(STK_EIO, "%s: cannot open: %s", path, stk_errno_text(e, ebuf, sizeof ebuf));
-    }
-    if (fstat(fd, &st) != 0) {
-        rc = stk_fail(STK_EIO, "%s: cannot stat: %s", path, stk_errno_text(errno, ebuf, sizeof ebuf));
-        goto fail;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        rc = stk_fail(STK_EINVAL, "%s: is a directory, expected a data file", path);
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = stk_fail(STK_EINVAL, "%s: not a regular file (device, FIFO or socket)", path);
-        goto fail;
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > max_bytes || (uint64_t)st.st_size > SIZE_MAX) {
-        rc = stk_fail(STK_ELIMIT, "%s: size %lld bytes exceeds the max_bytes limit of %llu",
-                      path, (long long)st.st_size, (unsigned long long)max_bytes);
-        goto fail;
-    }
-    if (st.st_size == 0) {
-        close(fd);
-        return 0;
-    }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-        int e = errno;
-        rc = stk_fail(e == ENOMEM ? STK_ENOMEM : STK_EIO, "%s: cannot map %lld bytes: %s", path,
-                      (long long)st.st_size, stk_errno_text(e, ebuf, sizeof ebuf));
-        goto fail;
-    }
-    /* Advisory only: a failure here costs speed, not correctness. */
-    (void)madvise(p, (size_t)st.st_size, MADV_WILLNEED);
-    close(fd);
-    out->data = p;
-    out->size = (size_t)st.st_size;
-    return 0;
-
-fail:
-    close(fd);
-    return rc;
-}
-
-void stk_unmap_file(stk_mapped_file *m)
-{
-    if (m->data)
-        munmap((void *)m->data, m->size);
-    m->data = NULL;
-    m->size = 0;
-}
 
 /* ------------------------------------------------------------------------ */
 /* URI query                                                                */

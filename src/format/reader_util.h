@@ -1,14 +1,9 @@
 /*
  * reader_util.h — helpers shared by the dataset readers (internal).
  *
- * Three small things every reader needs and should do the same way:
- *
- *  - Mapping a data file. stk_map_file opens a path without blocking (a FIFO
- *    named as a dataset must not hang the open), insists on a regular file no
- *    larger than the caller's byte limit, and maps it read-only and private
- *    with MADV_WILLNEED. Every failure names the path and says why, with the
- *    code a caller can act on: STK_ENOENT (missing), STK_EINVAL (a directory
- *    or device), STK_ELIMIT (too large), STK_EIO (the OS refused).
+ * Two small things every reader needs and should do the same way (mapping
+ * a data file, stk_map_file, now lives in the I/O layer, src/io/source.h,
+ * and is included from here for the readers that use it):
  *
  *  - Parsing the `?key=value&key=value` query of a URI against a table of
  *    known keys and their allowed values. Unknown keys, unknown values,
@@ -21,22 +16,11 @@
 #ifndef STK_FORMAT_READER_UTIL_H
 #define STK_FORMAT_READER_UTIL_H
 
+#include "io/source.h" /* stk_map_file, stk_mapped_file: moved to the I/O layer */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* A read-only private mapping of a whole file. */
-typedef struct stk_mapped_file {
-    const uint8_t *data; /* owned mapping (munmap via stk_unmap_file); NULL
-                            when the file is empty */
-    size_t size;         /* file size in bytes at open */
-} stk_mapped_file;
-
-/* Map `path` (see the essay above). An empty file succeeds with data = NULL
- * and size = 0, so each format can word its own "empty file" message. */
-int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out);
-/* Unmap and zero *m. Safe on a zeroed or already unmapped struct. */
-void stk_unmap_file(stk_mapped_file *m);
 
 /* One key a URI query may carry. */
 typedef struct stk_query_key {

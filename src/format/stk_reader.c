@@ -26,8 +26,10 @@
 #include "core/util.h"
 #include "format/class_names.h"
 #include "format/dataset.h"
+#include "format/reader_util.h"
 #include "format/stk_format.h"
 #include "format/stk_schema.h"
+#include "io/map_guard.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -52,6 +54,8 @@ typedef struct shard {
     int fd;                     /* owned; -1 when mapped and closed */
     const uint8_t *map;         /* owned mapping of the whole file, or NULL (pread); madvise
                                    per shard_map_advice */
+    stk_map_guard *guard;       /* owned registration of map (src/io/map_guard.c): pages lost
+                                   to a truncation read as zeros; see shard_lost_check */
     uint8_t *index_copy;        /* owned: the index, read with pread (pread mode) */
     uint64_t file_size;
     uint64_t n, first;          /* records; global index of record 0 */
@@ -142,6 +146,7 @@ static int read_exact(int fd, void *buf, size_t size, uint64_t offset, const cha
 
 static void shard_close(shard *s)
 {
+    stk_map_guard_remove(s->guard);
     if (s->map)
         munmap((void *)s->map, s->file_size);
     if (s->fd >= 0)
@@ -443,6 +448,10 @@ static int shard_open(shardset *set, shard *s, const char *path, bool first)
             goto done;
         }
         s->map = m;
+        if ((rc = stk_map_guard_add(m, s->file_size, s->fd, &s->guard)) < 0) {
+            stk_fail_prefix(rc, "%s", path);
+            goto done;
+        }
         shard_map_advice(set, s, index_offset);
         index = s->map + index_offset;
     }
@@ -502,10 +511,79 @@ static const shard *locate(const shardset *set, uint64_t index, uint64_t *local)
     return &set->shards[lo];
 }
 
+/*
+ * Mapped shards: were record r's index entries and bytes still the file's
+ * when they were last read? A truncation under the mapping turns the lost
+ * pages into zeros (src/io/map_guard.c) and lowers the guard's valid mark
+ * to the new size; this says whether anything record r depends on lies at
+ * or past it. Call it after the bytes have been used (the read, a checksum,
+ * the consumer's crop): then a 0 means they were real. While nothing was
+ * cut: an 8-byte load of the footer's magic, a compare and an atomic load
+ * (stk_map_guard_check). Returns 0 or STK_EDATA naming the shard and
+ * record.
+ */
+static int shard_lost_check(const shardset *set, const shard *s, uint64_t r, uint64_t global)
+{
+    if (!s->guard)
+        return 0;
+    /* Probes the file's last bytes (the footer magic, never zeros): any cut
+     * shows there, and the guard then holds the exact new size. */
+    uint64_t valid = stk_map_guard_check(s->guard, 0);
+    if (valid >= s->file_size)
+        return 0; /* the common case: nothing was cut */
+    /* The index entries of record r (the highest byte of each column). */
+    uint64_t need = (uint64_t)(s->offsets - s->map) + (r + 1) * 8;
+    uint64_t e = (uint64_t)(s->checksums - s->map) + (r + 1) * 8;
+    need = e > need ? e : need;
+    if (set->nvar) {
+        e = (uint64_t)(s->lengths - s->map) + (r + 1) * set->nvar * 4;
+        need = e > need ? e : need;
+    }
+    for (uint32_t i = 0; i < set->nfields; i++) {
+        if (set->storage[i] != STK_STORAGE_FIXED)
+            continue;
+        e = (uint64_t)(s->columns[i] - s->map) + (r + 1) * set->fixed_size[i];
+        need = e > need ? e : need;
+    }
+    if (need <= valid) {
+        /* The index entries are real: so is the record's extent. */
+        uint64_t off = stk_rd64(s->offsets + r * 8), len = 0;
+        for (uint32_t v = 0; v < set->nvar; v++)
+            len += stk_rd32(s->lengths + (r * set->nvar + v) * 4);
+        if (off <= valid && len <= valid - off)
+            return 0;
+    }
+    return stk_fail(STK_EDATA,
+                    "%s: record %llu (sample %llu): the shard was truncated while open (only "
+                    "its first %llu of %llu bytes remain); the record's bytes were lost",
+                    s->path, (unsigned long long)r, (unsigned long long)global,
+                    (unsigned long long)valid, (unsigned long long)s->file_size);
+}
+
+static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                                const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
+                                stk_scratch *scratch, bool force_verify);
+
 /* The bytes of record `r` of shard `s`, validated and checksummed per
  * policy; field_off[v] / field_len[v] for each variable field. `scratch` is
- * used by the pread path (record placed at scratch offset 0). */
+ * used by the pread path (record placed at scratch offset 0). A mapped
+ * shard that lost the record to a truncation fails here with that reason
+ * (not a misleading "index entry out of range" or "checksum mismatch"
+ * computed over zeros). */
 static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                      const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
+                      stk_scratch *scratch, bool force_verify)
+{
+    int rc = record_get_unchecked(set, s, r, global, bytes, field_off, field_len, scratch,
+                                  force_verify);
+    /* On success the caller checks after using the bytes (read_check, or
+     * shard_lost_check in the field, label and verify paths); a failure is
+     * checked here, so a cut is reported as such, not as what it caused. */
+    int lost = rc < 0 ? shard_lost_check(set, s, r, global) : 0;
+    return lost ? lost : rc;
+}
+
+static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r, uint64_t global,
                       const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
                       stk_scratch *scratch, bool force_verify)
 {
@@ -537,9 +615,16 @@ static int record_get(const shardset *set, const shard *s, uint64_t r, uint64_t 
         if (rc < 0)
             return rc;
         if ((rc = read_exact(s->fd, scratch->data, len, off, s->path)) < 0)
-            return rc == STK_EFORMAT ? stk_fail(STK_EDATA, "%s: record %llu: %s", s->path,
-                                                (unsigned long long)r, stk_errmsg())
-                                     : rc;
+            /* A short read: the file shrank since it was opened (its size
+             * was checked against the layout then). Said here, not by
+             * formatting stk_errmsg() into itself. */
+            return rc == STK_EFORMAT
+                       ? stk_fail(STK_EDATA,
+                                  "%s: record %llu (sample %llu): the file ends before the "
+                                  "record's %llu bytes at offset %llu (truncated while open?)",
+                                  s->path, (unsigned long long)r, (unsigned long long)global,
+                                  (unsigned long long)len, (unsigned long long)off)
+                       : rc;
         *bytes = scratch->data;
     }
     bool check = force_verify || set->verify == VERIFY_ALWAYS;
@@ -623,6 +708,14 @@ static int64_t label_of(const shardset *set, const shard *s, uint64_t r)
     return (int64_t)stk_rd64(s->columns[set->label_field] + r * 8);
 }
 
+/* vtable.read_check: the caller is done with the bytes of sample `index`. */
+static int shards_read_check(const stk_dataset *ds, uint64_t index)
+{
+    uint64_t r;
+    const shard *s = locate(ds->impl, index, &r);
+    return shard_lost_check(ds->impl, s, r, index);
+}
+
 static int shards_read(const stk_dataset *ds, uint64_t index, stk_sample *out, stk_scratch *scratch)
 {
     const shardset *set = ds->impl;
@@ -646,8 +739,11 @@ static int shards_read(const stk_dataset *ds, uint64_t index, stk_sample *out, s
     }
     /* pread records sit at scratch[0, len); decompress after them. */
     size_t after = s->map ? 0 : (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
-    return raw_image(set, (uint32_t)set->image_field, s, r, index, p, flen[v], scratch, after,
-                     &out->image);
+    rc = raw_image(set, (uint32_t)set->image_field, s, r, index, p, flen[v], scratch, after,
+                   &out->image);
+    /* zstd read the mapping: a failure over lost pages is the truncation. */
+    int lost = rc < 0 ? shard_lost_check(set, s, r, index) : 0;
+    return lost ? lost : rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -712,7 +808,12 @@ static int shards_read_field(const stk_dataset *ds, uint64_t index, uint32_t fie
         *size = n;
 done:
     stk_scratch_free(&scratch);
-    return rc;
+    int lost = shard_lost_check(set, s, r, index);
+    if (lost && rc == 0) {
+        free(*data);
+        *data = NULL;
+    }
+    return lost ? lost : rc;
 }
 
 static int shards_label(const stk_dataset *ds, uint64_t index, int64_t *label)
@@ -721,7 +822,7 @@ static int shards_label(const stk_dataset *ds, uint64_t index, int64_t *label)
     uint64_t r;
     const shard *s = locate(set, index, &r);
     *label = label_of(set, s, r);
-    return 0;
+    return shard_lost_check(set, s, r, index);
 }
 
 static const char *shards_metadata(const stk_dataset *ds, const char *key)
@@ -784,6 +885,7 @@ static const stk_dataset_vtable shards_vt = {
     .shard_count = shards_shard_count,
     .shard_info = shards_shard_info,
     .sample_name = shards_sample_name,
+    .read_check = shards_read_check,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -1141,51 +1243,27 @@ int stk_shards_detect(const char *path)
 /* ?io= not given: decided from the first shard's schema (see shardset_open). */
 enum { IO_AUTO, IO_MMAP, IO_PREAD };
 
+/* ?verify=off|first|always & io=auto|mmap|pread & hugepages=auto|on|off,
+ * through the one query parser every reader uses (reader_util.c: no
+ * strtok, no state outside the call, a repeated key is an error). */
 static int parse_query(const char *uri, const char *query, shardset *set, int *io, int *huge)
 {
-    /* ?verify=off|first|always & io=auto|mmap|pread & hugepages=auto|on|off */
-    set->verify = VERIFY_FIRST;
+    static const char *const verify_values[] = {"off", "first", "always", NULL};
+    static const char *const io_values[] = {"auto", "mmap", "pread", NULL};
+    static const char *const huge_values[] = {"auto", "on", "off", NULL};
+    stk_query_key keys[] = {
+        {"verify", verify_values, -1},
+        {"io", io_values, -1},
+        {"hugepages", huge_values, -1},
+    };
+    int rc = stk_query_parse(uri, "stk", query, keys, sizeof keys / sizeof keys[0]);
+    if (rc < 0)
+        return rc;
+    set->verify = keys[0].value < 0 ? VERIFY_FIRST : keys[0].value; /* = VERIFY_* order */
     set->pread_io = false;
-    *io = IO_AUTO;
-    *huge = -1;
-    if (!query || !*query)
-        return 0;
-    char *copy = stk_strdup(query);
-    if (!copy)
-        return STK_ENOMEM;
-    int rc = 0;
-    for (char *item = strtok(copy, "&"); item; item = strtok(NULL, "&")) {
-        char *eq = strchr(item, '=');
-        const char *val = eq ? eq + 1 : "";
-        if (eq)
-            *eq = '\0';
-        if (!strcmp(item, "verify") && !strcmp(val, "off"))
-            set->verify = VERIFY_OFF;
-        else if (!strcmp(item, "verify") && !strcmp(val, "first"))
-            set->verify = VERIFY_FIRST;
-        else if (!strcmp(item, "verify") && !strcmp(val, "always"))
-            set->verify = VERIFY_ALWAYS;
-        else if (!strcmp(item, "io") && !strcmp(val, "auto"))
-            *io = IO_AUTO;
-        else if (!strcmp(item, "io") && !strcmp(val, "mmap"))
-            *io = IO_MMAP;
-        else if (!strcmp(item, "io") && !strcmp(val, "pread"))
-            *io = IO_PREAD;
-        else if (!strcmp(item, "hugepages") && !strcmp(val, "auto"))
-            *huge = -1;
-        else if (!strcmp(item, "hugepages") && !strcmp(val, "on"))
-            *huge = 1;
-        else if (!strcmp(item, "hugepages") && !strcmp(val, "off"))
-            *huge = 0;
-        else {
-            rc = stk_fail(STK_EINVAL, "%s: unknown query item '%s%s%s' (known: verify=off|first|"
-                                      "always, io=auto|mmap|pread, hugepages=auto|on|off)",
-                          uri, item, eq ? "=" : "", val);
-            break;
-        }
-    }
-    free(copy);
-    return rc;
+    *io = keys[1].value < 0 ? IO_AUTO : keys[1].value;                /* = IO_* order */
+    *huge = keys[2].value <= 0 ? -1 : keys[2].value == 1;             /* auto -1, on 1, off 0 */
+    return 0;
 }
 
 /* A hint for ?io=auto: does the first shard's first image field hold
@@ -1499,6 +1577,8 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
                  * order breaks, not one for every record after it. */
                 prev_source = src;
             }
+            int lost = shard_lost_check(set, s, r, global);
+            rc = lost ? lost : rc;
             if (rc < 0) {
                 res.bad_records++;
                 take_reason(reason, sizeof reason, base_known);

@@ -322,7 +322,12 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
                                  sample.encoded_size};
             rc = stk_plan_run_input(l->plan, &in, &rng, s->data + (size_t)row * l->sample_bytes,
                                     &w->plan_scratch);
-            if (rc < 0) {
+            /* A zero-copy view whose file shrank under it (mapped shards)
+             * read zeros: fail the row with that reason, naming the record. */
+            int lost = stk_dataset_check(l->ds, index);
+            if (lost < 0) {
+                rc = lost;
+            } else if (rc < 0) {
                 char name[1024];
                 stk_dataset_sample_name(l->ds, index, name, sizeof name);
                 stk_fail_prefix(rc, "%s", name);

@@ -203,7 +203,7 @@ static int apply_restarts(packer *p, pack_worker *w, item *it, const stk_image_v
     return 0;
 }
 
-static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
+static void prepare_item(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     stk_sample s;
     it->rc = 0;
@@ -294,6 +294,16 @@ static int64_t claim(packer *p, uint64_t generation, uint32_t count)
                                                   memory_order_relaxed))
             return (int64_t)(uint32_t)cur;
     }
+}
+
+/* prepare_item, then: were the source's bytes still there while they were
+ * used (a mapped source shard truncated meanwhile reads zeros)? */
+static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
+{
+    prepare_item(p, w, index, it);
+    int lost = stk_dataset_check(p->ds, index);
+    if (lost < 0)
+        set_reason(it, lost);
 }
 
 static void *pack_worker_main(void *arg)
