@@ -22,9 +22,10 @@ lib.stk_dataset_read.restype = C.c_int64
 
 
 class Info(C.Structure):
+    """stk_dataset_info, whole: the library writes its reserved words too."""
     _fields_ = [("uri", C.c_char_p), ("format", C.c_char_p), ("count", C.c_uint64),
                 ("height", C.c_uint32), ("width", C.c_uint32), ("channels", C.c_uint32),
-                ("num_classes", C.c_uint32)]
+                ("num_classes", C.c_uint32), ("reserved_", C.c_uint64 * 4)]
 
 
 lib.stk_dataset_info_get.argtypes = [C.c_void_p, C.POINTER(Info)]
