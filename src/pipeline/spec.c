@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "ops/plan.h"
 
+#include <float.h>
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
@@ -640,6 +641,25 @@ static int set_values(const parser *P, const numlist *L, double *dst, uint32_t *
     return 0;
 }
 
+/* normalize computes (x - mean) / std in float for x in [0, 1]: refuse a
+ * mean and std whose results do not fit a float (std=1e-45 would give inf),
+ * checking the largest magnitude, (1 + |mean|) / std, per channel. `at` is
+ * the std's offset, for the message. */
+static int check_normalize_range(const parser *P, const stk_spec_op *op, int at)
+{
+    uint32_t nm = op->u.normalize.nmean, ns = op->u.normalize.nstd, n = nm > ns ? nm : ns;
+    for (uint32_t c = 0; c < n; c++) {
+        double m = op->u.normalize.mean[nm == 1 ? 0 : c < nm ? c : nm - 1];
+        double s = op->u.normalize.std[ns == 1 ? 0 : c < ns ? c : ns - 1];
+        if (!((1.0 + fabs(m)) / s <= FLT_MAX))
+            return perr(P, at,
+                        "normalize mean %g, std %g give values beyond the float range "
+                        "((1 + |mean|) / std must be at most %g)",
+                        m, s, (double)FLT_MAX);
+    }
+    return 0;
+}
+
 static int parse_normalize(parser *P, const stage *st)
 {
     static const char *const keys[] = {"mean", "std", NULL};
@@ -694,7 +714,7 @@ static int parse_normalize(parser *P, const stage *st)
         if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
             return rc;
         op->u.normalize.std_col = t->a + 1;
-        return 0;
+        return check_normalize_range(P, op, t->a);
     }
     if (!mean_at && !std_at)
         return perr(P, missing_at(st),
@@ -710,7 +730,7 @@ static int parse_normalize(parser *P, const stage *st)
     if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, 1)) < 0)
         return rc;
     op->u.normalize.std_col = kv[1].va + 1;
-    return 0;
+    return check_normalize_range(P, op, kv[1].va);
 }
 
 static int parse_to(parser *P, const stage *st)
