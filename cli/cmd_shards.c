@@ -80,7 +80,8 @@ static bool parse_size(const char *text, uint64_t *out)
         mul = 1ull << 20, end++;
     else if (*end == 'G' || *end == 'g')
         mul = 1ull << 30, end++;
-    if (end == text || *end || v <= 0 || v * (double)mul > 1e18) {
+    /* at least one byte (0.1 would become 0, the library's "default"); NaN fails too */
+    if (end == text || *end || !(v * (double)mul >= 1.0 && v * (double)mul <= 1e18)) {
         cli_error("--shard-size: expected a size like 512M or 1G, got '%s'", text);
         return false;
     }

@@ -170,3 +170,13 @@ def test_normalize_small_std_within_float_runs(cifar_dir):
     want = (images.astype(np.float64) / 255 - 0.5) / 1e-30
     assert np.isfinite(got).all() and np.array_equal(got_labels, labels)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e24)  # atol: 1e-6 of 1 / std
+
+
+@pytest.mark.parametrize("size", ["0", "0.1", "nan", "-1", "2x"])
+def test_pack_shard_size_below_one_byte_is_usage_error(cifar_dir, tmp_path, size):
+    """0.1 became 0 bytes, which the library reads as its 1G default."""
+    p = run_stoker("pack", "cifar10:" + cifar_dir[0], tmp_path / "out", "--shard-size", size,
+                   check=False)
+    assert p.returncode == 2
+    assert p.stderr == "stoker: --shard-size: expected a size like 512M or 1G, got '%s'\n" % size
+    assert not (tmp_path / "out").exists()
