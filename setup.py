@@ -3,8 +3,8 @@
 Compiles python/_stoker.c together with the library sources src/*/*.c into
 one extension, stoker._stoker, linked with the system libraries libstoker
 uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev).
-The pure-Python package is python/stoker/. Build files go to build-pip/ so
-they never mix with a CMake build/ directory.
+The pure-Python package is python/stoker/. Build files (and the egg-info)
+go to build-pip/ so they never mix with a CMake build/ directory.
 
     /usr/bin/python3 -m venv --system-site-packages /tmp/venv
     /tmp/venv/bin/pip install --no-build-isolation .
@@ -23,10 +23,14 @@ extension = Extension(
     "stoker._stoker",
     sources=sources,
     include_dirs=["include", "src"],
+    # a changed header rebuilds the module too (setuptools compares times)
+    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h")),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)],
     libraries=["z", "jpeg", "spng", "zstd", "pthread", "m"],
-    extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-Wall", "-Wextra",
-                        "-Wno-unused-parameter"],
+    # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
+    # module's output is bit-identical to the CMake build's with any compiler.
+    extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-ffp-contract=off",
+                        "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
 
 setup(
@@ -34,5 +38,7 @@ setup(
     package_dir={"": "python"},
     package_data={"stoker": ["*.pyi", "py.typed"]},
     ext_modules=[extension],
-    options={"build": {"build_base": "build-pip"}},
+    # build files and the egg-info metadata both go to build-pip/, so
+    # `pip install .` leaves the source tree as it was
+    options={"build": {"build_base": "build-pip"}, "egg_info": {"egg_base": "build-pip"}},
 )

@@ -29,6 +29,10 @@ int cmd_preview(int argc, char **argv);
  * `what` and returns false on failure. */
 bool cli_parse_u64(const char *text, const char *what, uint64_t *out);
 bool cli_parse_u32(const char *text, const char *what, uint32_t *out);
+/* As cli_parse_u32, and 0 is refused too ("WHAT must be at least 1"): for
+ * counts where the library would read 0 as "the default", which on the
+ * command line would hide a mistake (--threads 0 running 2 threads). */
+bool cli_parse_count(const char *text, const char *what, uint32_t *out);
 
 /* "stoker: " + formatted message on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -102,7 +102,9 @@ static int run_bench(const bench_args *a)
     }
     if ((rc = stk_loader_create(ds, a->pipeline, &a->opt, &l)) < 0) {
         cli_error("%s", stk_errmsg());
-        status = rc == STK_ESPEC ? EXIT_USAGE : EXIT_RUNTIME;
+        /* A bad spec, or options the loader refuses (--threads over its
+         * limit, --rank/--world-size/--drop-last leaving nothing): usage. */
+        status = rc == STK_ESPEC || rc == STK_EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
         goto done;
     }
     if (a->digest) {
@@ -239,13 +241,13 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
     while ((c = getopt_long(argc, argv, ":p:b:t:e:s:h", bench_options, NULL)) != -1) {
         switch (c) {
         case 'p': a->pipeline = optarg; break;
-        case 'b': if (!cli_parse_u32(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
-        case 't': if (!cli_parse_u32(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
-        case OPT_PREFETCH: if (!cli_parse_u32(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case 'b': if (!cli_parse_count(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
+        case 't': if (!cli_parse_count(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
+        case OPT_PREFETCH: if (!cli_parse_count(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
         case 'e': if (!cli_parse_u64(optarg, "--epochs", &a->epochs)) return EXIT_USAGE; break;
         case 's': if (!cli_parse_u64(optarg, "--seed", &a->opt.seed)) return EXIT_USAGE; break;
         case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &a->opt.rank)) return EXIT_USAGE; break;
-        case OPT_WORLD: if (!cli_parse_u32(optarg, "--world-size", &a->opt.world_size)) return EXIT_USAGE; break;
+        case OPT_WORLD: if (!cli_parse_count(optarg, "--world-size", &a->opt.world_size)) return EXIT_USAGE; break;
         case OPT_NO_SHUFFLE: a->opt.no_shuffle = 1; break;
         case OPT_DROP_LAST: a->opt.drop_last = 1; break;
         case OPT_DIGEST: a->digest = true; break;

@@ -55,9 +55,9 @@ int cmd_order(int argc, char **argv)
         switch (c) {
         case 's': if (!cli_parse_u64(optarg, "--seed", &so.seed)) return EXIT_USAGE; break;
         case 'e': if (!cli_parse_u64(optarg, "--epoch", &epoch)) return EXIT_USAGE; break;
-        case 'b': if (!cli_parse_u32(optarg, "--batch", &so.batch_size)) return EXIT_USAGE; break;
+        case 'b': if (!cli_parse_count(optarg, "--batch", &so.batch_size)) return EXIT_USAGE; break;
         case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &so.rank)) return EXIT_USAGE; break;
-        case OPT_WORLD: if (!cli_parse_u32(optarg, "--world-size", &so.world_size)) return EXIT_USAGE; break;
+        case OPT_WORLD: if (!cli_parse_count(optarg, "--world-size", &so.world_size)) return EXIT_USAGE; break;
         case OPT_NO_SHUFFLE: so.no_shuffle = 1; break;
         case OPT_DROP_LAST: so.drop_last = 1; break;
         case 'h': fputs(order_usage, stdout); return 0;

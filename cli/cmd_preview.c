@@ -47,9 +47,9 @@ int cmd_preview(int argc, char **argv)
         switch (c) {
         case 'p': pipeline = optarg; break;
         case 'o': output = optarg; break;
-        case 'n': if (!cli_parse_u32(optarg, "--count", &count)) return EXIT_USAGE; break;
+        case 'n': if (!cli_parse_count(optarg, "--count", &count)) return EXIT_USAGE; break;
         case 's': if (!cli_parse_u64(optarg, "--seed", &seed)) return EXIT_USAGE; break;
-        case 'c': if (!cli_parse_u32(optarg, "--columns", &columns)) return EXIT_USAGE; break;
+        case 'c': if (!cli_parse_count(optarg, "--columns", &columns)) return EXIT_USAGE; break;
         case 'h': fputs(preview_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
         default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
@@ -62,10 +62,6 @@ int cmd_preview(int argc, char **argv)
     }
     if (!pipeline || !output) {
         cli_error("preview: %s is required (see --help)", !pipeline ? "--pipeline" : "-o FILE");
-        return EXIT_USAGE;
-    }
-    if (count == 0) {
-        cli_error("--count must be at least 1");
         return EXIT_USAGE;
     }
     stk_dataset *ds = NULL;

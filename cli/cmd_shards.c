@@ -80,7 +80,8 @@ static bool parse_size(const char *text, uint64_t *out)
         mul = 1ull << 20, end++;
     else if (*end == 'G' || *end == 'g')
         mul = 1ull << 30, end++;
-    if (end == text || *end || v <= 0 || v * (double)mul > 1e18) {
+    /* at least one byte (0.1 would become 0, the library's "default"); NaN fails too */
+    if (end == text || *end || !(v * (double)mul >= 1.0 && v * (double)mul <= 1e18)) {
         cli_error("--shard-size: expected a size like 512M or 1G, got '%s'", text);
         return false;
     }
@@ -109,13 +110,13 @@ int cmd_pack(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":s:j:qh", options, NULL)) != -1) {
         switch (c) {
         case 's': if (!parse_size(optarg, &o.shard_bytes)) return EXIT_USAGE; break;
-        case 'j': if (!cli_parse_u32(optarg, "--jobs", &o.jobs)) return EXIT_USAGE; break;
+        case 'j': if (!cli_parse_count(optarg, "--jobs", &o.jobs)) return EXIT_USAGE; break;
         case 'r': o.mode = STK_PACK_RAW; break;
-        case 'z': if (!cli_parse_u32(optarg, "--zstd", &zstd)) return EXIT_USAGE; break;
+        case 'z': if (!cli_parse_count(optarg, "--zstd", &zstd)) return EXIT_USAGE; break;
         case 'n': o.no_validate = 1; break;
         case 'R': reencode = true; break;
-        case 'M': if (!cli_parse_u32(optarg, "--max-side", &o.max_side)) return EXIT_USAGE; break;
-        case 'Q': if (!cli_parse_u32(optarg, "--quality", &quality)) return EXIT_USAGE; break;
+        case 'M': if (!cli_parse_count(optarg, "--max-side", &o.max_side)) return EXIT_USAGE; break;
+        case 'Q': if (!cli_parse_count(optarg, "--quality", &quality)) return EXIT_USAGE; break;
         case 'T':
             if (!cli_parse_u32(optarg, "--restart", &o.restart_interval)) return EXIT_USAGE;
             if (o.restart_interval < 1 || o.restart_interval > 65535) {

@@ -85,6 +85,19 @@ bool cli_parse_u32(const char *text, const char *what, uint32_t *out)
     return true;
 }
 
+bool cli_parse_count(const char *text, const char *what, uint32_t *out)
+{
+    uint32_t v;
+    if (!cli_parse_u32(text, what, &v))
+        return false;
+    if (v == 0) {
+        cli_error("%s must be at least 1, got '%s'", what, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 double cli_peak_rss_mb(void)
 {
     struct rusage ru;

@@ -1,27 +1,98 @@
 #!/usr/bin/env bash
 # Install all dependencies, then build and run every test:
-#   1. release build (-Werror under CI): all C tests + CLI smoke test (CTest)
-#   2. AddressSanitizer + UBSan build: all C tests
-#   3. ThreadSanitizer build: the engine's tests (loader, sampler)
-#   4. Python tests (pytest, Debian's /usr/bin/python3): CLI behaviour and
+#   1. release build (gcc, -Werror under CI): all C tests + CLI smoke test (CTest)
+#   2. clang release build (-Werror under CI): all C tests
+#   3. the photos set: a small one generated with shared/datasets/make_photos.sh
+#      (or $STOKER_PHOTOS when set), for the digest comparison and Python tests
+#   4. GCC, clang and `pip install .` builds: identical digests on the CIFAR,
+#      imagenet-train-few and imagenet-train-extensive pipelines
+#      (tests/compare_builds.py)
+#   5. AddressSanitizer + UBSan build: all C tests
+#   6. ThreadSanitizer build: the engine's tests (loader, sampler), the shard
+#      and dataset tests (test_stk: pack, open, verify; test_datasets,
+#      test_imagefolder), and the CLI packing the photos with --jobs 4
+#   7. coverage build (gcov): all C tests and the CLI's Python tests, then
+#      the per-directory line coverage (scripts/coverage.sh)
+#   8. Python tests (pytest, Debian's /usr/bin/python3): CLI behaviour and
 #      op values against torchvision/NumPy references
+# Under CI (CI=true) nothing may be skipped: a missing prerequisite fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+SECONDS=0
+step() { printf '== %s (at %dm%02ds)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 
-echo "== release build + tests"
+step "release build + tests"
 scripts/build.sh release
 ctest --test-dir build --output-on-failure -j2
 
-echo "== AddressSanitizer + UBSan"
+step "clang build + tests"
+scripts/build.sh clang
+ctest --test-dir build-clang --output-on-failure -j2
+
+step "photos set"
+# make_photos.sh lives in the shared folder next to the checkout (../shared);
+# STOKER_MAKE_PHOTOS names it elsewhere. The set is kept in build/ between runs.
+if [ -z "${STOKER_PHOTOS:-}" ]; then
+  STOKER_PHOTOS=$PWD/build/photos-small
+  if [ ! -f "$STOKER_PHOTOS/DONE" ]; then
+    make_photos=${STOKER_MAKE_PHOTOS:-}
+    for cand in ../shared/datasets/make_photos.sh ../../shared/datasets/make_photos.sh; do
+      if [ -z "$make_photos" ] && [ -x "$cand" ]; then make_photos=$cand; fi
+    done
+    if [ -z "$make_photos" ]; then
+      # A prerequisite of the digest comparison and the photo tests: fail, never skip.
+      echo "test.sh: no shared/datasets/make_photos.sh next to the checkout: set" \
+           "STOKER_MAKE_PHOTOS=PATH/make_photos.sh or STOKER_PHOTOS=DIR" >&2
+      exit 1
+    fi
+    rm -rf "$STOKER_PHOTOS"
+    "$make_photos" --out "$STOKER_PHOTOS" --classes 10 --train-per-class 20 --val-per-class 2 \
+      --corrupt 20 > build/photos-small.log
+  fi
+fi
+export STOKER_PHOTOS
+echo "photos: $STOKER_PHOTOS"
+
+step "GCC, clang and pip builds give the same digests"
+# `pip install .` into a venv that sees Debian's packages (setup.py's recipe);
+# build-pip/ keeps setuptools' objects, so a rerun only reinstalls.
+/usr/bin/python3 -m venv --system-site-packages build-pip/venv
+build-pip/venv/bin/pip install -q --no-build-isolation --no-deps --no-index . > build-pip/install.log 2>&1 \
+  || { cat build-pip/install.log; exit 1; }
+site=$(build-pip/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+/usr/bin/python3 tests/compare_builds.py --cli build/stoker --cli build-clang/stoker \
+  --python-site "$site" --photos "$STOKER_PHOTOS"
+
+step "AddressSanitizer + UBSan"
 scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2
 
-echo "== ThreadSanitizer (engine)"
+step "ThreadSanitizer (engine, shards, datasets, pack)"
 scripts/build.sh tsan
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -R 'test_loader|test_sampler|test_rng'
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+ctest --test-dir build-tsan --output-on-failure -j2 \
+  -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder)$'
+tsan_tmp=$(mktemp -d)
+trap 'rm -rf "$tsan_tmp"' EXIT
+build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/keep" --jobs 4 --shard-size 2M -q
+build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/restart" --jobs 4 --reencode \
+  --max-side 160 --restart 4 -q
+build-tsan/stoker verify "$tsan_tmp/keep" --decode
+build-tsan/stoker bench "$tsan_tmp/restart" --pipeline imagenet-train-extensive --threads 4 \
+  --batch 16 --epochs 2 --digest > /dev/null
+unset TSAN_OPTIONS
 
-echo "== Python tests"
-STOKER_BUILD="$PWD/build" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q tests/python
+step "coverage (gcov)"
+find build-coverage -name '*.gcda' -delete 2>/dev/null || true
+scripts/build.sh coverage
+ctest --test-dir build-coverage --output-on-failure -j2
+STOKER_BUILD="$PWD/build-coverage" PYTHONPATH="$PWD/build/python" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_cli.py tests/python/test_pack_cli.py
+scripts/coverage.sh
+
+step "Python tests"
+STOKER_BUILD="$PWD/build" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -rs tests/python
+
+step "all tests passed"

@@ -285,7 +285,7 @@ static const errcase errcases[] = {
     {"normalize 0.5 1e-45", 0, 0, 0, "1e-45", 0,
      {"std '1e-45' is too small: dividing by it overflows float32"}},
     {"normalize mean=0 std=0.5,1e-39", 0, 0, 0, "1e-39", 0, {"std '1e-39' is too small"}},
-    {"normalize mean=1e30 std=1e-10", 0, 0, 0, "1e-10", 0, {"std '1e-10' is too small"}},
+    {"normalize mean=1e30 std=1e-10", 0, 0, 0, "1e-10", 0, {"mean 1e+30 divided by std '1e-10' overflows float32"}},
     {"normalize mean=0.5 sd=1", 0, 0, 0, "sd", 0, {"unknown key 'sd' for 'normalize' (known: mean, std)"}},
     {"normalize cifar10 | normalize mnist", 0, 0, 0, "normalize mnist", 0, {"normalize is given twice; give it once"}},
     {"normalize cifar10 | pad 4", 0, 0, 0, "pad", 0, {"pad must come before normalize (fill values are pixel values 0-255)"}},

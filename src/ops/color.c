@@ -7,7 +7,8 @@
  * The AVX2 build also has FMA, used in exactly one place: ToTensor's
  * v / 255 as a multiply by the reciprocal and one correction step, which is
  * the correctly rounded quotient for every v (see color_impl.h); nothing
- * else is contracted (-std=c11 keeps a*b+c as two roundings).
+ * else is contracted (-ffp-contract=off, set for every compiler in
+ * CMakeLists.txt and setup.py, keeps a*b+c as two roundings).
  *
  * The hot store: 16 interleaved RGB pixels (48 bytes) are split into three
  * planes with PSHUFB, widened to int32, converted to float and written as

@@ -4,7 +4,8 @@
  * CATTR target("avx2,f16c,fma"), CFMA 1), so the compiler vectorises the
  * same loops for each.
  * Expressions are written operation by operation in torchvision's order;
- * with -std=c11 gcc never contracts a*b+c into a fused multiply-add, so
+ * -ffp-contract=off (every compiler, CMakeLists.txt and setup.py) stops
+ * a*b+c from becoming a fused multiply-add, so
  * both builds round identically.
  */
 #define CN_(n, s) n##_##s

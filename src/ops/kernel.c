@@ -13,7 +13,8 @@
  * The choice is a plain function pointer stored in each plan, not an ifunc,
  * so it works with any libc and under sanitizers.
  *
- * FMA is deliberately not used: with -std=c11 gcc does not contract a*b+c,
+ * FMA is deliberately not used: -ffp-contract=off (CMakeLists.txt, setup.py)
+ * stops gcc and clang from contracting a*b+c,
  * so every variant rounds v*scale+bias identically and batches are
  * bit-identical on every machine.
  */

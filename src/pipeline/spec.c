@@ -454,14 +454,17 @@ int stk_spec_finite_recip(const stk_spec_parser *P, int a, int b, double v, cons
     /* The compilers fold the value into float32 constants: 1/(255 v) (the
      * uint8 scale), 1/v and -m/v (the float scale and bias). */
     float s8 = (float)(1.0 / (255.0 * v)), s = (float)(1.0 / v);
-    int ok = isfinite(s8) && isfinite(s);
-    for (int k = 0; ok && k < nm; k++)
-        ok = isfinite((float)(-means[k] / v));
-    if (!ok)
+    if (!isfinite(s8) || !isfinite(s))
         return stk_spec_err(P, a,
                             "%s '%.*s' is too small: dividing by it overflows float32 "
                             "(the output would be inf)",
                             what, STK_SPEC_TOKARG(P, a, b));
+    for (int k = 0; k < nm; k++)
+        if (!isfinite((float)(-means[k] / v)))
+            return stk_spec_err(P, a,
+                                "mean %g divided by %s '%.*s' overflows float32 (the output "
+                                "would be inf)",
+                                means[k], what, STK_SPEC_TOKARG(P, a, b));
     return 0;
 }
 

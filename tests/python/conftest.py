@@ -1,4 +1,10 @@
-"""Shared fixtures: where the build is, small CIFAR-format data sets."""
+"""Shared fixtures: where the build is, small CIFAR-format data sets, the
+photos set, and the CI rule that a missing prerequisite fails.
+
+Under CI (CI=true) a test that would be skipped fails instead: every
+prerequisite (tools built with the library, Debian's torchvision and
+dataset-fashion-mnist, the photos set that scripts/test.sh generates) must
+be there, so that a green run means every test ran."""
 import os
 import subprocess
 
@@ -8,6 +14,32 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("STOKER_BUILD", os.path.join(ROOT, "build"))
 STOKER = os.path.join(BUILD, "stoker")
+CI = os.environ.get("CI") == "true"
+# An ImageFolder-layout set of real JPEGs with train/, val/ and corrupt/
+# (shared/datasets/make_photos.sh). scripts/test.sh generates a small one
+# (10 classes x (20 + 2), 20 corrupt files) and sets STOKER_PHOTOS.
+PHOTOS = os.environ.get("STOKER_PHOTOS", "/work/data/photos")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI a skip is a failure that names what was missing."""
+    outcome = yield
+    report = outcome.get_result()
+    if CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = "skipped under CI=true, where every prerequisite must be present: " + reason
+
+
+def need_photos(*subdirs):
+    """The photos set's folder; skips (fails under CI) when it lacks `subdirs`."""
+    for sub in subdirs:
+        if not os.path.isdir(os.path.join(PHOTOS, sub)):
+            pytest.skip("no %s/ in the photos set %s (STOKER_PHOTOS; shared/datasets/make_photos.sh "
+                        "--out DIR --classes 10 --train-per-class 20 --val-per-class 2 --corrupt 20)"
+                        % (sub, PHOTOS))
+    return PHOTOS
 
 
 def write_cifar10(root, per_file=37, files=5, seed=0):

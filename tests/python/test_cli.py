@@ -3,6 +3,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import xxhash
 
 from conftest import run_stoker
@@ -98,3 +99,85 @@ def test_demo_runs_when_fashion_mnist_installed():
     p = run_stoker("demo", "--epochs", 1, "--json")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["samples"] == 60000
+
+
+# --------------------------------------------------------------- numbers
+# docs/cli.md: a bad number is a usage error (exit 2) naming the option; 0 is
+# never read as "the default" on the command line (issue 9, defect 9).
+
+@pytest.mark.parametrize("cmd, option", [
+    ("bench", "--threads"), ("bench", "--batch"), ("bench", "--prefetch"),
+    ("bench", "--world-size"), ("order", "--batch"), ("order", "--world-size"),
+    ("pack", "--jobs"), ("pack", "--zstd"), ("pack", "--max-side"), ("pack", "--quality"),
+    ("preview", "--count"), ("preview", "--columns"),
+])
+def test_zero_count_is_usage_error(cifar_dir, tmp_path, cmd, option):
+    uri = "cifar10:" + cifar_dir[0]
+    args = {"bench": [uri, "--pipeline", "to u8"],
+            "order": [uri],
+            "pack": [uri, str(tmp_path / "out")] + (["--raw"] if option == "--zstd" else
+                                                     ["--reencode"] if option in ("--max-side", "--quality")
+                                                     else []),
+            "preview": [uri, "--pipeline", "to u8", "-o", str(tmp_path / "p.png")]}[cmd]
+    p = run_stoker(cmd, *args, option, 0, check=False)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr == "stoker: %s must be at least 1, got '0'\n" % option
+    assert not (tmp_path / "out").exists() and not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--threads", 99999999, "loader: 99999999 threads is more than the limit of 1024"),
+    ("--prefetch", 99999, "loader: prefetch 99999 is more than the limit of 4095"),
+    ("--threads", 2 ** 32, "--threads: 4294967296 is too large"),
+    ("--batch", -1, "--batch: expected a non-negative integer, got '-1'"),
+    ("--threads", "2x", "--threads: expected a non-negative integer, got '2x'"),
+])
+def test_out_of_range_number_is_usage_error(cifar_dir, option, value, message):
+    p = run_stoker("bench", "cifar10:" + cifar_dir[0], "--pipeline", "to u8", option, value,
+                   check=False)
+    assert p.returncode == 2 and p.stderr == "stoker: %s\n" % message
+
+
+def test_one_is_accepted_where_zero_is_refused(cifar_dir):
+    p = run_stoker("bench", "cifar10:" + cifar_dir[0], "--pipeline", "to u8", "--json",
+                   "--threads", 1, "--batch", 1, "--prefetch", 1, "--world-size", 1)
+    r = json.loads(p.stdout)
+    assert (r["threads"], r["batch_size"], r["prefetch"], r["batches"]) == (1, 1, 1, 185)
+
+
+@pytest.mark.parametrize("spec, col, reason", [
+    ("normalize mean=0 std=1e-45 | to f32", 22,
+     "std '1e-45' is too small: dividing by it overflows float32"),
+    ("normalize 0.5,0.5,0.5 0.2,1e-39,0.2 | to f32", 27,
+     "std '1e-39' is too small: dividing by it overflows float32"),
+    ("normalize 1e39 1 | to f32", 16, "mean 1e+39 divided by std '1' overflows float32"),
+])
+def test_normalize_overflowing_float_is_refused(cifar_dir, spec, col, reason):
+    """(x - mean) / std for x in [0, 1] must fit a float: std=1e-45 gave inf."""
+    p = run_stoker("bench", "cifar10:" + cifar_dir[0], "--pipeline", spec, check=False)
+    assert p.returncode == 2
+    assert "pipeline spec, column %d: %s (the output would be inf)" % (col, reason) in p.stderr
+
+
+def test_normalize_small_std_within_float_runs(cifar_dir):
+    """The bound is the float range, not a guess: std=1e-30 is accepted and
+    gives the finite values (x/255 - 0.5) / 1e-30 (NumPy float64 reference)."""
+    from module_util import stoker
+    d, images, labels = cifar_dir
+    run_stoker("bench", "cifar10:" + d, "--pipeline", "normalize 0.5 1e-30 | to f32 chw")
+    loader = stoker.Loader("cifar10:" + d, batch_size=185, pipeline="normalize 0.5 1e-30 | to f32 chw",
+                           output="numpy")
+    (got, got_labels), = list(loader)
+    want = (images.astype(np.float64) / 255 - 0.5) / 1e-30
+    assert np.isfinite(got).all() and np.array_equal(got_labels, labels)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e24)  # atol: 1e-6 of 1 / std
+
+
+@pytest.mark.parametrize("size", ["0", "0.1", "nan", "-1", "2x"])
+def test_pack_shard_size_below_one_byte_is_usage_error(cifar_dir, tmp_path, size):
+    """0.1 became 0 bytes, which the library reads as its 1G default."""
+    p = run_stoker("pack", "cifar10:" + cifar_dir[0], tmp_path / "out", "--shard-size", size,
+                   check=False)
+    assert p.returncode == 2
+    assert p.stderr == "stoker: --shard-size: expected a size like 512M or 1G, got '%s'\n" % size
+    assert not (tmp_path / "out").exists()

@@ -28,10 +28,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import BUILD
+from conftest import BUILD, need_photos
 
 DUMP = os.path.join(BUILD, "decode_dump")
-PHOTOS = os.environ.get("STOKER_PHOTOS", "/work/data/photos")
 
 # Under CI the tool must exist (a missing build fails, never skips).
 pytestmark = pytest.mark.skipif(not os.path.exists(DUMP) and os.environ.get("CI") != "true",
@@ -291,10 +290,9 @@ def test_corrupt_kinds(tmp_path, jpegs, pngs):
 # Real photographs (shared/datasets/make_photos.sh), when present
 # ---------------------------------------------------------------------------
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(PHOTOS, "train")),
-                    reason="no photos dataset at %s (shared/datasets/make_photos.sh)" % PHOTOS)
 def test_real_photos_equal_pil():
-    files = sorted(glob.glob(os.path.join(PHOTOS, "train", "*", "*.jpg")))
+    files = sorted(glob.glob(os.path.join(need_photos("train"), "train", "*", "*.jpg")))
+    assert files
     step = max(1, len(files) // 300)
     sample = files[::step][:300]
     # Make sure the rare kinds are in: grayscale, CMYK and progressive files.
@@ -320,10 +318,10 @@ def test_real_photos_equal_pil():
     assert not bad, "%d of %d differ from PIL, e.g. %s" % (len(bad), len(sample), bad[:3])
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(PHOTOS, "corrupt")),
-                    reason="no corrupt/ folder in %s" % PHOTOS)
 def test_real_corrupt_folder():
-    for f in sorted(glob.glob(os.path.join(PHOTOS, "corrupt", "*"))):
+    files = sorted(glob.glob(os.path.join(need_photos("corrupt"), "corrupt", "*")))
+    assert files
+    for f in files:
         if "png_named_jpg" in f:
             assert np.array_equal(decode(f), pil_rgb(f))
             continue
