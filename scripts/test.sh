@@ -9,8 +9,9 @@
 #      (tests/compare_builds.py)
 #   5. AddressSanitizer + UBSan build: all C tests
 #   6. ThreadSanitizer build: the engine's tests (loader, sampler), the shard
-#      and dataset tests (test_stk: pack, open, verify; test_datasets,
-#      test_imagefolder), and the CLI packing the photos with --jobs 4
+#      and dataset tests (test_stk: pack, open, verify; test_pack_stall;
+#      test_shard_faults, test_io: shards cut under a mapping; test_datasets,
+#      test_imagefolder, test_npy), and the CLI packing the photos with --jobs 4
 #   7. coverage build (gcov): all C tests and the CLI's Python tests, then
 #      the per-directory line coverage (scripts/coverage.sh)
 #   8. Python tests (pytest, Debian's /usr/bin/python3): CLI behaviour and
@@ -37,8 +38,13 @@ if [ -z "${STOKER_PHOTOS:-}" ]; then
   STOKER_PHOTOS=$PWD/build/photos-small
   if [ ! -f "$STOKER_PHOTOS/DONE" ]; then
     make_photos=${STOKER_MAKE_PHOTOS:-}
-    for cand in ../shared/datasets/make_photos.sh ../../shared/datasets/make_photos.sh; do
-      if [ -z "$make_photos" ] && [ -x "$cand" ]; then make_photos=$cand; fi
+    # shared/ beside the checkout or beside any folder above it
+    dir=$PWD
+    while [ -z "$make_photos" ] && [ "$dir" != / ]; do
+      dir=$(dirname "$dir")
+      if [ -x "$dir/shared/datasets/make_photos.sh" ]; then
+        make_photos=$dir/shared/datasets/make_photos.sh
+      fi
     done
     if [ -z "$make_photos" ]; then
       # A prerequisite of the digest comparison and the photo tests: fail, never skip.
@@ -73,7 +79,7 @@ step "ThreadSanitizer (engine, shards, datasets, pack)"
 scripts/build.sh tsan
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 ctest --test-dir build-tsan --output-on-failure -j2 \
-  -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder)$'
+  -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy)$'
 tsan_tmp=$(mktemp -d)
 trap 'rm -rf "$tsan_tmp"' EXIT
 build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/keep" --jobs 4 --shard-size 2M -q
