@@ -1,7 +1,7 @@
 /*
  * fuzz_spec.c — libFuzzer target for the pipeline spec language: the lexer,
  * the generic walker over the op table, every op's argument parser
- * (src/pipeline/spec.c, src/ops/ops_builtin.c, src/ops/op_*.c), the plan
+ * (src/ops/spec.c, src/ops/ops_builtin.c, src/ops/op_*.c), the plan
  * compilers (plan.c, image_plan.c) and one run of each plan that compiles.
  *
  * The input is the spec text (bytes up to the first NUL; any bytes at all,

@@ -5,7 +5,7 @@
  * op_table.c lists them all, one line each. The table is the single source
  * for:
  *
- *   - the parser (pipeline/spec.c walks it): the name and aliases, the
+ *   - the parser (ops/spec.c walks it): the name and aliases, the
  *     argument schema or parse hook, the order flags (decode first, to last,
  *     pixel ops before normalize, uint8 ops before the float stages);
  *   - the "known ops" list and the did-you-mean suggestion of an unknown op
@@ -34,7 +34,7 @@
 #define STK_OPS_OP_H
 
 #include "core/rng.h"
-#include "pipeline/spec.h"
+#include "ops/spec.h"
 
 #include <stdint.h>
 

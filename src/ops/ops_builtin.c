@@ -4,7 +4,7 @@
  * random_resized_crop, resize, rotate, color_jitter (docs/pipeline.md).
  *
  * Each row names the op, its aliases and order flags, and a parse hook that
- * turns a stage into ops with the toolkit of pipeline/spec.h. These ops
+ * turns a stage into ops with the toolkit of ops/spec.h. These ops
  * have hand-written parsers because their arguments are richer than one
  * number per param (size lists, ranges, presets, modes, keys that imply a
  * second op) and their messages are pinned by the tests; an op whose

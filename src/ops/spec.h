@@ -6,11 +6,14 @@
  * keys, presets, column-and-caret messages and the order rules between
  * stages, but no particular op: it walks a table of stk_spec_opdef rows
  * handed to it by the caller. The ops themselves — their names, aliases,
- * arguments and what they do — are described in src/ops/ (ops/op.h, one
- * row per op in ops/op_table.c), which sits above this file; nothing here
- * includes anything from src/ops/, so the dependency runs one way:
+ * arguments and what they do — are described beside it in src/ops/
+ * (ops/op.h, one row per op in ops/op_table.c), above this file; nothing
+ * here includes another src/ops/ header, so the dependency runs one way:
  *
- *     pipeline/spec  <-  ops (descriptors, plan compilers)  <-  pipeline/loader
+ *     ops/spec  <-  ops (descriptors, plan compilers)  <-  pipeline/loader
+ *
+ * (The language lives in src/ops/, not src/pipeline/, so that the
+ * directories stack too: ops never include pipeline.)
  *
  * stk_spec_parse_ops turns the text of a spec into a flat list of ops with
  * every argument resolved to numbers and enums, and every check that does

@@ -34,7 +34,7 @@
  * The parser checks everything that does not depend on the image shape;
  * stk_plan_compile checks the rest with the columns stored in each op.
  */
-#include "pipeline/spec.h"
+#include "ops/spec.h"
 
 #include "core/error.h"
 
