@@ -65,13 +65,18 @@ static uint64_t mix(uint64_t h, const void *p, size_t n)
 
 static char *fmt(const char *f, ...)
 {
-    static char bufs[64][700];
+    static char bufs[64][8192];
     static int next;
     char *b = bufs[next++ % 64];
     va_list ap;
     va_start(ap, f);
-    vsnprintf(b, sizeof bufs[0], f, ap);
+    int n = vsnprintf(b, sizeof bufs[0], f, ap);
     va_end(ap);
+    /* a cut path would test something else: say so instead */
+    if (n < 0 || (size_t)n >= sizeof bufs[0]) {
+        fprintf(stderr, "fmt: %d bytes do not fit the %zu-byte buffer\n", n, sizeof bufs[0]);
+        abort();
+    }
     return b;
 }
 
