@@ -29,7 +29,7 @@
  *   stk_willneed   diagnostic, not a reader mode: ?verify=off, and the
  *                  benchmark calls madvise(MADV_WILLNEED) on the record's
  *                  pages before touching them — what the reader could do in
- *                  record_get (the mapping is MADV_RANDOM, so a cold record
+ *                  stk_shard_record_get (the mapping is MADV_RANDOM, so a cold record
  *                  otherwise comes in one synchronous 4 KiB read per page;
  *                  MADV_POPULATE_READ was tried too and is slower, warm and
  *                  cold)
@@ -849,7 +849,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "warm-up (untimed)...\n");
     /* From a cold cache, so that what each method's own first pass leaves
      * in the page cache (for mmap'd shards: 2 MiB folios, see
-     * stk_reader.c shard_map_advice) is what the warm runs see, not
+     * stk_shard.c shard_map_advice) is what the warm runs see, not
      * whatever earlier runs left. */
     for (int m = 0; m < M_COUNT; m++)
         if (on[m])

@@ -1,6 +1,7 @@
 /*
  * fuzz_shard.c — libFuzzer target for the .stk shard reader (header, field
- * table, metadata, index, footer, records; src/format/stk_reader.c).
+ * table, metadata, index, footer, records; src/format/stk_shard.c,
+ * stk_record.c, stk_dataset.c, and stk_verify in src/tools/verify.c).
  *
  * The input is the bytes of one shard file. It is written to a memfd (no
  * disk, reused across runs) and opened through the public API only, the way
