@@ -29,6 +29,13 @@ typedef struct stk_sample {
     int64_t label;
 } stk_sample;
 
+/* How a caller is about to read a dataset (vtable.access_hint). */
+typedef enum stk_access {
+    STK_ACCESS_RANDOM = 0,     /* indices in a shuffled order (the default) */
+    STK_ACCESS_SEQUENTIAL = 1, /* indices in increasing order: pack, a loader
+                                  without shuffle */
+} stk_access;
+
 typedef struct stk_dataset_vtable {
     const char *format; /* "cifar10", ... static */
     /* Fill *out for sample `index` (< count). Thread-safe. On a corrupt
@@ -62,6 +69,15 @@ typedef struct stk_dataset_vtable {
      * Every caller of `read` that uses the view calls it; stk_dataset_check
      * wraps it. Thread-safe. */
     int (*read_check)(const stk_dataset *ds, uint64_t index);
+    /* Optional: a hint of the order the coming reads take, given by whoever
+     * starts reading (a loader at creation: sequential when it does not
+     * shuffle; pack). A reader may tune readahead with it (.stk:
+     * posix_fadvise / madvise over the record bytes), and a streaming
+     * source (a tar or TFRecord stream, an object store) may choose between
+     * one sequential stream and ranged reads. Never changes what `read`
+     * returns; the last hint wins when several readers share a dataset.
+     * Thread-safe; may be called any number of times. */
+    void (*access_hint)(const stk_dataset *ds, stk_access how);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -84,6 +100,14 @@ struct stk_dataset {
 static inline int stk_dataset_check(const stk_dataset *ds, uint64_t index)
 {
     return ds->vt->read_check ? ds->vt->read_check(ds, index) : 0;
+}
+
+/* Pass an access hint on to the reader (vtable.access_hint; a no-op when
+ * absent). */
+static inline void stk_dataset_access_hint(const stk_dataset *ds, stk_access how)
+{
+    if (ds->vt->access_hint)
+        ds->vt->access_hint(ds, how);
 }
 
 /* The name of sample `index` for messages (see vtable.sample_name). */

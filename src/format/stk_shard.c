@@ -409,6 +409,7 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
             stk_fail_prefix(rc, "%s", path);
             goto done;
         }
+        s->index_offset = index_offset;
         shard_map_advice(set, s, index_offset);
         index = s->map + index_offset;
     }

@@ -48,6 +48,7 @@ typedef struct shard {
     uint64_t file_size;
     uint64_t n, first;          /* records; global index of record 0 */
     uint64_t data_offset, data_end;
+    uint64_t index_offset;      /* where the index starts (after data_end) */
     const uint8_t *offsets, *lengths, *checksums; /* into the index */
     const uint8_t *columns[STK_MAX_FIELDS];       /* fixed fields, into the index */
     _Atomic uint64_t *verified; /* owned bitmap (policy "first"); atomic OR, no lock */

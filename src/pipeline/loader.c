@@ -485,6 +485,8 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     };
     if ((rc = stk_sampler_create(&so, &l->sampler)) < 0)
         goto fail_early;
+    /* Without shuffle each rank reads its indices in increasing order. */
+    stk_dataset_access_hint(ds, l->opt.no_shuffle ? STK_ACCESS_SEQUENTIAL : STK_ACCESS_RANDOM);
     l->per_rank = stk_sampler_length(l->sampler);
     l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
 

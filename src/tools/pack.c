@@ -494,6 +494,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
 
     if ((rc = stk_dataset_open(src, NULL, &p.ds)) < 0)
         return rc;
+    stk_dataset_access_hint(p.ds, STK_ACCESS_SEQUENTIAL); /* blocks are read in order */
     if ((rc = dest_ready(dest)) < 0)
         goto done;
     /* Inputs the open left out (an image folder's unreadable directories,
