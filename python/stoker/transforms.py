@@ -5,9 +5,18 @@ the pipeline spec language (docs/pipeline.md). ``stoker.Loader`` joins the
 stages with ``' | '`` and appends ``to DTYPE LAYOUT``; nothing runs in
 Python. Arguments torchvision has but stoker does not support raise
 ``ValueError`` naming the argument.
+
+The classes of the ops whose arguments are a schema of numbers in the C op
+table (src/ops/op_table.c: RandomPosterize, RandomSolarize, ...) are not
+written here: they are generated at import from ``_stoker.op_table()``, so a
+new op of that kind needs no Python edit, and their values are checked by
+the C parser only.
 """
+import inspect
 import math
 import numbers
+
+from . import _stoker
 
 
 _PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
@@ -414,42 +423,69 @@ def _text(x, what):
 
 
 class _TableOp(Transform):
-    """A transform whose op takes plain numbers (a schema row of the op
-    table): ``spec()`` writes ``op name=value ...`` for the names in
-    ``_args``, and the constructor has the C parser check them
-    (stoker.SpecError names the argument and the accepted range)."""
+    """A transform generated from a row of the C op table that has an
+    argument schema (see ``_generate`` below): ``spec()`` writes ``op
+    name=value ...`` for the names in ``_args``, and the constructor has the
+    C parser check the values (stoker.SpecError names the argument and the
+    accepted range). Python checks nothing but that each value is a number."""
 
     _args = ()
 
     def _check(self):
-        from ._stoker import spec_check
-        spec_check(self.spec(), 1, 1, 3)
+        _stoker.spec_validate(self.spec())  # the text alone: no input shape
 
     def spec(self):
         return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a), a)) for a in self._args])
 
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % (a, getattr(self, a)) for a in self._args))
 
-class RandomPosterize(_TableOp):
-    """Keep the top ``bits`` bits of each value with probability ``p``, like
-    torchvision's ``RandomPosterize``. Spec: ``posterize bits=B p=P``."""
 
-    op, _args = "posterize", ("bits", "p")
+def _generate(op, aliases, usage, torchvision, params):
+    """The class of a schema op of the C op table: named as torchvision's
+    (``torchvision``), taking the params in order, positional or by name,
+    with the table's defaults (``stk_op_describe``)."""
+    P = inspect.Parameter
+    sig = [P(name, P.POSITIONAL_OR_KEYWORD,
+             default=P.empty if required else (int(dflt) if whole else dflt))
+           for name, whole, required, lo, hi, dflt in params]
+    signature = inspect.Signature(sig)
 
-    def __init__(self, bits, p=0.5):
-        self.bits, self.p = bits, p
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(*args, **kwargs)  # TypeError as Python's own
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            setattr(self, name, value)
         self._check()
 
+    __init__.__signature__ = inspect.Signature(
+        [P("self", P.POSITIONAL_OR_KEYWORD)] + sig)
+    __init__.__qualname__ = torchvision + ".__init__"
+    ranges = "; ".join(
+        "%s: %s from %s to %s%s" % (name, "a whole number" if whole else "a number",
+                                   _num(lo, name), _num(hi, name),
+                                   "" if required else ", default %s" % _num(dflt, name))
+        for name, whole, required, lo, hi, dflt in params)
+    doc = ("Like ``torchvision.transforms.%s``: the op ``%s %s`` of the pipeline spec "
+           "(docs/pipeline.md). Generated from the C op table; the C parser checks the "
+           "values (%s)." % (torchvision, op, usage, ranges))
+    return type(torchvision, (_TableOp,), {
+        "__init__": __init__, "__doc__": doc, "__module__": __name__,
+        "__qualname__": torchvision, "op": op,
+        "_args": tuple(p[0] for p in params)})
 
-class RandomSolarize(_TableOp):
-    """Invert the values >= ``threshold`` with probability ``p``, like
-    torchvision's ``RandomSolarize`` on uint8 images (threshold in 0-255).
-    Spec: ``solarize threshold=T p=P``."""
 
-    op, _args = "solarize", ("threshold", "p")
-
-    def __init__(self, threshold, p=0.5):
-        self.threshold, self.p = threshold, p
-        self._check()
+# One class per op of the table that has an argument schema and names the
+# torchvision class it mirrors (RandomPosterize, RandomSolarize, ...): a new
+# such op needs no edit here.
+for _row in _stoker.op_table():
+    if _row[3] and _row[4] is not None:
+        if _row[3] in globals():
+            raise ImportError("stoker.transforms: op %r's class %s is also written by hand"
+                              % (_row[0], _row[3]))
+        globals()[_row[3]] = _generate(*_row)
+del _row
 
 
 class ToTensor(Transform):
