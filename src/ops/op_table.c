@@ -29,6 +29,7 @@
     X(color_jitter)                                                                            \
     X(posterize)                                                                               \
     X(solarize)                                                                                \
+    X(invert)                                                                                  \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
