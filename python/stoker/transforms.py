@@ -371,9 +371,6 @@ class _TableOp(Transform):
 
     _args = ()
 
-    def _check(self):
-        _stoker.spec_validate(self.spec())  # the text alone: no input shape
-
     def spec(self):
         return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a), a)) for a in self._args])
 
@@ -397,7 +394,7 @@ def _generate(op, aliases, usage, torchvision, params):
         bound.apply_defaults()
         for name, value in bound.arguments.items():
             setattr(self, name, value)
-        self._check()
+        _validate(self.spec())
 
     __init__.__signature__ = inspect.Signature(
         [P("self", P.POSITIONAL_OR_KEYWORD)] + sig)
