@@ -1491,6 +1491,62 @@ static PyObject *mod_spec_check(PyObject *m, PyObject *args)
                          kinds[kind_of_dtype(dtype)].name, layout == STK_CHW ? "CHW" : "HWC");
 }
 
+static PyObject *mod_spec_validate(PyObject *m, PyObject *arg)
+{
+    const char *spec = PyUnicode_AsUTF8(arg);
+    if (!spec)
+        return NULL;
+    int rc = stk_spec_validate(spec);
+    if (rc < 0)
+        return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+/* op_table(): the op table as stk_op_describe gives it, one tuple per op:
+ * (name, aliases, usage, torchvision, params): aliases '|'-separated or
+ * None, torchvision the class name or None, params None (the op parses its own
+ * arguments) or a tuple of (name, whole, required, lo, hi, default). The
+ * transform classes of python/stoker/transforms.py are generated from it. */
+static PyObject *mod_op_table(PyObject *m, PyObject *unused)
+{
+    int n = stk_op_describe(-1, NULL);
+    PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        stk_op_info info = {0};
+        stk_op_describe(i, &info);
+        PyObject *params = Py_None;
+        Py_INCREF(params);
+        if (info.nparams >= 0) {
+            Py_DECREF(params);
+            params = PyTuple_New(info.nparams);
+            for (int k = 0; params && k < info.nparams; k++) {
+                const stk_op_param *p = &info.params[k];
+                PyObject *t = Py_BuildValue("(sOOddd)", p->name, p->whole ? Py_True : Py_False,
+                                            p->required ? Py_True : Py_False, p->lo, p->hi,
+                                            p->def);
+                if (!t) {
+                    Py_CLEAR(params);
+                    break;
+                }
+                PyTuple_SET_ITEM(params, k, t);
+            }
+        }
+        PyObject *row = params ? Py_BuildValue("(szszN)", info.name, info.aliases,
+                                               info.usage ? info.usage : "", info.torchvision,
+                                               params)
+                               : NULL;
+        if (!row || PyList_Append(list, row) < 0) {
+            Py_XDECREF(row);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(row);
+    }
+    return list;
+}
+
 /* pack: stk_pack with the GIL released; skipped inputs are collected in C
  * (the callback runs without the GIL) and returned as a list. */
 typedef struct pack_skips {
@@ -1604,6 +1660,13 @@ static PyMethodDef module_methods[] = {
     {"spec_check", mod_spec_check, METH_VARARGS,
      "spec_check(spec, height, width, channels)\n--\n\nCheck a pipeline spec against an input "
      "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},
+    {"spec_validate", mod_spec_validate, METH_O,
+     "spec_validate(spec)\n--\n\nCheck the text of a pipeline spec alone (names, arguments, "
+     "order), without an input shape; raises SpecError with the C parser's message."},
+    {"op_table", mod_op_table, METH_NOARGS,
+     "op_table()\n--\n\nThe ops of the pipeline spec language (the C op table): a list of "
+     "(name, aliases, usage, torchvision, params); params is None or a tuple of (name, whole, "
+     "required, lo, hi, default)."},
     {"pack", (PyCFunction)(void (*)(void))mod_pack, METH_VARARGS | METH_KEYWORDS,
      "pack(src, dest, shard_bytes=0, jobs=0, mode='keep', zstd_level=0, strict=False, "
      "validate=True, max_side=0, quality=0, restart=0)\n--\n\nPack a dataset into .stk shards "

@@ -56,6 +56,10 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(sizeof(stk_loader_state), 32 + 16 + 8 + 32);
     /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted, 8 reserved */
     assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
+    /* name, whole + required, lo, hi, def, 2 reserved */
+    assert_int_equal(sizeof(stk_op_param), 8 + 8 + 24 + 16);
+    /* 4 pointers, nparams + reserved32_, 4 params, 4 reserved */
+    assert_int_equal(sizeof(stk_op_info), 32 + 8 + 4 * 56 + 32);
 }
 
 enum { N = 64, H = 4, W = 4, C = 3 };
@@ -171,6 +175,20 @@ static void test_library_structs_zero_reserved_words(void **state)
     assert_int_equal(stk_loader_release(l, &b), 0);
     stk_loader_destroy(l);
     stk_dataset_close(ds);
+
+    /* Every op of the table, unused params included. */
+    int nops = stk_op_describe(-1, NULL);
+    assert_true(nops > 0);
+    for (int i = 0; i < nops; i++) {
+        stk_op_info op;
+        memset(&op, 0xff, sizeof op);
+        assert_int_equal(stk_op_describe(i, &op), nops);
+        assert_non_null(op.name);
+        assert_int_equal(op.reserved32_, 0);
+        assert_true(all_zero(op.reserved_, NWORDS(op.reserved_)));
+        for (int k = 0; k < STK_OP_MAX_PARAMS; k++)
+            assert_true(all_zero(op.params[k].reserved_, NWORDS(op.params[k].reserved_)));
+    }
 }
 
 static void test_batch_handle_catches_stale_and_forged_releases(void **state)

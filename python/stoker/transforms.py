@@ -4,106 +4,102 @@ Each transform is a small value object whose ``spec()`` returns its stage of
 the pipeline spec language (docs/pipeline.md). ``stoker.Loader`` joins the
 stages with ``' | '`` and appends ``to DTYPE LAYOUT``; nothing runs in
 Python. Arguments torchvision has but stoker does not support raise
-``ValueError`` naming the argument.
+``ValueError`` naming the argument. Values are checked by the C parser only
+(``_stoker.spec_validate`` when a transform is made: SpecError with the
+parser's message); Python checks types, so that no text can reach the spec.
+
+The classes of the ops whose arguments are a schema of numbers in the C op
+table (src/ops/op_table.c: RandomPosterize, RandomSolarize, ...) are not
+written here: they are generated at import from ``_stoker.op_table()``, so a
+new op of that kind needs no Python edit, and their values are checked by
+the C parser only.
 """
-import math
+import inspect
 import numbers
+import re
 
-
-_PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+from . import _stoker
 
 
 def _num(x, what):
-    """A finite number as the spec language writes it (repr round-trips)."""
+    """A number as the spec language writes it (repr round-trips). Only the
+    type is checked here, so that no text can be slipped into the spec; the
+    value (range, finiteness) is checked by the C parser."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError("%s must be a number, got %r" % (what, x))
-    if not math.isfinite(x):
-        raise ValueError("%s must be finite, got %r" % (what, x))
     if float(x).is_integer() and abs(x) < 2 ** 53:
         return str(int(x))
     return repr(float(x))
 
 
-def _int(x, what, minimum=0):
+def _int(x, what):
+    """A whole number (type only: the C parser checks the value)."""
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         raise TypeError("%s must be an int, got %r" % (what, x))
-    if x < minimum:
-        raise ValueError("%s must be >= %d, got %r" % (what, minimum, x))
-    return int(x)
+    return str(int(x))
+
+
+def _seq(x, what, kind="an int or a sequence of ints"):
+    try:
+        return list(x)
+    except TypeError:
+        raise TypeError("%s must be %s, got %r" % (what, kind, x))
 
 
 def _size(size, what="size"):
-    """torchvision's size: an int (square) or a sequence (h, w) or (s,)."""
+    """torchvision's size: an int (square) or a sequence (h, w) or (s,);
+    any other length is written as given and refused by the C parser."""
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
-        h = w = _int(size, what, 1)
-    else:
-        try:
-            seq = list(size)
-        except TypeError:
-            raise TypeError("%s must be an int or a sequence (h, w), got %r" % (what, size))
-        if len(seq) == 1:
-            h = w = _int(seq[0], what, 1)
-        elif len(seq) == 2:
-            h, w = _int(seq[0], what, 1), _int(seq[1], what, 1)
-        else:
-            raise ValueError("%s must have 1 or 2 values (h, w), got %r" % (what, size))
-    return "%d" % h if h == w else "%d,%d" % (h, w)
-
-
-def _pair(size, what="size"):
-    """(h, w) of a 2-sequence of ints >= 1."""
-    try:
-        seq = list(size)
-    except TypeError:
-        raise TypeError("%s must be an int or a sequence (h, w), got %r" % (what, size))
-    if len(seq) != 2:
-        raise ValueError("%s must have 1 or 2 values (h, w), got %r" % (what, size))
-    return _int(seq[0], what, 1), _int(seq[1], what, 1)
+        return _int(size, what)
+    seq = [_int(v, what) for v in _seq(size, what)]
+    return seq[0] if len(seq) == 2 and seq[0] == seq[1] else ",".join(seq)
 
 
 def _padding(padding):
     """torchvision's padding: N, (N,), (LR, TB) or (L, T, R, B)."""
     if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
-        return str(_int(padding, "padding"))
-    try:
-        seq = list(padding)
-    except TypeError:
-        raise TypeError("padding must be an int or a sequence of 1, 2 or 4 ints, got %r"
-                        % (padding,))
-    if len(seq) not in (1, 2, 4):
-        raise ValueError("padding must have 1, 2 or 4 values, got %r" % (padding,))
-    return ",".join(str(_int(p, "padding")) for p in seq)
+        return _int(padding, "padding")
+    return ",".join(_int(p, "padding") for p in _seq(padding, "padding"))
 
 
 def _fill(fill):
-    if isinstance(fill, (list, tuple)):
-        if not fill:
-            raise ValueError("fill must not be empty")
-        vals = fill
-    else:
-        vals = [fill]
-    out = []
-    for v in vals:
-        s = _num(v, "fill")
-        if not (0 <= float(v) <= 255) or not float(v).is_integer():
-            raise ValueError("fill values are uint8 pixel values (0-255 integers), got %r"
-                             % (fill,))
-        out.append(s)
-    return ",".join(out)
+    """A pixel value or one per channel (the C parser checks 0-255)."""
+    vals = fill if isinstance(fill, (list, tuple)) else [fill]
+    return ",".join(_num(v, "fill") for v in vals)
 
 
 def _mode(padding_mode):
-    if padding_mode not in _PADDING_MODES:
-        raise ValueError("padding_mode must be one of %s, got %r"
-                         % (", ".join(_PADDING_MODES), padding_mode))
+    """The padding mode as one word (the C parser knows the modes)."""
+    if not isinstance(padding_mode, str) or not re.fullmatch(r"[A-Za-z_]+", padding_mode):
+        raise ValueError("padding_mode must be one word (constant, edge, reflect or "
+                         "symmetric), got %r" % (padding_mode,))
     return padding_mode
 
 
-def _prob(p):
-    s = _num(p, "p")
-    if not 0 <= p <= 1:
-        raise ValueError("p must be in [0, 1], got %r" % (p,))
+def _range(values, what):
+    """A number or a (min, max) sequence as `min:max` (the C parser checks
+    the order and the bounds)."""
+    if isinstance(values, numbers.Real) and not isinstance(values, bool):
+        return _num(values, what)
+    return ":".join(_num(v, what) for v in _seq(values, what, "a number or a (min, max) pair"))
+
+
+def _fill_mode(fill, padding_mode):
+    """The ` fill=F` / ` mode=M` arguments of a pad, each written only when
+    it is not the default (fill 0, mode 'constant')."""
+    s = ""
+    if not (isinstance(fill, numbers.Real) and not isinstance(fill, bool) and fill == 0):
+        s += " fill=" + _fill(fill)
+    if _mode(padding_mode) != "constant":
+        s += " mode=" + padding_mode
     return s
+
+
+def _validate(text):
+    """Have the C parser check a spec text (no input shape): SpecError with
+    its message (the column, the value and what is accepted)."""
+    _stoker.spec_validate(text)
+    return text
 
 
 class Transform:
@@ -139,7 +135,9 @@ class RandomCrop(Transform):
     (l, t, r, b)) pads first with ``fill`` (a pixel value 0-255, or one per
     channel) in ``padding_mode`` ('constant', 'edge', 'reflect',
     'symmetric'). ``pad_if_needed=True`` is not supported (write a Pad).
-    Spec: ``random_crop H[,W] [padding=P fill=F mode=M]``.
+    Spec: ``random_crop H[,W] [padding=P fill=F mode=M]``. The values are
+    checked by the C parser (SpecError), also ``fill`` and ``padding_mode``
+    without ``padding``, where they are unused.
     """
 
     op = "random_crop"  # its op in the op table (src/ops/op_table.c)
@@ -152,21 +150,14 @@ class RandomCrop(Transform):
         self.padding = padding
         self.fill = fill
         self.padding_mode = padding_mode
-        self.spec()  # validate now
+        _validate(self.spec())
+        if padding is None and (fill != 0 or padding_mode != "constant"):
+            _validate("pad 0" + _fill_mode(fill, padding_mode))  # unused, still checked
 
     def spec(self):
         s = "random_crop " + _size(self.size)
         if self.padding is not None:
-            s += " padding=" + _padding(self.padding)
-            if _mode(self.padding_mode) == "constant":
-                if self.fill != 0:
-                    s += " fill=" + _fill(self.fill)
-            else:
-                _fill(self.fill)
-                s += " mode=" + self.padding_mode
-        elif self.padding_mode != "constant" or self.fill != 0:
-            _mode(self.padding_mode)
-            _fill(self.fill)  # same meaning as torchvision: unused without padding
+            s += " padding=" + _padding(self.padding) + _fill_mode(self.fill, self.padding_mode)
         return s
 
 
@@ -182,7 +173,7 @@ class CenterCrop(Transform):
 
     def __init__(self, size):
         self.size = size
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
         return "center_crop " + _size(self.size)
@@ -203,17 +194,10 @@ class Pad(Transform):
         self.padding = padding
         self.fill = fill
         self.padding_mode = padding_mode
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        s = "pad " + _padding(self.padding)
-        if _mode(self.padding_mode) == "constant":
-            if self.fill != 0:
-                s += " fill=" + _fill(self.fill)
-        else:
-            _fill(self.fill)
-            s += " mode=" + self.padding_mode
-        return s
+        return "pad " + _padding(self.padding) + _fill_mode(self.fill, self.padding_mode)
 
 
 class RandomHorizontalFlip(Transform):
@@ -223,10 +207,10 @@ class RandomHorizontalFlip(Transform):
 
     def __init__(self, p=0.5):
         self.p = p
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        return "flip " + _prob(self.p)
+        return "flip " + _num(self.p, "p")
 
 
 class RandomVerticalFlip(Transform):
@@ -236,10 +220,10 @@ class RandomVerticalFlip(Transform):
 
     def __init__(self, p=0.5):
         self.p = p
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        return "vflip " + _prob(self.p)
+        return "vflip " + _num(self.p, "p")
 
 
 def _bilinear_only(interpolation, antialias, what):
@@ -250,17 +234,6 @@ def _bilinear_only(interpolation, antialias, what):
     if antialias is False:
         raise ValueError("%s(antialias=False) is not supported: stoker always antialiases, "
                          "as torchvision does for PIL images" % what)
-
-
-def _range(values, what, lo_bound=None):
-    try:
-        lo, hi = values
-    except (TypeError, ValueError):
-        raise ValueError("%s must be a (min, max) pair, got %r" % (what, values))
-    if lo > hi or (lo_bound is not None and lo < lo_bound):
-        raise ValueError("%s must satisfy %smin <= max, got %r"
-                         % (what, "%s <= " % lo_bound if lo_bound is not None else "", values))
-    return "%s:%s" % (_num(lo, what), _num(hi, what))
 
 
 class RandomResizedCrop(Transform):
@@ -276,13 +249,13 @@ class RandomResizedCrop(Transform):
                  interpolation="bilinear", antialias=None):
         _bilinear_only(interpolation, antialias, "RandomResizedCrop")
         self.size = size
-        self.scale = tuple(scale)
-        self.ratio = tuple(ratio)
-        self.spec()
+        self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
+        self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
+        _validate(self.spec())
 
     def spec(self):
         return "random_resized_crop %s scale=%s ratio=%s" % (
-            _size(self.size), _range(self.scale, "scale", 0), _range(self.ratio, "ratio", 0))
+            _size(self.size), _range(self.scale, "scale"), _range(self.ratio, "ratio"))
 
 
 class Resize(Transform):
@@ -302,17 +275,16 @@ class Resize(Transform):
         if isinstance(size, numbers.Integral) and not isinstance(size, bool):
             self.size = size
         else:
-            seq = list(size)
+            seq = _seq(size, "size")
             self.size = seq[0] if len(seq) == 1 else tuple(seq)
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        if isinstance(self.size, numbers.Integral):
-            return "resize %d" % _int(self.size, "size", 1)
-        # Always both numbers: "resize S" would mean the shorter side, so
-        # a square (S, S) must stay "resize S,S" (exactly S x S).
-        h, w = _pair(self.size, "size")
-        return "resize %d,%d" % (h, w)
+        if isinstance(self.size, numbers.Integral) and not isinstance(self.size, bool):
+            return "resize " + _int(self.size, "size")
+        # Always every number: "resize S" would mean the shorter side, so a
+        # square (S, S) must stay "resize S,S" (exactly S x S).
+        return "resize " + ",".join(_int(v, "size") for v in _seq(self.size, "size"))
 
 
 class RandomRotation(Transform):
@@ -332,19 +304,10 @@ class RandomRotation(Transform):
                              "image centre)")
         self.degrees = degrees
         self.fill = fill
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        if isinstance(self.degrees, numbers.Real):
-            if self.degrees < 0:
-                raise ValueError("degrees must be >= 0, got %r" % self.degrees)
-            d = _num(self.degrees, "degrees")
-        else:
-            d = _range(self.degrees, "degrees")
-        s = "rotate " + d
-        if self.fill != 0:
-            s += " fill=" + _fill(self.fill)
-        return s
+        return "rotate " + _range(self.degrees, "degrees") + _fill_mode(self.fill, "constant")
 
 
 class ColorJitter(Transform):
@@ -361,21 +324,12 @@ class ColorJitter(Transform):
         self.contrast = contrast
         self.saturation = saturation
         self.hue = hue
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        parts = []
-        for name in ("brightness", "contrast", "saturation", "hue"):
-            v = getattr(self, name)
-            if isinstance(v, numbers.Real):
-                if v < 0 or (name == "hue" and v > 0.5):
-                    raise ValueError("ColorJitter %s must be in [0, %s], got %r"
-                                     % (name, "0.5" if name == "hue" else "inf", v))
-                text = _num(v, name)
-            else:
-                text = _range(v, name, -0.5 if name == "hue" else 0)
-            parts.append("%s=%s" % (name, text))
-        return "color_jitter " + " ".join(parts)
+        return "color_jitter " + " ".join(
+            "%s=%s" % (name, _range(getattr(self, name), name))
+            for name in ("brightness", "contrast", "saturation", "hue"))
 
 
 class Normalize(Transform):
@@ -391,14 +345,9 @@ class Normalize(Transform):
     def __init__(self, mean, std, inplace=False):
         self.mean = tuple(mean) if not isinstance(mean, numbers.Real) else (mean,)
         self.std = tuple(std) if not isinstance(std, numbers.Real) else (std,)
-        self.spec()
+        _validate(self.spec())
 
     def spec(self):
-        if not self.mean or not self.std:
-            raise ValueError("Normalize needs at least one mean and one std")
-        for s in self.std:
-            if isinstance(s, numbers.Real) and s <= 0:
-                raise ValueError("Normalize: every std must be > 0, got %r" % (self.std,))
         return "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
                                              ",".join(_num(s, "std") for s in self.std))
 
@@ -414,42 +363,66 @@ def _text(x, what):
 
 
 class _TableOp(Transform):
-    """A transform whose op takes plain numbers (a schema row of the op
-    table): ``spec()`` writes ``op name=value ...`` for the names in
-    ``_args``, and the constructor has the C parser check them
-    (stoker.SpecError names the argument and the accepted range)."""
+    """A transform generated from a row of the C op table that has an
+    argument schema (see ``_generate`` below): ``spec()`` writes ``op
+    name=value ...`` for the names in ``_args``, and the constructor has the
+    C parser check the values (stoker.SpecError names the argument and the
+    accepted range). Python checks nothing but that each value is a number."""
 
     _args = ()
-
-    def _check(self):
-        from ._stoker import spec_check
-        spec_check(self.spec(), 1, 1, 3)
 
     def spec(self):
         return " ".join([self.op] + ["%s=%s" % (a, _text(getattr(self, a), a)) for a in self._args])
 
-
-class RandomPosterize(_TableOp):
-    """Keep the top ``bits`` bits of each value with probability ``p``, like
-    torchvision's ``RandomPosterize``. Spec: ``posterize bits=B p=P``."""
-
-    op, _args = "posterize", ("bits", "p")
-
-    def __init__(self, bits, p=0.5):
-        self.bits, self.p = bits, p
-        self._check()
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % (a, getattr(self, a)) for a in self._args))
 
 
-class RandomSolarize(_TableOp):
-    """Invert the values >= ``threshold`` with probability ``p``, like
-    torchvision's ``RandomSolarize`` on uint8 images (threshold in 0-255).
-    Spec: ``solarize threshold=T p=P``."""
+def _generate(op, aliases, usage, torchvision, params):
+    """The class of a schema op of the C op table: named as torchvision's
+    (``torchvision``), taking the params in order, positional or by name,
+    with the table's defaults (``stk_op_describe``)."""
+    P = inspect.Parameter
+    sig = [P(name, P.POSITIONAL_OR_KEYWORD,
+             default=P.empty if required else (int(dflt) if whole else dflt))
+           for name, whole, required, lo, hi, dflt in params]
+    signature = inspect.Signature(sig)
 
-    op, _args = "solarize", ("threshold", "p")
+    def __init__(self, *args, **kwargs):
+        bound = signature.bind(*args, **kwargs)  # TypeError as Python's own
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            setattr(self, name, value)
+        _validate(self.spec())
 
-    def __init__(self, threshold, p=0.5):
-        self.threshold, self.p = threshold, p
-        self._check()
+    __init__.__signature__ = inspect.Signature(
+        [P("self", P.POSITIONAL_OR_KEYWORD)] + sig)
+    __init__.__qualname__ = torchvision + ".__init__"
+    ranges = "; ".join(
+        "%s: %s from %s to %s%s" % (name, "a whole number" if whole else "a number",
+                                   _num(lo, name), _num(hi, name),
+                                   "" if required else ", default %s" % _num(dflt, name))
+        for name, whole, required, lo, hi, dflt in params)
+    doc = ("Like ``torchvision.transforms.%s``: the op ``%s %s`` of the pipeline spec "
+           "(docs/pipeline.md). Generated from the C op table; the C parser checks the "
+           "values (%s)." % (torchvision, op, usage, ranges))
+    return type(torchvision, (_TableOp,), {
+        "__init__": __init__, "__doc__": doc, "__module__": __name__,
+        "__qualname__": torchvision, "op": op,
+        "_args": tuple(p[0] for p in params)})
+
+
+# One class per op of the table that has an argument schema and names the
+# torchvision class it mirrors (RandomPosterize, RandomSolarize, ...): a new
+# such op needs no edit here.
+for _row in _stoker.op_table():
+    if _row[3] and _row[4] is not None:
+        if _row[3] in globals():
+            raise ImportError("stoker.transforms: op %r's class %s is also written by hand"
+                              % (_row[0], _row[3]))
+        globals()[_row[3]] = _generate(*_row)
+del _row
 
 
 class ToTensor(Transform):

@@ -11,6 +11,10 @@
  *   - the "known ops" list and the did-you-mean suggestion of an unknown op
  *     (both generated from the names), which the Python tests read to check
  *     that python/stoker/transforms.py and docs/pipeline.md cover every op;
+ *   - the public description stk_op_describe (op_table.c): name, aliases,
+ *     usage, torchvision class and the argument schema, from which
+ *     python/stoker/transforms.py generates the class of every op that has
+ *     a schema and a torchvision name (no Python edit for a new such op);
  *   - the plan compilers (plan.c, image_plan.c): `kind` says how the op is
  *     compiled. The built-in kinds (pad, crops, flips, resize,
  *     random_resized_crop, rotate, color_jitter, normalize, to, decode) are
@@ -40,6 +44,13 @@
 
 typedef struct stk_op_desc {
     stk_spec_opdef syntax; /* first member: the parser's view of the row */
+    /* The torchvision.transforms class the op mirrors (e.g.
+     * "RandomPosterize"), or NULL. For an op described by a schema
+     * (syntax.params) the Python class of that name is generated from the
+     * row (stk_op_describe -> python/stoker/transforms.py): its constructor
+     * takes the params in order, positional or by name, with their
+     * defaults, and leaves every check to this parser. */
+    const char *torchvision;
     /* STK_OP_LUT only. arg = the op's u.num.v (its params, in order). */
     int (*draw)(const double *arg, stk_rng *rng);
     void (*lut)(const double *arg, uint8_t table[256]);

@@ -30,6 +30,7 @@ static void lut(const double *arg, uint8_t t[256])
 const stk_op_desc stk_op_solarize = {
     .syntax = {"solarize", NULL, STK_OP_LUT, STK_ORD_PIXELS | STK_ORD_U8,
                "(it works on uint8 pixels)", NULL, params, 2, "THRESHOLD [p=P]"},
+    .torchvision = "RandomSolarize",
     .draw = draw,
     .lut = lut,
 };

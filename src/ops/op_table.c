@@ -6,9 +6,13 @@
  * and of the did-you-mean search (the first of equally close names wins).
  * To add an op NAME: write src/ops/op_NAME.c defining `const stk_op_desc
  * stk_op_NAME`, add `X(NAME)` here, its test, and its line in
- * docs/pipeline.md. The built-in ops are defined in ops_builtin.c.
+ * docs/pipeline.md. The built-in ops are defined in ops_builtin.c. An op
+ * with a schema and a torchvision name gets its Python class from
+ * stk_op_describe below, with no Python edit.
  */
 #include "ops/op.h"
+
+#include <string.h>
 
 #define STK_OPS(X)                                                                             \
     X(pad)                                                                                     \
@@ -25,6 +29,7 @@
     X(color_jitter)                                                                            \
     X(posterize)                                                                               \
     X(solarize)                                                                                \
+    X(invert)                                                                                  \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
@@ -34,9 +39,38 @@ STK_OPS(STK_OP_DECLARE)
 
 const stk_spec_opdef *const stk_op_table[] = {STK_OPS(STK_OP_ROW)};
 
+_Static_assert(STK_OP_MAX_PARAMS >= STK_SPEC_MAX_PARAMS, "stk_op_info holds every param");
+
 const int stk_op_count = (int)(sizeof stk_op_table / sizeof stk_op_table[0]);
 
 int stk_spec_parse(const char *text, stk_spec *out)
 {
     return stk_spec_parse_ops(text, stk_op_table, stk_op_count, out);
+}
+
+int stk_op_describe(int index, stk_op_info *info)
+{
+    if (info && index >= 0 && index < stk_op_count) {
+        const stk_spec_opdef *d = stk_op_table[index];
+        memset(info, 0, sizeof *info);
+        info->name = d->name;
+        info->aliases = d->aliases;
+        info->usage = d->usage;
+        info->torchvision = ((const stk_op_desc *)(const void *)d)->torchvision;
+        if (d->parse || !d->params) {
+            info->nparams = -1;
+        } else {
+            info->nparams = d->nparams < STK_OP_MAX_PARAMS ? d->nparams : STK_OP_MAX_PARAMS;
+            for (int i = 0; i < info->nparams; i++) {
+                const stk_spec_param *p = &d->params[i];
+                info->params[i].name = p->name;
+                info->params[i].whole = p->whole;
+                info->params[i].required = p->required;
+                info->params[i].lo = p->lo;
+                info->params[i].hi = p->hi;
+                info->params[i].def = p->def;
+            }
+        }
+    }
+    return stk_op_count;
 }

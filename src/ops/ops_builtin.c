@@ -598,34 +598,44 @@ static int parse_color_jitter(stk_spec_parser *P, const stk_spec_stage *st,
 #define PIXELS_WHY "(it works on pixel values)"
 
 /* name, aliases, kind, order flags, why (order message), parse hook,
- * params, nparams, usage */
+ * params, nparams, usage; then the torchvision class it mirrors (op.h) */
 const stk_op_desc stk_op_pad = {.syntax = {"pad", NULL, STK_OP_PAD, STK_ORD_PIXELS,
                                            "(fill values are pixel values 0-255)", parse_pad, NULL,
-                                           0, "N | LR,TB | L,T,R,B [fill=V] [mode=M]"}};
+                                           0, "N | LR,TB | L,T,R,B [fill=V] [mode=M]"},
+    .torchvision = "Pad"};
 const stk_op_desc stk_op_random_crop = {.syntax = {"random_crop", NULL, STK_OP_RANDOM_CROP, 0, NULL,
                                                    parse_crop, NULL, 0,
-                                                   "H[,W] [padding=P] [fill=V] [mode=M]"}};
+                                                   "H[,W] [padding=P] [fill=V] [mode=M]"},
+    .torchvision = "RandomCrop"};
 const stk_op_desc stk_op_center_crop = {
-    .syntax = {"center_crop", NULL, STK_OP_CENTER_CROP, 0, NULL, parse_crop, NULL, 0, "H[,W]"}};
+    .syntax = {"center_crop", NULL, STK_OP_CENTER_CROP, 0, NULL, parse_crop, NULL, 0, "H[,W]"},
+    .torchvision = "CenterCrop"};
 const stk_op_desc stk_op_flip = {
-    .syntax = {"flip", "hflip", STK_OP_HFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"}};
+    .syntax = {"flip", "hflip", STK_OP_HFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"},
+    .torchvision = "RandomHorizontalFlip"};
 const stk_op_desc stk_op_vflip = {
-    .syntax = {"vflip", NULL, STK_OP_VFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"}};
+    .syntax = {"vflip", NULL, STK_OP_VFLIP, 0, NULL, parse_flip, NULL, 0, "[P]"},
+    .torchvision = "RandomVerticalFlip"};
 const stk_op_desc stk_op_normalize = {.syntax = {"normalize", NULL, STK_OP_NORMALIZE, STK_ORD_ONCE,
                                                  NULL, parse_normalize, NULL, 0,
-                                                 "MEAN STD | PRESET | mean=MEAN std=STD"}};
+                                                 "MEAN STD | PRESET | mean=MEAN std=STD"},
+    .torchvision = "Normalize"};
 const stk_op_desc stk_op_to = {
     .syntax = {"to", NULL, STK_OP_TO, STK_ORD_LAST, NULL, parse_to, NULL, 0, "DTYPE [LAYOUT]"}};
 const stk_op_desc stk_op_decode = {
     .syntax = {"decode", NULL, STK_OP_DECODE, STK_ORD_FIRST, NULL, parse_decode, NULL, 0, ""}};
 const stk_op_desc stk_op_random_resized_crop = {
     .syntax = {"random_resized_crop", NULL, STK_OP_RANDOM_RESIZED_CROP, STK_ORD_PIXELS, PIXELS_WHY,
-               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]"}};
+               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]"},
+    .torchvision = "RandomResizedCrop"};
 const stk_op_desc stk_op_resize = {.syntax = {"resize", NULL, STK_OP_RESIZE, STK_ORD_PIXELS,
-                                              PIXELS_WHY, parse_resize, NULL, 0, "S | H,W"}};
+                                              PIXELS_WHY, parse_resize, NULL, 0, "S | H,W"},
+    .torchvision = "Resize"};
 const stk_op_desc stk_op_rotate = {.syntax = {"rotate", NULL, STK_OP_ROTATE,
                                               STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,
-                                              parse_rotate, NULL, 0, "DEGREES [fill=V]"}};
+                                              parse_rotate, NULL, 0, "DEGREES [fill=V]"},
+    .torchvision = "RandomRotation"};
 const stk_op_desc stk_op_color_jitter = {.syntax = {"color_jitter", NULL, STK_OP_COLOR_JITTER,
                                                     STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,
-                                                    parse_color_jitter, NULL, 0, "B C S [H]"}};
+                                                    parse_color_jitter, NULL, 0, "B C S [H]"},
+    .torchvision = "ColorJitter"};

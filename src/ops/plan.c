@@ -700,3 +700,15 @@ int stk_spec_check(const char *spec, uint32_t height, uint32_t width, uint32_t c
     stk_plan_free(p);
     return 0;
 }
+
+int stk_spec_validate(const char *spec)
+{
+    if (!spec)
+        return stk_fail(STK_EINVAL, "stk_spec_validate: NULL spec");
+    stk_spec *parsed = malloc(sizeof *parsed);
+    if (!parsed)
+        return stk_fail(STK_ENOMEM, "stk_spec_validate: out of memory");
+    int rc = stk_spec_parse(spec, parsed);
+    free(parsed);
+    return rc < 0 ? rc : 0;
+}

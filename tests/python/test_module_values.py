@@ -76,15 +76,18 @@ def test_transforms_build_the_documented_specs():
 def test_transform_errors_are_clear():
     with pytest.raises(ValueError, match="pad_if_needed"):
         stoker.RandomCrop(32, pad_if_needed=True)
-    with pytest.raises(ValueError, match="padding_mode"):
+    # The values are checked by the C parser only: SpecError (a ValueError)
+    # with its message, when the transform is made.
+    with pytest.raises(stoker.SpecError, match="unknown padding mode 'wrap' "
+                       r"\(known: constant, edge, reflect, symmetric\)"):
         stoker.Pad(2, padding_mode="wrap")
-    with pytest.raises(ValueError, match="p must be in"):
+    with pytest.raises(stoker.SpecError, match="flip probability must be from 0 to 1, got '1.5'"):
         stoker.RandomHorizontalFlip(1.5)
-    with pytest.raises(ValueError, match="std must be > 0"):
+    with pytest.raises(stoker.SpecError, match="std must be > 0, got '0'"):
         stoker.Normalize([0.5], [0.0])
-    with pytest.raises(ValueError, match="0-255"):
+    with pytest.raises(stoker.SpecError, match="whole number from 0 to 255 in fill=, got '300'"):
         stoker.Pad(1, fill=300)
-    with pytest.raises(ValueError, match="1 or 2 values"):
+    with pytest.raises(stoker.SpecError, match="a crop size is H or H,W, got 3 values"):
         stoker.CenterCrop((1, 2, 3))
     with pytest.raises(ValueError, match="ToTensor"):
         stoker.build_spec([stoker.ToTensor()], dtype="uint8")
@@ -148,3 +151,58 @@ def test_spec_check():
     assert shape == (3, 32, 32) and dtype == "float16" and layout == "CHW"
     with pytest.raises(stoker.SpecError):
         stoker.spec_check("random_crop 40", 32, 32, 3)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: stoker.RandomCrop(0), "expected a whole number from 1 to 16777216 after "
+                                   "'random_crop', got '0'"),
+    (lambda: stoker.RandomCrop(8, padding=(1, 2, 3)), "padding takes 1 (all sides), 2 "
+                                                      "(left/right,top/bottom) or 4"),
+    (lambda: stoker.RandomCrop(8, padding=4, fill=(1, 2.5)),
+     "expected a whole number from 0 to 255 in fill=, got '2.5'"),
+    (lambda: stoker.RandomCrop(8, fill=300), "from 0 to 255 in fill=, got '300'"),  # unused
+    (lambda: stoker.RandomCrop(8, padding_mode="wrap"), "unknown padding mode 'wrap'"),
+    (lambda: stoker.Pad(-1), "expected a whole number from 0 to 16777216 after 'pad', got '-1'"),
+    (lambda: stoker.RandomVerticalFlip(-0.1), "flip probability must be from 0 to 1, got '-0.1'"),
+    (lambda: stoker.RandomHorizontalFlip(float("nan")), "expected a number after 'flip', "
+                                                        "got 'nan'"),
+    (lambda: stoker.RandomResizedCrop(8, scale=(0.5, 0.1)),
+     "the range in scale= must be low:high, got '0.5:0.1'"),
+    (lambda: stoker.RandomResizedCrop(8, ratio=(0, 1)), "ratio= must be > 0, got '0:1'"),
+    (lambda: stoker.RandomResizedCrop(8, scale=(0.1, 0.2, 0.3)),
+     "expected one number or a range A:B in scale="),
+    (lambda: stoker.Resize(0), "expected a whole number from 1 to 16777216 after 'resize'"),
+    (lambda: stoker.Resize((3, 0)), "after 'resize', got '0'"),
+    (lambda: stoker.Resize((1, 2, 3)), "resize takes S (the shorter side) or H,W, got 3 values"),
+    (lambda: stoker.RandomRotation(-5), "rotate DEGREES must be >= 0"),
+    (lambda: stoker.RandomRotation((10, 5)), "the range after 'rotate' must be low:high"),
+    (lambda: stoker.RandomRotation(5, fill=256), "from 0 to 255 in fill=, got '256'"),
+    (lambda: stoker.ColorJitter(brightness=-1), "brightness must be >= 0, got '-1'"),
+    (lambda: stoker.ColorJitter(hue=0.7), "hue must be from 0 to 0.5, got '0.7'"),
+    (lambda: stoker.ColorJitter(hue=(-0.7, 0.2)), "a hue range must lie within -0.5:0.5"),
+    (lambda: stoker.ColorJitter(contrast=(2, 1)), "the range for contrast must be low:high"),
+    (lambda: stoker.Normalize([0.5], [1e-45]), "std '1e-45' is too small"),
+    (lambda: stoker.Normalize([], []), "normalize needs both mean= and std="),
+])
+def test_transform_values_are_checked_by_c(make, words):
+    """The hand-written classes convert Python values to spec text and leave
+    every value check to the C parser: SpecError with its message (column,
+    spec and caret), raised when the transform is made."""
+    with pytest.raises(stoker.SpecError) as e:
+        make()
+    assert words in str(e.value)
+    assert str(e.value).startswith("pipeline spec, column ")
+
+
+def test_transforms_let_no_text_into_the_spec():
+    """Python checks only types, so that no text can be slipped into the spec."""
+    with pytest.raises(TypeError, match="size must be an int"):
+        stoker.CenterCrop("8 | flip")
+    with pytest.raises(TypeError, match="p must be a number"):
+        stoker.RandomHorizontalFlip("1 | rotate 10")
+    with pytest.raises(ValueError, match="padding_mode must be one word"):
+        stoker.Pad(2, padding_mode="edge | rotate 10")
+    with pytest.raises(TypeError, match="fill must be a number"):
+        stoker.Pad(2, fill="1 | flip")
+    with pytest.raises(TypeError, match="size must be an int"):
+        stoker.CenterCrop(8.0)
