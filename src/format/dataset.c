@@ -121,8 +121,16 @@ void stk_dataset_info_get(const stk_dataset *ds, stk_dataset_info *info)
     info->num_classes = ds->num_classes;
 }
 
-int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
-                         size_t capacity, int64_t *label)
+/* The two public whole-sample reads: sample `index` read (encoded samples
+ * decoded whole, to RGB) and copied out in HWC order, into `pixels` of
+ * `capacity` bytes (stk_dataset_read) or, with `alloc`, into a new buffer
+ * *alloc of the sample's size (stk_dataset_read_alloc). `what` names the
+ * caller in argument errors. The copy is checked against the reader's
+ * read_check afterwards, so bytes lost to a truncated mapping are an error,
+ * never zeros. */
+static int64_t read_whole(const char *what, const stk_dataset *ds, uint64_t index,
+                          uint8_t *pixels, size_t capacity, uint8_t **alloc, uint32_t shape[3],
+                          int64_t *label)
 {
     stk_scratch scratch = {0}, decoded = {0};
     stk_sample s;
@@ -130,8 +138,10 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
     uint64_t bytes = 0;
     int rc;
 
-    if (!ds || !pixels)
-        return stk_fail(STK_EINVAL, "stk_dataset_read: %s is NULL", !ds ? "ds" : "pixels");
+    if (alloc)
+        *alloc = NULL;
+    if (!ds || (alloc ? !shape : !pixels))
+        return stk_fail(STK_EINVAL, "%s: NULL argument", what);
     if (index >= ds->count)
         return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
                         (unsigned long long)index, (unsigned long long)ds->count);
@@ -153,12 +163,18 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
         }
     }
     if (!stk_mul_ok(v->height, v->width, &bytes) || !stk_mul_ok(bytes, v->channels, &bytes) ||
-        bytes > INT64_MAX) {
+        bytes > INT64_MAX || bytes > SIZE_MAX) {
         rc = stk_fail(STK_EFORMAT, "%s: sample %llu: shape %ux%ux%u is too large", ds->uri,
                       (unsigned long long)index, v->height, v->width, v->channels);
         goto out;
     }
-    if (bytes > capacity) {
+    if (alloc) {
+        if (!(pixels = malloc(bytes ? (size_t)bytes : 1))) {
+            rc = stk_fail(STK_ENOMEM, "%s: sample %llu: out of memory for %llu bytes", ds->uri,
+                          (unsigned long long)index, (unsigned long long)bytes);
+            goto out;
+        }
+    } else if (bytes > capacity) {
         rc = stk_fail(STK_EINVAL,
                       "%s: sample %llu needs %llu bytes (%ux%ux%u) but the buffer holds %zu",
                       ds->uri, (unsigned long long)index, (unsigned long long)bytes, v->height,
@@ -167,8 +183,18 @@ int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
     }
 
     stk_image_copy_hwc(v, pixels);
-    if ((rc = stk_dataset_check(ds, index)) < 0)
+    if ((rc = stk_dataset_check(ds, index)) < 0) {
+        if (alloc)
+            free(pixels);
         goto out;
+    }
+    if (alloc)
+        *alloc = pixels;
+    if (shape) {
+        shape[0] = v->height;
+        shape[1] = v->width;
+        shape[2] = v->channels;
+    }
     if (label)
         *label = s.label;
 
@@ -176,6 +202,20 @@ out:
     stk_scratch_free(&scratch);
     stk_scratch_free(&decoded);
     return rc ? rc : (int64_t)bytes;
+}
+
+int64_t stk_dataset_read(const stk_dataset *ds, uint64_t index, uint8_t *pixels,
+                         size_t capacity, int64_t *label)
+{
+    return read_whole("stk_dataset_read", ds, index, pixels, capacity, NULL, NULL, label);
+}
+
+int64_t stk_dataset_read_alloc(const stk_dataset *ds, uint64_t index, uint8_t **pixels,
+                               uint32_t shape[3], int64_t *label)
+{
+    if (!pixels)
+        return stk_fail(STK_EINVAL, "stk_dataset_read_alloc: NULL argument");
+    return read_whole("stk_dataset_read_alloc", ds, index, NULL, 0, pixels, shape, label);
 }
 
 /* ------------------------------------------------------------------------ */
