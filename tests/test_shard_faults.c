@@ -131,7 +131,8 @@ static void test_truncated_mapped_reads_fail(void **state)
     assert_non_null(strstr(stk_errmsg(), "record 100 (sample 100)"));
     assert_int_equal(stk_dataset_label(ds, 7, &label), STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "record 7 (sample 7): the shard was truncated"));
-    /* stk_dataset_read_alloc too (it once copied the zeros and succeeded) */
+    /* stk_dataset_read_alloc too (it now also checks after its copy, for a
+     * cut that lands between the read and the copy) */
     uint8_t *alloc = (uint8_t *)1;
     uint32_t shape[3] = {0};
     assert_int_equal(stk_dataset_read_alloc(ds, 5, &alloc, shape, &label), STK_EDATA);
