@@ -77,7 +77,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 step "ThreadSanitizer (engine, shards, datasets, pack)"
 scripts/build.sh tsan
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
 ctest --test-dir build-tsan --output-on-failure -j2 \
   -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy)$'
 tsan_tmp=$(mktemp -d)
