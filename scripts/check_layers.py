@@ -15,6 +15,12 @@ row of LAYERS names (all below it). Checked:
      may use. Every layer includes the public header, which declares the
      whole API, so a call upwards through it passes check 1: this one
      catches it.
+  5. the readers of src/format/ get their bytes through src/io (src/io/
+     source.h): no call of open, openat, pread, read, mmap, munmap, madvise,
+     posix_fadvise, readahead or fopen in their source (comments and strings
+     left out). Exempt: open/openat of a directory (O_DIRECTORY in the
+     call: walking directories stays with the image folder) and the .stk
+     writer (IO_EXEMPT), which creates files rather than reading them.
 
 Usage: check_layers.py [--root DIR] [--objects OBJ...] [--nm NM]
 Prints one line per violation (file:line, what, why) and exits 1 if there
@@ -101,6 +107,41 @@ def check_includes(root):
     return problems
 
 
+# Check 5: system calls a reader of src/format/ leaves to src/io.
+IO_CALLS = ("open", "openat", "pread", "pread64", "read", "mmap", "mmap64", "munmap",
+            "madvise", "posix_madvise", "posix_fadvise", "readahead", "fopen")
+IO_CALL = re.compile(r"(?<![\w>.])(%s)\s*\(" % "|".join(IO_CALLS))
+IO_EXEMPT = {"src/format/stk_writer.c"}
+C_NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def strip_c(text):
+    """`text` with comments and string/character literals blanked (newlines kept)."""
+    return C_NOISE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
+def check_io_calls(root):
+    problems = []
+    top = os.path.join(root, "src", "format")
+    if not os.path.isdir(top):
+        return problems
+    for path in sorted(source_files(top)):
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        if rel in IO_EXEMPT:
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            code = strip_c(f.read())
+        for m in IO_CALL.finditer(code):
+            name = m.group(1)
+            end = code.find(";", m.end())
+            if name in ("open", "openat") and "O_DIRECTORY" in code[m.end():end]:
+                continue  # a directory, for walking
+            line = code.count("\n", 0, m.start()) + 1
+            problems.append("%s:%d: calls %s(): the readers of src/format get their bytes "
+                            "through src/io (src/io/source.h)" % (rel, line, name))
+    return problems
+
+
 def object_layer(path):
     """The src/ directory an object file was compiled from (.../src/DIR/x.c.o)."""
     parts = os.path.normpath(path).split(os.sep)
@@ -145,7 +186,7 @@ def main(argv=None):
     ap.add_argument("--objects", nargs="*", default=[])
     ap.add_argument("--nm", default="nm")
     args = ap.parse_args(argv)
-    problems = check_includes(args.root)
+    problems = check_includes(args.root) + check_io_calls(args.root)
     if args.objects:
         problems += check_symbols(args.objects, args.nm)
     for p in problems:

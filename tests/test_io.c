@@ -2,7 +2,8 @@
  * test_io.c — the I/O layer (src/io/): the local-file source (sizes, exact
  * preads at every offset against the bytes written, reading past the end,
  * the refusals of open: missing, directory, FIFO without hanging, over the
- * limit), whole-file mappings, and the SIGBUS guard on a mapping whose file
+ * limit; opened relative to a directory, read_part, shared and private
+ * guarded mappings), whole-file mappings, and the SIGBUS guard on a mapping whose file
  * is truncated (zero pages from the cut on, the valid mark at the cut, a
  * cut inside the last page seen by refresh, a SIGBUS outside any guarded
  * region still reaching the handler installed before), and the CIFAR, IDX
@@ -49,10 +50,12 @@ static void test_file_source(void **state)
     assert_non_null(strstr(stk_errmsg(), "source.bin: unexpected end of file"));
     stk_source_advise(s, NULL, 0, sizeof bytes, STK_ADVISE_SEQUENTIAL);
     const uint8_t *map;
-    assert_int_equal(stk_source_map(s, &map), 0);
+    stk_map_guard *guard;
+    assert_int_equal(stk_source_map(s, 0, &map, &guard), 0);
+    assert_non_null(guard); /* registered with the SIGBUS guard by map itself */
     stk_source_advise(s, map, 5000, 100, STK_ADVISE_WILLNEED);
     assert_memory_equal(map, bytes, sizeof bytes);
-    munmap((void *)map, sizeof bytes);
+    stk_source_unmap(map, sizeof bytes, guard);
     stk_source_close(s);
     stk_source_close(NULL);
 
@@ -62,6 +65,96 @@ static void test_file_source(void **state)
     assert_memory_equal(m.data, bytes, sizeof bytes);
     stk_unmap_file(&m);
     assert_null(m.data);
+}
+
+/* The permissions of the mapping holding `p` in /proc/self/maps ("r--s"
+ * for a shared read-only mapping, "r--p" for a private one). */
+static void mapping_perms(const void *p, char perms[5])
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    assert_non_null(f);
+    perms[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char pm[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, pm) == 3 && (uintptr_t)p >= lo &&
+            (uintptr_t)p < hi) {
+            memcpy(perms, pm, 5);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* stk_source_open_file_at: relative to a directory descriptor, the reason
+ * alone in its messages (the caller names the file), read_part's counts at
+ * the end, the shared and private mappings map makes (read-only either
+ * way, guarded), advice on a mapping after its source is closed. */
+static void test_file_source_at(void **state)
+{
+    (void)state;
+    static uint8_t bytes[3 * 4096 + 100];
+    tu_fill_random(bytes, sizeof bytes, 5);
+    tu_write_file(tu_path("at.bin"), bytes, sizeof bytes);
+    int dirfd = open(tu_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(dirfd >= 0);
+
+    stk_source *s;
+    assert_int_equal(stk_source_open_file_at(dirfd, "at.bin", "the/name", &s), 0);
+    assert_int_equal(s->size, sizeof bytes);
+    assert_string_equal(s->name, "the/name");
+    uint8_t buf[200];
+    assert_int_equal(stk_source_read_part(s, buf, sizeof buf, 1000), sizeof buf);
+    assert_memory_equal(buf, bytes + 1000, sizeof buf);
+    assert_int_equal(stk_source_read_part(s, buf, sizeof buf, sizeof bytes - 30), 30);
+    assert_memory_equal(buf, bytes + sizeof bytes - 30, 30);
+    assert_int_equal(stk_source_read_part(s, buf, sizeof buf, sizeof bytes), 0);
+    assert_int_equal(stk_source_pread(s, buf, 40, sizeof bytes - 30), STK_EFORMAT);
+    assert_string_equal(stk_errmsg(), "the/name: unexpected end of file");
+    stk_source_advise(s, NULL, 0, sizeof bytes, STK_ADVISE_NORMAL);
+
+    const uint8_t *shared, *priv;
+    stk_map_guard *gs, *gp;
+    char perms[5];
+    assert_int_equal(stk_source_map(s, STK_MAP_SHARED, &shared, &gs), 0);
+    assert_int_equal(stk_source_map(s, 0, &priv, &gp), 0);
+    stk_source_close(s); /* the mappings keep the file */
+    assert_non_null(gs);
+    assert_non_null(gp);
+    assert_memory_equal(shared, bytes, sizeof bytes);
+    assert_memory_equal(priv, bytes, sizeof bytes);
+    mapping_perms(shared, perms);
+    assert_string_equal(perms, "r--s");
+    mapping_perms(priv, perms);
+    assert_string_equal(perms, "r--p");
+    stk_mapping_advise(shared, 4096 + 10, 5000, STK_ADVISE_WILLNEED); /* unaligned: rounded */
+    stk_mapping_advise(shared, 0, sizeof bytes, STK_ADVISE_NORMAL);
+    assert_true(stk_map_guard_intact(gs, 0, sizeof bytes));
+    assert_memory_equal(shared, bytes, sizeof bytes);
+    stk_source_unmap(shared, sizeof bytes, gs);
+    stk_source_unmap(priv, sizeof bytes, gp);
+    stk_source_unmap(NULL, 0, NULL);
+
+    /* An absolute path ignores the directory (and its name is the default). */
+    assert_int_equal(stk_source_open_file_at(-1, tu_path("at.bin"), NULL, &s), 0);
+    assert_string_equal(s->name, tu_path("at.bin"));
+    stk_source_close(s);
+
+    /* Refusals: the reason alone, with the code to act on. */
+    s = (stk_source *)1;
+    assert_int_equal(stk_source_open_file_at(dirfd, "missing.bin", NULL, &s), STK_ENOENT);
+    assert_null(s);
+    assert_string_equal(stk_errmsg(), "cannot open: No such file or directory");
+    assert_int_equal(stk_source_open_file_at(dirfd, "at.bin/x", NULL, &s), STK_EIO);
+    assert_string_equal(stk_errmsg(), "cannot open: Not a directory");
+    assert_int_equal(mkdir(tu_path("at.dir"), 0700), 0);
+    assert_int_equal(stk_source_open_file_at(dirfd, "at.dir", NULL, &s), STK_EINVAL);
+    assert_string_equal(stk_errmsg(), "not a regular file");
+    assert_int_equal(mkfifo(tu_path("at.fifo"), 0600), 0);
+    assert_int_equal(stk_source_open_file_at(dirfd, "at.fifo", NULL, &s), STK_EINVAL); /* no hang */
+    assert_string_equal(stk_errmsg(), "not a regular file");
+    close(dirfd);
 }
 
 static void test_file_source_refusals(void **state)
@@ -284,6 +377,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_source),
         cmocka_unit_test(test_file_source_refusals),
+        cmocka_unit_test(test_file_source_at),
         cmocka_unit_test(test_map_guard_truncation),
         cmocka_unit_test(test_map_guard_cut_in_last_page),
         cmocka_unit_test(test_array_readers_truncated),

@@ -2,7 +2,8 @@
  * test_stk.c — the .stk shard format: exact round trip of every field type;
  * multi-shard index spaces; damage detection (every single-byte flip inside
  * a record, in the header, in the index; truncation at many lengths; a
- * zeroed footer) naming the shard and record; the loader's raise and skip
+ * zeroed footer) naming the shard and record; the refusals of open (a
+ * FIFO, too small, over max_bytes, unreadable) in their exact words; the loader's raise and skip
  * policies on a damaged record; pack output identical for any job count;
  * shard sets (missing, extra, renamed, foreign, mixed shards and stale
  * temporaries, each named); verify's global sample index and its check of
@@ -387,6 +388,56 @@ static void test_structure_damage_names_the_shard(void **state)
     struct stat st;
     assert_int_not_equal(stat(torn, &st), 0);
     free(orig);
+}
+
+/* Opening a shard refuses what is not one with this reader's own words and
+ * codes, in both I/O modes (the file comes through src/io, which leaves the
+ * wording to the reader): a FIFO (without hanging), a file too small, one
+ * over max_bytes, one that cannot be opened. */
+static void test_shard_open_refusals_keep_their_words(void **state)
+{
+    (void)state;
+    static const char *const modes[] = {"", "?io=pread", "?io=mmap"};
+    char uri[600], want[600];
+    stk_dataset *ds;
+    const char *fifo = tu_path("refuse-fifo.stk"), *tiny = tu_path("refuse-tiny.stk");
+    const char *good = tu_path("refuse-good.stk");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    uint8_t zeros[100] = {0};
+    tu_write_file(tiny, zeros, sizeof zeros);
+    write_shard(good, 0, NREC);
+    struct stat st;
+    assert_int_equal(stat(good, &st), 0);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        snprintf(uri, sizeof uri, "stk:%s%s", fifo, modes[m]);
+        assert_int_equal(stk_dataset_open(uri, NULL, &ds), STK_EINVAL);
+        snprintf(want, sizeof want, "%s: not a regular file", fifo);
+        assert_string_equal(stk_errmsg(), want);
+
+        snprintf(uri, sizeof uri, "stk:%s%s", tiny, modes[m]);
+        assert_int_equal(stk_dataset_open(uri, NULL, &ds), STK_EFORMAT);
+        snprintf(want, sizeof want, "%s: 100 bytes is too small for a shard (truncated?)", tiny);
+        assert_string_equal(stk_errmsg(), want);
+
+        snprintf(uri, sizeof uri, "stk:%s%s", good, modes[m]);
+        stk_dataset_options o = {.max_bytes = (uint64_t)st.st_size - 1};
+        assert_int_equal(stk_dataset_open(uri, &o, &ds), STK_ELIMIT);
+        snprintf(want, sizeof want, "%s: %llu bytes is over the %llu-byte limit", good,
+                 (unsigned long long)st.st_size, (unsigned long long)st.st_size - 1);
+        assert_string_equal(stk_errmsg(), want);
+        o.max_bytes = (uint64_t)st.st_size;
+        assert_int_equal(stk_dataset_open(uri, &o, &ds), 0);
+        check_record(ds, 3, 3);
+        stk_dataset_close(ds);
+
+        if (geteuid() != 0) { /* root opens a mode-000 file */
+            assert_int_equal(chmod(good, 0), 0);
+            assert_int_equal(stk_dataset_open(uri, NULL, &ds), STK_EIO);
+            snprintf(want, sizeof want, "%s: cannot open: Permission denied", good);
+            assert_string_equal(stk_errmsg(), want);
+            assert_int_equal(chmod(good, 0644), 0);
+        }
+    }
 }
 
 /* The loader on a damaged record: raise names shard + record; skip counts
@@ -814,6 +865,7 @@ int main(void)
         cmocka_unit_test(test_multi_shard_dir_and_glob),
         cmocka_unit_test(test_every_single_byte_flip_in_records_is_caught),
         cmocka_unit_test(test_structure_damage_names_the_shard),
+        cmocka_unit_test(test_shard_open_refusals_keep_their_words),
         cmocka_unit_test(test_loader_on_damaged_record),
         cmocka_unit_test(test_writer_rejects_bad_input),
         cmocka_unit_test(test_pack_cifar_round_trip_and_determinism),

@@ -3,8 +3,9 @@
  * torchvision's ImageFolder layout ("imagefolder:DIR") and a list file of
  * "path<TAB>label" lines ("list:FILE").
  *
- * Both produce ENCODED samples: read() opens the sample's file, preads its
- * bytes into the caller's scratch and returns them as stk_sample.encoded
+ * Both produce ENCODED samples: read() opens the sample's file as a byte
+ * source (src/io/source.h, stk_source_open_file_at), reads it whole into
+ * the caller's scratch and returns them as stk_sample.encoded
  * (image.pixels stays NULL); decoding is the codec's business
  * (src/codec/codec.h), done by the caller. Nothing is decoded or even
  * opened at open time beyond the directory walk (or the list file), so
@@ -54,8 +55,11 @@
  * root (DIR, or the list file's directory) is stored back to back in one
  * string arena, with an offset and a label per sample: 16 bytes plus the
  * relative path and its NUL (ImageNet train: ~1.28 M * ~50 bytes = 64 MB).
- * The root stays open as a directory descriptor and read() uses openat(),
- * so no path is built on the hot path except for error messages.
+ * The root stays open as a directory descriptor and read() opens the file
+ * relative to it (stk_source_open_file_at, an openat in src/io), so no
+ * path is built on the hot path except for error messages. The bytes come
+ * through src/io; what this file does with the file system itself is walk
+ * directories (openat of a directory, fdopendir, readdir, fstatat).
  *
  * Invariants after open: count >= 1; offsets[i] < arena_len and the arena
  * holds a NUL-terminated path there; labels[i] >= 0 (imagefolder:
@@ -64,6 +68,7 @@
 #include "core/error.h"
 #include "format/dataset.h"
 #include "format/reader_util.h"
+#include "io/source.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -111,48 +116,41 @@ static int stk_files_read(const stk_dataset *ds, uint64_t index, stk_sample *out
 {
     const stk_files_impl *f = ds->impl;
     const char *rel;
-    struct stat st;
-    char ebuf[128];
+    stk_source *src;
     size_t done = 0;
-    int fd, rc = 0;
+    int rc = 0;
 
     if (index >= ds->count)
         return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
                         (unsigned long long)index, (unsigned long long)ds->count);
     rel = f->arena + f->offsets[index];
-    /* O_NONBLOCK: a FIFO named like an image must not hang a worker. */
-    fd = openat(f->root_fd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        stk_fail(STK_EDATA, "cannot open: %s", strerror_r(errno, ebuf, sizeof ebuf));
-        return stk_read_fail(f, rel, STK_EDATA);
-    }
-    if (fstat(fd, &st) != 0)
-        rc = stk_fail(STK_EDATA, "cannot stat: %s", strerror_r(errno, ebuf, sizeof ebuf));
-    else if (!S_ISREG(st.st_mode))
-        rc = stk_fail(STK_EDATA, "not a regular file");
-    else if (st.st_size <= 0)
+    /* Opened without blocking (a FIFO named like an image must not hang a
+     * worker), regular files only; the source words the reason ("cannot
+     * open: ...", "cannot stat: ...", "not a regular file"), we name the
+     * file and make it STK_EDATA. */
+    if ((rc = stk_source_open_file_at(f->root_fd, rel, NULL, &src)) < 0)
+        return stk_read_fail(f, rel, rc == STK_ENOMEM ? rc : STK_EDATA);
+    if (src->size == 0)
         rc = stk_fail(STK_EDATA, "empty file");
-    else if ((uint64_t)st.st_size > f->max_bytes || (uint64_t)st.st_size > SIZE_MAX)
+    else if (src->size > f->max_bytes || src->size > SIZE_MAX)
         rc = stk_fail(STK_EDATA, "%lld bytes exceeds the max_bytes limit of %llu",
-                      (long long)st.st_size, (unsigned long long)f->max_bytes);
+                      (long long)src->size, (unsigned long long)f->max_bytes);
     if (rc)
         goto fail;
-    rc = stk_scratch_reserve(scratch, (size_t)st.st_size);
+    rc = stk_scratch_reserve(scratch, (size_t)src->size);
     if (rc)
         goto fail;
-    while (done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, scratch->data + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
+    while (done < (size_t)src->size) {
+        int64_t n = stk_source_read_part(src, scratch->data + done, (size_t)src->size - done,
+                                         done);
         if (n <= 0) {
-            rc = n < 0 ? stk_fail(STK_EDATA, "read error: %s",
-                                  strerror_r(errno, ebuf, sizeof ebuf))
+            rc = n < 0 ? STK_EDATA /* "read error: REASON" */
                        : stk_fail(STK_EDATA, "file shrank to %zu bytes while being read", done);
             goto fail;
         }
         done += (size_t)n;
     }
-    close(fd);
+    stk_source_close(src);
     memset(&out->image, 0, sizeof out->image);
     out->encoded = scratch->data;
     out->encoded_size = done;
@@ -160,7 +158,7 @@ static int stk_files_read(const stk_dataset *ds, uint64_t index, stk_sample *out
     return 0;
 
 fail:
-    close(fd);
+    stk_source_close(src);
     return stk_read_fail(f, rel, rc);
 }
 

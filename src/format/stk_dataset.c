@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -223,10 +222,11 @@ static void shards_access_hint(const stk_dataset *ds, stk_access how)
             uint64_t start = s->data_offset / STK_PAGE * STK_PAGE;
             uint64_t end = s->index_offset / STK_PAGE * STK_PAGE;
             if (end > start)
-                madvise((void *)(s->map + start), end - start, seq ? MADV_SEQUENTIAL : MADV_RANDOM);
-        } else if (!s->map && s->fd >= 0) {
-            posix_fadvise(s->fd, (off_t)s->data_offset, (off_t)(s->data_end - s->data_offset),
-                          seq ? POSIX_FADV_SEQUENTIAL : POSIX_FADV_NORMAL);
+                stk_mapping_advise(s->map, start, end - start,
+                                   seq ? STK_ADVISE_SEQUENTIAL : STK_ADVISE_RANDOM);
+        } else if (!s->map && s->src) {
+            stk_source_advise(s->src, NULL, s->data_offset, s->data_end - s->data_offset,
+                              seq ? STK_ADVISE_SEQUENTIAL : STK_ADVISE_NORMAL);
         }
     }
 }
@@ -292,11 +292,18 @@ static int parse_query(const char *uri, const char *query, shardset *set, int *i
 static bool first_image_is_encoded(const char *path)
 {
     uint8_t buf[STK_HEADER_SIZE + STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE];
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return false;
-    ssize_t n = pread(fd, buf, sizeof buf, 0);
-    close(fd);
+    char msg[STK_ERRMSG_MAX];
+    stk_source *src;
+    int64_t n = -1;
+    /* A failure here is the real open's to report: the thread's message
+     * is left as it was. */
+    snprintf(msg, sizeof msg, "%s", stk_errmsg());
+    if (stk_source_open_file_at(AT_FDCWD, path, path, &src) == 0) {
+        n = stk_source_read_part(src, buf, sizeof buf, 0);
+        stk_source_close(src);
+    }
+    if (n < 0)
+        stk_errmsg_set(msg);
     if (n < STK_HEADER_SIZE || memcmp(buf, STK_SHARD_MAGIC, 8) != 0)
         return false;
     uint32_t nfields = stk_rd32(buf + HDR_FIELD_COUNT);

@@ -19,6 +19,13 @@
  * the caller) or at once on a failure, so a cut is reported as such and
  * never as the checksum mismatch or bad index entry it caused.
  *
+ * The bytes come through the shard's source (src/io/source.h): in pread
+ * mode each record is one stk_source_pread into the caller's scratch (one
+ * indirect call, its failures worded by the source: "PATH: read failed:
+ * REASON", or a short read said here as a truncation); in mmap mode a
+ * record is a pointer into the mapping, and its pages are asked for with
+ * stk_mapping_advise. No system call is made here directly.
+ *
  * Thread safety: after open everything is read-only except the "verified"
  * and "touched" bitmaps, updated with atomic OR; the pread path reads into
  * the caller's scratch. No locks on the read path.
@@ -31,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <zstd.h>
 
 #define MAX_RECORD_BYTES (4ull << 30)
@@ -153,12 +159,13 @@ static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r,
         uint64_t first = off / STK_PAGE * STK_PAGE, tbit = 1ull << (r % 64);
         if (!set->huge_pages && len && (off + len - 1) / STK_PAGE != off / STK_PAGE &&
             !(atomic_fetch_or_explicit(&s->touched[r / 64], tbit, memory_order_relaxed) & tbit))
-            madvise((void *)(s->map + first), off + len - first, MADV_WILLNEED);
+            stk_mapping_advise(s->map, first, off + len - first, STK_ADVISE_WILLNEED);
     } else {
         int rc = stk_scratch_reserve(scratch, len ? len : 1);
         if (rc < 0)
             return rc;
-        if ((rc = stk_shard_read_exact(s->fd, scratch->data, len, off, s->path)) < 0)
+        /* One indirect call to the source's pread (src/io/source.h). */
+        if ((rc = stk_source_pread(s->src, scratch->data, len, off)) < 0)
             /* A short read: the file shrank since it was opened (its size
              * was checked against the layout then). Said here, not by
              * formatting stk_errmsg() into itself. */

@@ -18,10 +18,17 @@
  * Invariants after stk_shard_open returns 0: the footer, header and index
  * checksums matched; the index lies between data_end and the footer, its
  * columns (offsets, lengths, checksums, fixed fields) point into it at the
- * sizes the schema gives for n records; a mapped shard's descriptor is
- * closed and the mapping registered with the map guard (src/io/map_guard.c);
- * a pread shard keeps its descriptor and a copy of the index. Nothing in a
+ * sizes the schema gives for n records; a mapped shard's source is closed
+ * and the mapping registered with the map guard (src/io/map_guard.c);
+ * a pread shard keeps its source and a copy of the index. Nothing in a
  * record is trusted yet: stk_record.c checks each one as it is read.
+ *
+ * The bytes come through src/io (source.h): each shard is a file source
+ * opened by path, read with its pread (footer, header, the index in pread
+ * mode) and mapped by its map (shared, read-only, guarded); the advice
+ * below goes through stk_mapping_advise. This file makes no read, map or
+ * advice system call itself; only the listing (stat, opendir, glob) is
+ * done here.
  *
  * Shard sets (docs/format.md, "Shard sets"): every shard pack writes
  * carries shard_set (the set's id) and shard ("i/n"); stk_shard_set_check
@@ -43,7 +50,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,46 +80,25 @@
 static void shard_map_advice(const shardset *set, shard *s, uint64_t index_offset)
 {
     if (set->huge_pages) {
-        madvise((void *)s->map, s->file_size, MADV_HUGEPAGE);
+        stk_mapping_advise(s->map, 0, s->file_size, STK_ADVISE_HUGEPAGE);
         return;
     }
     uint64_t page_start = index_offset / STK_PAGE * STK_PAGE;
     if (page_start > s->data_offset)
-        madvise((void *)(s->map + s->data_offset), page_start - s->data_offset, MADV_RANDOM);
-    madvise((void *)(s->map + page_start), s->file_size - page_start, MADV_SEQUENTIAL);
-}
-
-int stk_shard_read_exact(int fd, void *buf, size_t size, uint64_t offset, const char *path)
-{
-    uint8_t *p = buf;
-    while (size) {
-        ssize_t k = pread(fd, p, size, (off_t)offset);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return stk_fail(STK_EIO, "%s: read failed: %s", path, strerror(errno));
-        if (k == 0)
-            return stk_fail(STK_EFORMAT, "%s: unexpected end of file", path);
-        p += k;
-        size -= (size_t)k;
-        offset += (uint64_t)k;
-    }
-    return 0;
+        stk_mapping_advise(s->map, s->data_offset, page_start - s->data_offset,
+                           STK_ADVISE_RANDOM);
+    stk_mapping_advise(s->map, page_start, s->file_size - page_start, STK_ADVISE_SEQUENTIAL);
 }
 
 void stk_shard_close(shard *s)
 {
-    stk_map_guard_remove(s->guard);
-    if (s->map)
-        munmap((void *)s->map, s->file_size);
-    if (s->fd >= 0)
-        close(s->fd);
+    stk_source_unmap(s->map, s->file_size, s->guard);
+    stk_source_close(s->src);
     free(s->index_copy);
     free((void *)s->verified);
     free((void *)s->touched);
     free(s->path);
     memset(s, 0, sizeof *s);
-    s->fd = -1;
 }
 
 /* Parse a decimal u32 of text[0, len) into *v: digits only, no sign, no
@@ -303,17 +288,16 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
     uint8_t footer[STK_FOOTER_SIZE], head[STK_HEADER_SIZE];
     uint8_t *header = NULL;
     memset(s, 0, sizeof *s);
-    s->fd = -1;
     if (!(s->path = stk_strdup(path)))
         return STK_ENOMEM;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (s->fd < 0)
-        return stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot open: %s", path,
-                        strerror(errno));
-    struct stat st;
-    if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return stk_fail(STK_EINVAL, "%s: not a regular file", path);
-    s->file_size = (uint64_t)st.st_size;
+    /* The source words the reason; the messages are this reader's own:
+     * "PATH: cannot open: REASON" (STK_ENOENT or STK_EIO), and "PATH: not a
+     * regular file" for anything else but a regular file, or one whose type
+     * cannot be learned (STK_EINVAL). */
+    if ((rc = stk_source_open_file_at(AT_FDCWD, path, path, &s->src)) < 0)
+        return rc == STK_EINVAL ? stk_fail(STK_EINVAL, "%s: not a regular file", path)
+                                : stk_fail_prefix(rc, "%s", path);
+    s->file_size = s->src->size;
     if (s->file_size < STK_PAGE + STK_FOOTER_SIZE)
         return stk_fail(STK_EFORMAT, "%s: %llu bytes is too small for a shard (truncated?)", path,
                         (unsigned long long)s->file_size);
@@ -323,7 +307,7 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
 
     /* Footer first: it is written last, so a torn or unfinished file fails
      * here. */
-    if ((rc = stk_shard_read_exact(s->fd, footer, sizeof footer, s->file_size - STK_FOOTER_SIZE, path)) < 0)
+    if ((rc = stk_source_pread(s->src, footer, sizeof footer, s->file_size - STK_FOOTER_SIZE)) < 0)
         return rc;
     if (memcmp(footer + FTR_MAGIC, STK_FOOTER_MAGIC, 8) != 0)
         return stk_fail(STK_EFORMAT, "%s: no footer (the file is truncated, unfinished, or not "
@@ -335,7 +319,7 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
         return stk_fail(STK_EUNSUPPORTED, "%s: format version %u.%u (this stoker reads 1.x)", path,
                         version >> 16, version & 0xffff);
 
-    if ((rc = stk_shard_read_exact(s->fd, head, sizeof head, 0, path)) < 0)
+    if ((rc = stk_source_pread(s->src, head, sizeof head, 0)) < 0)
         return rc;
     if (memcmp(head + HDR_MAGIC, STK_SHARD_MAGIC, 8) != 0)
         return stk_fail(STK_EFORMAT, "%s: not a .stk shard (bad magic)", path);
@@ -351,7 +335,7 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
     header = malloc(header_size);
     if (!header)
         return stk_fail(STK_ENOMEM, "out of memory reading %s", path);
-    if ((rc = stk_shard_read_exact(s->fd, header, header_size, 0, path)) < 0)
+    if ((rc = stk_source_pread(s->src, header, header_size, 0)) < 0)
         goto done;
     uint64_t stored = stk_rd64(header + HDR_CHECKSUM);
     stk_wr64(header + HDR_CHECKSUM, 0);
@@ -395,20 +379,14 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
                           (unsigned long long)index_size);
             goto done;
         }
-        if ((rc = stk_shard_read_exact(s->fd, s->index_copy, index_size, index_offset, path)) < 0)
+        if ((rc = stk_source_pread(s->src, s->index_copy, index_size, index_offset)) < 0)
             goto done;
         index = s->index_copy;
     } else {
-        void *m = mmap(NULL, s->file_size, PROT_READ, MAP_SHARED, s->fd, 0);
-        if (m == MAP_FAILED) {
-            rc = stk_fail(STK_EIO, "%s: mmap failed: %s", path, strerror(errno));
+        /* Shared and read-only (source.h, STK_MAP_SHARED), registered with
+         * the SIGBUS guard by the source: "PATH: mmap failed: REASON". */
+        if ((rc = stk_source_map(s->src, STK_MAP_SHARED, &s->map, &s->guard)) < 0)
             goto done;
-        }
-        s->map = m;
-        if ((rc = stk_map_guard_add(m, s->file_size, s->fd, &s->guard)) < 0) {
-            stk_fail_prefix(rc, "%s", path);
-            goto done;
-        }
         s->index_offset = index_offset;
         shard_map_advice(set, s, index_offset);
         index = s->map + index_offset;
@@ -442,8 +420,8 @@ int stk_shard_open(shardset *set, shard *s, const char *path, bool first)
         }
     }
     if (!set->pread_io) {
-        close(s->fd);
-        s->fd = -1;
+        stk_source_close(s->src); /* the mapping keeps the file */
+        s->src = NULL;
     }
     rc = 0;
 done:

@@ -27,6 +27,7 @@
 #include "format/stk_format.h"
 #include "format/stk_schema.h"
 #include "io/map_guard.h"
+#include "io/source.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -39,11 +40,13 @@ enum { VERIFY_OFF, VERIFY_FIRST, VERIFY_ALWAYS };
 
 typedef struct shard {
     char *path;                 /* owned */
-    int fd;                     /* owned; -1 when mapped and closed */
-    const uint8_t *map;         /* owned mapping of the whole file, or NULL (pread); madvise
-                                   per shard_map_advice (stk_shard.c) */
-    stk_map_guard *guard;       /* owned registration of map (src/io/map_guard.c): pages lost
-                                   to a truncation read as zeros; see stk_shard_lost_check */
+    stk_source *src;            /* owned (src/io/source.h): the file, for pread; NULL once
+                                   mapped (the mapping keeps the file) */
+    const uint8_t *map;         /* owned mapping of the whole file (shared, read-only), or
+                                   NULL (pread); advice per shard_map_advice (stk_shard.c) */
+    stk_map_guard *guard;       /* owned registration of map (src/io/map_guard.c), made by
+                                   the source's map: pages lost to a truncation read as
+                                   zeros; see stk_shard_lost_check */
     uint8_t *index_copy;        /* owned: the index, read with pread (pread mode) */
     uint64_t file_size;
     uint64_t n, first;          /* records; global index of record 0 */
@@ -93,9 +96,6 @@ typedef void (*set_problem_fn)(void *ctx, const char *path, const char *msg);
 
 /* --- stk_shard.c: one shard file ----------------------------------------- */
 
-/* size bytes at offset of fd (EINTR retried); a short file is STK_EFORMAT
- * "PATH: unexpected end of file", a failed read STK_EIO. */
-int stk_shard_read_exact(int fd, void *buf, size_t size, uint64_t offset, const char *path);
 /* Open and validate `path` into *s: the schema is taken from it (first) or
  * compared with set->shards[0]'s. On failure *s holds what to close. */
 int stk_shard_open(shardset *set, shard *s, const char *path, bool first);

@@ -3,23 +3,33 @@
  * it.
  *
  * A file source holds one descriptor opened O_RDONLY | O_CLOEXEC |
- * O_NONBLOCK: naming a FIFO cannot hang the caller. Anything that is not a
- * regular file is refused before any byte is read, and the size is checked
- * against the caller's limit before a mapping exists. pread loops over
- * short reads and EINTR; reaching the end of the file early is STK_EFORMAT
- * "unexpected end of file" (the caller words what it means for its format),
- * an OS error is STK_EIO with the errno text. advise maps the hints onto
- * madvise for a mapping and posix_fadvise for pread access; both are
- * advisory, so their failures cost speed, not correctness, and are ignored.
+ * O_NONBLOCK, by path or relative to a directory descriptor (openat):
+ * naming a FIFO cannot hang the caller. Anything that is not a regular file
+ * is refused before any byte is read. stk_source_open_file checks the size
+ * against the caller's limit and names the path in its messages;
+ * stk_source_open_file_at gives the bare reason and leaves the size to its
+ * caller (the .stk reader and the image folder word both themselves).
  *
- * stk_map_file maps a whole file MAP_PRIVATE and PROT_READ (readers hand out
- * pointers into it and nothing can write through them) and closes the
- * source: a mapping keeps its own reference to the file. The mapping is
- * registered with the SIGBUS guard (map_guard.c): if the file is truncated
- * while open, the lost pages read as zeros instead of killing the process,
- * and the readers that hand out views into it (CIFAR, IDX, npy) check with
- * stk_mapped_file_intact, in their read_check, that a sample's bytes were
- * still the file's after the caller used them.
+ * pread loops over short reads and EINTR; reaching the end of the file
+ * early is STK_EFORMAT "unexpected end of file" (the caller words what it
+ * means for its format), an OS error is STK_EIO with the errno text.
+ * read_part is the same loop stopping at the end, for a caller that says
+ * how many bytes it got. advise maps the hints onto madvise for a mapping
+ * (stk_mapping_advise, usable after the source is closed) and
+ * posix_fadvise for pread access; both are advisory, so their failures
+ * cost speed, not correctness, and are ignored.
+ *
+ * map maps the whole file PROT_READ (readers hand out pointers into it and
+ * nothing can write through them), MAP_SHARED or MAP_PRIVATE as asked
+ * (source.h says why both exist), and registers the mapping with the
+ * SIGBUS guard (map_guard.c), handing it the descriptor — the only reason
+ * the guard needs one, and why registration happens here and not in the
+ * reader: if the file is truncated while mapped, the lost pages read as
+ * zeros instead of killing the process, and the readers that hand out
+ * views into it check after use that a sample's bytes were still the
+ * file's (stk_mapped_file_intact here, stk_shard_lost_check in the .stk
+ * reader). A mapping keeps its own reference to the file, so the source
+ * can be closed right after map; stk_source_unmap undoes both.
  */
 #include "io/source.h"
 
@@ -28,6 +38,7 @@
 #include "core/util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,42 +57,84 @@ static const char *errno_text(int e, char *buf, size_t n)
     return strerror_r(e, buf, n);
 }
 
-static int file_pread(const stk_source *s, void *buf, size_t n, uint64_t offset)
+/* Up to n bytes at offset: the count (short only at the end of the file),
+ * or -1 with errno set. EINTR and short reads retried. */
+static ssize_t read_upto(int fd, uint8_t *p, size_t n, uint64_t offset)
 {
-    const file_source *f = (const file_source *)s;
-    uint8_t *p = buf;
-    char ebuf[128];
-    while (n) {
-        ssize_t k = pread(f->fd, p, n, (off_t)offset);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = pread(fd, p + done, n - done, (off_t)(offset + done));
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
-            return stk_fail(STK_EIO, "%s: read failed: %s", s->name,
-                            errno_text(errno, ebuf, sizeof ebuf));
+            return -1;
         if (k == 0)
-            return stk_fail(STK_EFORMAT, "%s: unexpected end of file", s->name);
-        p += k;
-        n -= (size_t)k;
-        offset += (uint64_t)k;
+            break;
+        done += (size_t)k;
     }
+    return (ssize_t)done;
+}
+
+static int file_pread(const stk_source *s, void *buf, size_t n, uint64_t offset)
+{
+    const file_source *f = (const file_source *)s;
+    char ebuf[128];
+    ssize_t k = read_upto(f->fd, buf, n, offset);
+    if (k < 0)
+        return stk_fail(STK_EIO, "%s: read failed: %s", s->name,
+                        errno_text(errno, ebuf, sizeof ebuf));
+    if ((size_t)k < n)
+        return stk_fail(STK_EFORMAT, "%s: unexpected end of file", s->name);
     return 0;
 }
 
-static int file_map(stk_source *s, const uint8_t **data)
+static int64_t file_read_part(const stk_source *s, void *buf, size_t n, uint64_t offset)
+{
+    const file_source *f = (const file_source *)s;
+    char ebuf[128];
+    ssize_t k = read_upto(f->fd, buf, n, offset);
+    if (k < 0)
+        return stk_fail(STK_EIO, "read error: %s", errno_text(errno, ebuf, sizeof ebuf));
+    return (int64_t)k;
+}
+
+static int file_map(stk_source *s, unsigned flags, const uint8_t **data, stk_map_guard **guard)
 {
     file_source *f = (file_source *)s;
+    bool shared = flags & STK_MAP_SHARED;
     char ebuf[128];
+    int rc;
     *data = NULL;
+    *guard = NULL;
     if (s->size == 0)
         return 0;
-    void *p = mmap(NULL, (size_t)s->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    void *p = mmap(NULL, (size_t)s->size, PROT_READ, shared ? MAP_SHARED : MAP_PRIVATE, f->fd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
+        if (shared)
+            return stk_fail(STK_EIO, "%s: mmap failed: %s", s->name,
+                            errno_text(e, ebuf, sizeof ebuf));
         return stk_fail(e == ENOMEM ? STK_ENOMEM : STK_EIO, "%s: cannot map %llu bytes: %s",
                         s->name, (unsigned long long)s->size, errno_text(e, ebuf, sizeof ebuf));
     }
+    if ((rc = stk_map_guard_add(p, (size_t)s->size, f->fd, guard)) < 0) {
+        stk_fail_prefix(rc, "%s", s->name);
+        munmap(p, (size_t)s->size);
+        return rc;
+    }
     *data = p;
     return 0;
+}
+
+void stk_mapping_advise(const uint8_t *data, uint64_t offset, uint64_t len, stk_advice advice)
+{
+    static const int madv[] = {MADV_WILLNEED, MADV_SEQUENTIAL, MADV_RANDOM, MADV_HUGEPAGE,
+                               MADV_NORMAL};
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t start = page > 0 ? offset / (uint64_t)page * (uint64_t)page : offset;
+    if (!data)
+        return;
+    (void)madvise((void *)(data + start), (size_t)(offset + len - start), madv[advice]);
 }
 
 static void file_advise(const stk_source *s, const uint8_t *data, uint64_t offset, uint64_t len,
@@ -89,16 +142,21 @@ static void file_advise(const stk_source *s, const uint8_t *data, uint64_t offse
 {
     const file_source *f = (const file_source *)s;
     if (data) {
-        static const int madv[] = {MADV_WILLNEED, MADV_SEQUENTIAL, MADV_RANDOM, MADV_HUGEPAGE};
-        long page = sysconf(_SC_PAGESIZE);
-        uint64_t start = page > 0 ? offset / (uint64_t)page * (uint64_t)page : offset;
-        (void)madvise((void *)(data + start), (size_t)(offset + len - start), madv[advice]);
+        stk_mapping_advise(data, offset, len, advice);
         return;
     }
-    static const int fadv[] = {POSIX_FADV_WILLNEED, POSIX_FADV_SEQUENTIAL, POSIX_FADV_RANDOM};
+    static const int fadv[] = {POSIX_FADV_WILLNEED, POSIX_FADV_SEQUENTIAL, POSIX_FADV_RANDOM,
+                               POSIX_FADV_NORMAL, POSIX_FADV_NORMAL};
     if (advice == STK_ADVISE_HUGEPAGE) /* only means something for a mapping */
         return;
     (void)posix_fadvise(f->fd, (off_t)offset, (off_t)len, fadv[advice]);
+}
+
+void stk_source_unmap(const uint8_t *data, uint64_t size, stk_map_guard *guard)
+{
+    stk_map_guard_remove(guard);
+    if (data)
+        munmap((void *)data, (size_t)size);
 }
 
 static void file_close(stk_source *s)
@@ -110,7 +168,59 @@ static void file_close(stk_source *s)
     free(f);
 }
 
-static const stk_source_ops file_ops = {"file", file_pread, file_map, file_advise, file_close};
+static const stk_source_ops file_ops = {"file",   file_pread,  file_read_part,
+                                        file_map, file_advise, file_close};
+
+/* A new file source named `name` with no descriptor yet (fd -1). */
+static file_source *file_new(const char *name)
+{
+    file_source *f = calloc(1, sizeof *f);
+    if (!f) {
+        stk_fail(STK_ENOMEM, "out of memory opening %s", name);
+        return NULL;
+    }
+    f->fd = -1;
+    f->base.ops = &file_ops;
+    if (!(f->base.name = stk_strdup(name))) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_source **out)
+{
+    char ebuf[128];
+    struct stat st;
+    file_source *f;
+    int rc;
+
+    *out = NULL;
+    if (!(f = file_new(name ? name : rel)))
+        return STK_ENOMEM;
+    f->fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f->fd < 0) {
+        int e = errno;
+        rc = stk_fail(e == ENOENT ? STK_ENOENT : STK_EIO, "cannot open: %s",
+                      errno_text(e, ebuf, sizeof ebuf));
+        goto fail;
+    }
+    if (fstat(f->fd, &st) != 0) {
+        rc = stk_fail(STK_EINVAL, "cannot stat: %s", errno_text(errno, ebuf, sizeof ebuf));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < 0) {
+        rc = stk_fail(STK_EINVAL, "not a regular file");
+        goto fail;
+    }
+    f->base.size = (uint64_t)st.st_size;
+    *out = &f->base;
+    return 0;
+
+fail:
+    file_close(&f->base);
+    return rc;
+}
 
 int stk_source_open_file(const char *path, uint64_t max_bytes, stk_source **out)
 {
@@ -120,15 +230,8 @@ int stk_source_open_file(const char *path, uint64_t max_bytes, stk_source **out)
     int rc;
 
     *out = NULL;
-    f = calloc(1, sizeof *f);
-    if (!f)
-        return stk_fail(STK_ENOMEM, "out of memory opening %s", path);
-    f->fd = -1;
-    f->base.ops = &file_ops;
-    if (!(f->base.name = stk_strdup(path))) {
-        free(f);
+    if (!(f = file_new(path)))
         return STK_ENOMEM;
-    }
     f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0) {
         int e = errno;
@@ -181,17 +284,11 @@ int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out)
     out->guard = NULL;
     if ((rc = stk_source_open_file(path, max_bytes, &s)) < 0)
         return rc;
-    rc = stk_source_map(s, &data);
+    rc = stk_source_map(s, 0, &data, &out->guard);
     if (rc == 0 && data) {
-        rc = stk_map_guard_add(data, (size_t)s->size, ((file_source *)s)->fd, &out->guard);
-        if (rc < 0) {
-            stk_fail_prefix(rc, "%s", path);
-            munmap((void *)data, (size_t)s->size);
-        } else {
-            stk_source_advise(s, data, 0, s->size, STK_ADVISE_WILLNEED);
-            out->data = data;
-            out->size = (size_t)s->size;
-        }
+        stk_source_advise(s, data, 0, s->size, STK_ADVISE_WILLNEED);
+        out->data = data;
+        out->size = (size_t)s->size;
     }
     stk_source_close(s);
     return rc;
@@ -208,10 +305,8 @@ int stk_mapped_file_intact(const stk_mapped_file *m, uint64_t offset, uint64_t l
 
 void stk_unmap_file(stk_mapped_file *m)
 {
-    stk_map_guard_remove(m->guard);
+    stk_source_unmap(m->data, m->size, m->guard);
     m->guard = NULL;
-    if (m->data)
-        munmap((void *)m->data, m->size);
     m->data = NULL;
     m->size = 0;
 }

@@ -2,20 +2,46 @@
  * source.h — byte sources: where a reader's bytes come from (internal).
  *
  * A source is a named, fixed-size run of bytes that can be read at any
- * offset (pread), may be mapped into memory whole (map), and takes access
- * hints (advise). Today the one kind is a local file (source.c); an object
- * store (HTTP/S3 range requests) or a cache implements the same operations,
- * answering map with STK_EUNSUPPORTED so that readers fall back to pread.
+ * offset (pread, read_part), may be mapped into memory whole (map), and
+ * takes access hints (advise). Today the one kind is a local file
+ * (source.c); an object store (HTTP/S3 range requests) or a cache
+ * implements the same operations, answering map with STK_EUNSUPPORTED so
+ * that readers fall back to pread.
+ *
+ * Every reader of src/format/ gets its bytes here: the array readers
+ * (CIFAR, IDX, npy) map whole files (stk_map_file), the .stk reader opens
+ * each shard as a source and preads or maps it (stk_shard.c,
+ * stk_record.c, stk_dataset.c), the image folder opens each image
+ * relative to its root directory (stk_source_open_file_at) and reads it
+ * whole. No file of src/format/ calls open, pread, read, mmap, madvise or
+ * posix_fadvise itself (scripts/check_layers.py checks it), with two
+ * exceptions: walking directories (opendir/readdir, openat of a directory
+ * with O_DIRECTORY, fstatat: the image folder and the shard listing) and
+ * the .stk writer (stk_writer.c), which creates files rather than reading
+ * them.
  *
  * Opening a local file is done in one place and one way: without blocking
- * (a FIFO named as a dataset must not hang the open), regular files only,
- * the size checked against the caller's byte limit before anything is
- * read. Every failure names the path and says why, with the code a caller
- * can act on: STK_ENOENT (missing), STK_EINVAL (a directory or device),
- * STK_ELIMIT (too large), STK_EIO (the OS refused).
+ * (a FIFO named as a dataset must not hang the open), regular files only.
+ * stk_source_open_file checks the size against the caller's byte limit
+ * before anything is read and names the path in every failure, with the
+ * code a caller can act on: STK_ENOENT (missing), STK_EINVAL (a directory
+ * or device), STK_ELIMIT (too large), STK_EIO (the OS refused).
+ * stk_source_open_file_at is for readers that word their own messages
+ * (the .stk reader, the image folder, whose tests pin them): its failures
+ * give only the reason, for the caller to put the name it knows in front,
+ * and it leaves the size to the caller.
  *
- * Thread safety: after open a source is immutable; pread and advise may be
- * called by any number of threads at once. map, close: by the owner, once.
+ * Mappings. map maps the whole source read-only and registers it with the
+ * SIGBUS guard (map_guard.h), so that a file truncated under the mapping
+ * reads as zeros instead of killing the process; the guard's registration
+ * comes back with the mapping, the descriptor it needs stays in source.c.
+ * A mapping outlives its source (the source may be closed at once):
+ * stk_mapping_advise and stk_source_unmap take the mapping, not the
+ * source.
+ *
+ * Thread safety: after open a source is immutable; pread, read_part and
+ * advise may be called by any number of threads at once. map, close: by
+ * the owner, once. stk_mapping_advise: any thread.
  */
 #ifndef STK_IO_SOURCE_H
 #define STK_IO_SOURCE_H
@@ -31,19 +57,45 @@ typedef enum stk_advice {
     STK_ADVISE_SEQUENTIAL, /* read in order: read ahead generously */
     STK_ADVISE_RANDOM,     /* read in no order: no readahead around a read */
     STK_ADVISE_HUGEPAGE,   /* mapped: back the mapping with 2 MiB pages */
+    STK_ADVISE_NORMAL,     /* back to the default readahead */
 } stk_advice;
+
+/* map flags. Without STK_MAP_SHARED a mapping is MAP_PRIVATE. Read-only
+ * either way (PROT_READ: nothing can write through it), so both show the
+ * file's page-cache pages and no private copy is ever made; the .stk reader
+ * asks for a shared mapping, the one its measurements were taken with
+ * (whole 2 MiB folios mapped at once, bench/mmap_floor.c), the array
+ * readers keep the private one they always had. */
+#define STK_MAP_SHARED 1u
+
+struct stk_map_guard;
 
 typedef struct stk_source_ops {
     const char *kind; /* "file" */
-    /* Exactly n bytes at `offset` into buf: 0, STK_EFORMAT when the source
-     * ends first ("unexpected end of file"), STK_EIO. */
+    /* Exactly n bytes at `offset` into buf: 0, STK_EFORMAT "NAME:
+     * unexpected end of file" when the source ends first, STK_EIO "NAME:
+     * read failed: REASON". The per-record read of the .stk reader's pread
+     * mode: one indirect call, no allocation. */
     int (*pread)(const stk_source *s, void *buf, size_t n, uint64_t offset);
-    /* The whole source mapped read-only (private), in *data, owned by the
-     * caller from then on (munmap(data, size)); STK_EUNSUPPORTED when the
-     * source cannot be mapped. A zero-size source maps to NULL. */
-    int (*map)(stk_source *s, const uint8_t **data);
+    /* Up to n bytes at `offset` into buf: how many were read (0 only at the
+     * end of the source; fewer than n when the source ends first), or
+     * STK_EIO with the message "read error: REASON" (no name: the caller
+     * puts its own in front). For a caller that says how far it got. */
+    int64_t (*read_part)(const stk_source *s, void *buf, size_t n, uint64_t offset);
+    /* The whole source mapped read-only (flags: STK_MAP_SHARED or 0), in
+     * *data, registered with the SIGBUS guard in *guard; both owned by the
+     * caller from then on (stk_source_unmap), the source may be closed.
+     * A zero-size source maps to NULL with no guard. Failures: STK_EIO
+     * "NAME: mmap failed: REASON" for a shared mapping, STK_ENOMEM or
+     * STK_EIO "NAME: cannot map N bytes: REASON" for a private one (the
+     * messages each reader gave before it moved here), the guard's failure
+     * prefixed with NAME; STK_EUNSUPPORTED when the source cannot be
+     * mapped. */
+    int (*map)(stk_source *s, unsigned flags, const uint8_t **data,
+               struct stk_map_guard **guard);
     /* A hint for [offset, offset + len) of a mapping `data` from map (or
-     * NULL for pread access). */
+     * NULL for pread access). STK_ADVISE_HUGEPAGE means nothing to pread
+     * access. */
     void (*advise)(const stk_source *s, const uint8_t *data, uint64_t offset, uint64_t len,
                    stk_advice advice);
     void (*close)(stk_source *s);
@@ -57,14 +109,29 @@ struct stk_source {
 
 /* Open the local file `path` (see the essay above). */
 int stk_source_open_file(const char *path, uint64_t max_bytes, stk_source **out);
+/* Open the local file `rel` relative to the directory open as `dirfd`
+ * (AT_FDCWD: the working directory; an absolute rel ignores dirfd), without
+ * blocking, regular files only, any size. Failures give the reason alone,
+ * for the caller to name the file: STK_ENOENT "cannot open: REASON" (no
+ * such file), STK_EIO "cannot open: REASON" (any other refusal), STK_EINVAL
+ * "not a regular file" (a directory, device, FIFO or socket) or "cannot
+ * stat: REASON" (its type could not be learned), STK_ENOMEM. `name` (NULL:
+ * rel) names the source in the messages of pread and map. */
+int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_source **out);
 
 static inline int stk_source_pread(const stk_source *s, void *buf, size_t n, uint64_t offset)
 {
     return s->ops->pread(s, buf, n, offset);
 }
-static inline int stk_source_map(stk_source *s, const uint8_t **data)
+static inline int64_t stk_source_read_part(const stk_source *s, void *buf, size_t n,
+                                           uint64_t offset)
 {
-    return s->ops->map(s, data);
+    return s->ops->read_part(s, buf, n, offset);
+}
+static inline int stk_source_map(stk_source *s, unsigned flags, const uint8_t **data,
+                                 struct stk_map_guard **guard)
+{
+    return s->ops->map(s, flags, data, guard);
 }
 static inline void stk_source_advise(const stk_source *s, const uint8_t *data, uint64_t offset,
                                      uint64_t len, stk_advice advice)
@@ -75,11 +142,17 @@ static inline void stk_source_advise(const stk_source *s, const uint8_t *data, u
 /* NULL is a no-op. */
 void stk_source_close(stk_source *s);
 
+/* A hint for [offset, offset + len) of a mapping from map, whether or not
+ * its source is still open (offset is rounded down to a page). Advisory:
+ * a failure costs speed only and is ignored. */
+void stk_mapping_advise(const uint8_t *data, uint64_t offset, uint64_t len, stk_advice advice);
+/* Forget the guard registration, then unmap [data, data + size). NULL data
+ * or guard: that part is skipped. */
+void stk_source_unmap(const uint8_t *data, uint64_t size, struct stk_map_guard *guard);
+
 /* ------------------------------------------------------------------------ */
 /* A whole file mapped: what the array readers (CIFAR, IDX, npy) use        */
 /* ------------------------------------------------------------------------ */
-
-struct stk_map_guard;
 
 /* A read-only private mapping of a whole file. */
 typedef struct stk_mapped_file {
@@ -90,8 +163,8 @@ typedef struct stk_mapped_file {
                                     (io/map_guard.h), or NULL when empty */
 } stk_mapped_file;
 
-/* Open `path` as a source, map it whole with STK_ADVISE_WILLNEED, register
- * the mapping with the SIGBUS guard, close the source (the mapping keeps
+/* Open `path` as a source, map it whole (private, so registered with the
+ * SIGBUS guard) with STK_ADVISE_WILLNEED, close the source (the mapping keeps
  * the file). An empty file succeeds with data = NULL and size = 0, so each
  * format can word its own "empty file" message. Errors as
  * stk_source_open_file's, and the mapping's (STK_ENOMEM, STK_EIO). */

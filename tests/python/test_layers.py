@@ -3,8 +3,9 @@ it: the real tree passes, and each kind of violation — an include upwards, an
 include across siblings, a relative include, a public header or a client of
 the public API including src/, a directory missing from the table, a call
 upwards seen only in the object files — is reported with its file and line
-and fails the check. CTest runs the same script over the library's objects
-(test "layers")."""
+and fails the check; so is a reader of src/format that calls open, pread,
+mmap, madvise or posix_fadvise itself instead of going through src/io. CTest
+runs the same script over the library's objects (test "layers")."""
 import importlib.util
 import os
 import shutil
@@ -126,3 +127,44 @@ def test_a_call_upwards_is_found_in_the_objects(tmp_path):
     assert check_layers.check_symbols([loader, dataset, pack]) == [
         "src/format/dataset.c: uses stk_loader_next, defined in src/pipeline/loader.c: "
         "pipeline is above format (docs/layers.md)"]
+
+
+def test_the_readers_get_their_bytes_through_io():
+    """No reader of src/format calls open/pread/mmap/madvise/... itself."""
+    assert check_layers.check_io_calls(ROOT) == []
+
+
+@pytest.mark.parametrize("call, name", [
+    ("int fd = open(path, O_RDONLY | O_CLOEXEC);", "open"),
+    ("fd = openat(root_fd, rel, O_RDONLY | O_NONBLOCK);", "openat"),
+    ("ssize_t k = pread(fd, buf, n, 0);", "pread"),
+    ("k = read (fd, buf, n);", "read"),
+    ("void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);", "mmap"),
+    ("munmap((void *)s->map, size);", "munmap"),
+    ("madvise((void *)p, n, MADV_RANDOM);", "madvise"),
+    ("posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);", "posix_fadvise"),
+])
+def test_a_reader_calling_the_os_itself_fails(tree, capsys, call, name):
+    write(tree, "src/format/npy.c",
+          '#include "io/source.h"\nstatic int f(void)\n{\n    %s\n    return 0;\n}\n' % call)
+    expect = ("src/format/npy.c:4: calls %s(): the readers of src/format get their bytes "
+              "through src/io (src/io/source.h)" % name)
+    assert check_layers.check_io_calls(tree) == [expect]
+    assert check_layers.main(["--root", tree]) == 1
+    assert expect in capsys.readouterr().out
+
+
+def test_what_the_io_check_leaves_alone(tree):
+    """Directories opened for walking, method calls, comments, strings, the
+    writer, and src/io itself."""
+    write(tree, "src/format/imagefolder.c",
+          "/* read() opens the file: pread( in a comment */\n"
+          "static int f(int root_fd, const char *rel)\n{\n"
+          "    int fd = openat(root_fd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);\n"
+          "    int d = open(rel,\n                 O_RDONLY | O_DIRECTORY);\n"
+          "    ds->vt->read(ds, 0, NULL, NULL);\n    r.open(rel);\n"
+          '    stk_fail(1, "mmap(%s) failed", rel); // madvise(\n'
+          "    return stk_source_pread(src, buf, 1, 0) + my_read(fd) + fd + d;\n}\n")
+    write(tree, "src/format/stk_writer.c", "static int g(void) { return open(p, O_WRONLY); }\n")
+    write(tree, "src/io/source.c", "static int h(void) { return pread(fd, b, 1, 0); }\n")
+    assert check_layers.check_io_calls(tree) == []
