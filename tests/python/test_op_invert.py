@@ -10,20 +10,12 @@ import torchvision.transforms.functional as F
 from PIL import Image
 
 import stoker
+from point_ops import assert_c_refuses, check_per_sample_draw, images, tv_hwc
 from stk_ctypes import run_epoch
 
 
-def images(n, h=12, w=10, c=3, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (n, h, w, c), dtype=np.uint8)
-    flat = x.reshape(-1)
-    flat[:min(256, flat.size)] = np.arange(256, dtype=np.uint8)[:flat.size]  # every value
-    return x, rng.integers(0, 10, n)
-
-
 def tv_invert(hwc):
-    t = torch.from_numpy(np.array(hwc)).permute(2, 0, 1).contiguous()
-    return F.invert(t).permute(1, 2, 0).numpy()
+    return tv_hwc(F.invert, hwc)
 
 
 @pytest.mark.parametrize("spec", ["invert 1", "invert p=1", "invert 1.0 | to u8 hwc"])
@@ -53,13 +45,7 @@ def test_gray_before_resize_and_after_with_normalize():
 def test_probability_is_a_per_sample_draw():
     n = 400
     x, y = images(n, 4, 4)
-    out, _, idx = run_epoch(x, y, "invert", batch_size=50, seed=5)  # p defaults to 0.5
-    hit = 0
-    for i in range(n):
-        if not np.array_equal(out[i], x[idx[i]]):
-            np.testing.assert_array_equal(out[i], tv_invert(x[idx[i]]))
-            hit += 1
-    assert 140 < hit < 260, hit  # binomial(400, 0.5): 6 standard deviations
+    check_per_sample_draw(x, y, "invert", tv_invert, 0.5, seed=5)  # p defaults to 0.5
     none, _, _ = run_epoch(x, y, "invert 0", batch_size=50, seed=5)
     assert np.array_equal(np.sort(none.reshape(n, -1), 0), np.sort(x.reshape(n, -1), 0))
 
@@ -74,9 +60,7 @@ def test_probability_is_a_per_sample_draw():
     ("rotate 10 | invert", "invert must come before rotate (it works on uint8 pixels"),
 ])
 def test_argument_and_order_errors_come_from_c(spec, words):
-    with pytest.raises(stoker.SpecError) as e:
-        stoker.spec_check(spec, 8, 8, 3)
-    assert words in str(e.value)
+    assert_c_refuses(spec, words)
 
 
 def test_generated_class_mirrors_torchvision():

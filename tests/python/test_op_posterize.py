@@ -8,20 +8,12 @@ import torchvision.transforms.functional as F
 from PIL import Image
 
 import stoker
-from stk_ctypes import Error, run_epoch
-
-
-def images(n, h=12, w=10, c=3, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (n, h, w, c), dtype=np.uint8)
-    flat = x.reshape(-1)
-    flat[:min(256, flat.size)] = np.arange(256, dtype=np.uint8)[:flat.size]  # every value
-    return x, rng.integers(0, 10, n)
+from point_ops import assert_c_refuses, check_per_sample_draw, images, tv_hwc
+from stk_ctypes import run_epoch
 
 
 def tv_posterize(hwc, bits):
-    t = torch.from_numpy(np.array(hwc)).permute(2, 0, 1).contiguous()
-    return F.posterize(t, bits).permute(1, 2, 0).numpy()
+    return tv_hwc(F.posterize, hwc, bits)
 
 
 @pytest.mark.parametrize("bits", range(9))
@@ -62,14 +54,8 @@ def test_probability_is_a_per_sample_draw():
     n = 400
     x, y = images(n, 4, 4)
     x |= 0x0f  # posterize 4 changes every value
-    out, _, idx = run_epoch(x, y, "posterize 4", batch_size=50, seed=7)  # p defaults to 0.5
-    hit = 0
-    for i in range(n):
-        if np.array_equal(out[i], x[idx[i]]):
-            continue
-        np.testing.assert_array_equal(out[i], tv_posterize(x[idx[i]], 4))
-        hit += 1
-    assert 140 < hit < 260, hit  # binomial(400, 0.5): 6 standard deviations
+    # p defaults to 0.5
+    check_per_sample_draw(x, y, "posterize 4", lambda v: tv_posterize(v, 4), 0.5, seed=7)
     none, _, _ = run_epoch(x, y, "posterize 4 p=0", batch_size=50, seed=7)
     assert np.array_equal(np.sort(none.reshape(n, -1), 0), np.sort(x.reshape(n, -1), 0))
 
@@ -88,9 +74,7 @@ def test_probability_is_a_per_sample_draw():
      "posterize must come before color_jitter (it works on uint8 pixels"),
 ])
 def test_argument_and_order_errors_come_from_c(spec, words):
-    with pytest.raises(stoker.SpecError) as e:
-        stoker.spec_check(spec, 8, 8, 3)
-    assert words in str(e.value)
+    assert_c_refuses(spec, words)
     with pytest.raises(stoker.SpecError) as e:  # the class leaves the checks to C
         stoker.RandomPosterize(9)
     assert "from 0 to 8" in str(e.value)

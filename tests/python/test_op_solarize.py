@@ -8,20 +8,12 @@ import torchvision.transforms.functional as F
 from PIL import Image
 
 import stoker
+from point_ops import assert_c_refuses, check_per_sample_draw, images, tv_hwc
 from stk_ctypes import run_epoch
 
 
-def images(n, h=12, w=10, c=3, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 256, (n, h, w, c), dtype=np.uint8)
-    flat = x.reshape(-1)
-    flat[:min(256, flat.size)] = np.arange(256, dtype=np.uint8)[:flat.size]  # every value
-    return x, rng.integers(0, 10, n)
-
-
 def tv_solarize(hwc, threshold):
-    t = torch.from_numpy(np.array(hwc)).permute(2, 0, 1).contiguous()
-    return F.solarize(t, threshold).permute(1, 2, 0).numpy()
+    return tv_hwc(F.solarize, hwc, threshold)
 
 
 @pytest.mark.parametrize("threshold", [0, 1, 100, 127.5, 128, 200.25, 254, 255])
@@ -53,13 +45,8 @@ def test_probability_is_a_per_sample_draw():
     n = 400
     x, y = images(n, 4, 4)
     x |= 0x80  # solarize 128 changes every value
-    out, _, idx = run_epoch(x, y, "solarize 128 p=0.25", batch_size=50, seed=3)
-    hit = 0
-    for i in range(n):
-        if not np.array_equal(out[i], x[idx[i]]):
-            np.testing.assert_array_equal(out[i], tv_solarize(x[idx[i]], 128))
-            hit += 1
-    assert 55 < hit < 145, hit  # binomial(400, 0.25): sd 8.7
+    check_per_sample_draw(x, y, "solarize 128 p=0.25", lambda v: tv_solarize(v, 128), 0.25,
+                          seed=3)
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -72,9 +59,7 @@ def test_probability_is_a_per_sample_draw():
     ("rotate 10 | solarize 9", "solarize must come before rotate"),
 ])
 def test_argument_and_order_errors_come_from_c(spec, words):
-    with pytest.raises(stoker.SpecError) as e:
-        stoker.spec_check(spec, 8, 8, 3)
-    assert words in str(e.value)
+    assert_c_refuses(spec, words)
 
 
 def test_class_spec():
