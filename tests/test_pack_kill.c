@@ -101,20 +101,6 @@ static int count_entries(const char *dir, const char *part)
     return n;
 }
 
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n ? *n : 1);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* The shards of `dir` equal those of `ref` byte for byte. */
 static void same_shards(const char *dir, const char *ref, uint32_t shards)
 {
@@ -123,7 +109,7 @@ static void same_shards(const char *dir, const char *ref, uint32_t shards)
         snprintf(a, sizeof a, "%s/shard-%05u.stk", dir, s);
         snprintf(b, sizeof b, "%s/shard-%05u.stk", ref, s);
         size_t na = 0, nb = 0;
-        uint8_t *x = slurp(a, &na), *y = slurp(b, &nb);
+        uint8_t *x = tu_read_file(a, &na), *y = tu_read_file(b, &nb);
         assert_non_null(x);
         assert_non_null(y);
         assert_int_equal(na, nb);

@@ -70,20 +70,6 @@ int __wrap_pthread_mutex_unlock(pthread_mutex_t *m)
 #define FILES 5
 #define TOTAL (PER_FILE * FILES)
 
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n ? *n : 1);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 /* Every record of `dir` is CIFAR sample i: pixels as the CIFAR reader gives
  * them, label as written, source_index = i. */
 static void check_against_source(const char *dir, stk_dataset *cifar, const uint8_t *labels)
@@ -159,7 +145,7 @@ static void test_pack_is_identical_for_any_jobs_under_stalls(void **state)
                 char path[800];
                 snprintf(path, sizeof path, "%s/shard-%05u.stk", dest, s);
                 size_t n = 0;
-                uint8_t *b = slurp(path, &n);
+                uint8_t *b = tu_read_file(path, &n);
                 assert_non_null(b);
                 if (j == 0) {
                     ref[s] = b;

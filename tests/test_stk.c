@@ -262,19 +262,6 @@ static void test_multi_shard_dir_and_glob(void **state)
 /* Damage                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static uint8_t *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n);
-    assert_int_equal(fread(b, 1, *n, f), *n);
-    fclose(f);
-    return b;
-}
-
 typedef struct damage_log {
     int count;
     char shard[600];
@@ -297,7 +284,7 @@ static void test_every_single_byte_flip_in_records_is_caught(void **state)
     const char *path = tu_path("flip.stk"), *bad = tu_path("flip-bad.stk");
     write_shard(path, 0, NREC);
     size_t n;
-    uint8_t *orig = slurp(path, &n);
+    uint8_t *orig = tu_read_file(path, &n);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
     stk_shard_info si;
@@ -341,7 +328,7 @@ static void test_structure_damage_names_the_shard(void **state)
     const char *path = tu_path("struct.stk"), *bad = tu_path("struct-bad.stk");
     write_shard(path, 0, NREC);
     size_t n;
-    uint8_t *orig = slurp(path, &n);
+    uint8_t *orig = tu_read_file(path, &n);
     uint64_t index_off = stk_rd64(orig + n - 64 + FTR_INDEX_OFFSET);
     struct {
         const char *what;
@@ -465,7 +452,7 @@ static void test_loader_on_damaged_record(void **state)
     }
     assert_int_equal(stk_shard_writer_finish(w), 0);
     size_t n;
-    uint8_t *b = slurp(path, &n);
+    uint8_t *b = tu_read_file(path, &n);
     uint64_t index_off = stk_rd64(b + n - 64 + FTR_INDEX_OFFSET);
     uint64_t rec17 = stk_rd64(b + index_off + 17 * 8);
     b[rec17 + 20] ^= 0xff; /* a pixel of record 17 */
@@ -576,7 +563,7 @@ static void test_pack_cifar_round_trip_and_determinism(void **state)
         snprintf(a, sizeof a, "%s/shard-%05u.stk", d1, s);
         snprintf(b, sizeof b, "%s/shard-%05u.stk", d3, s);
         size_t na, nb;
-        uint8_t *ba = slurp(a, &na), *bb = slurp(b, &nb);
+        uint8_t *ba = tu_read_file(a, &na), *bb = tu_read_file(b, &nb);
         assert_int_equal(na, nb);
         assert_memory_equal(ba, bb, na);
         free(ba);
@@ -624,7 +611,7 @@ static void make_cifar(const char *dir, int files, int per, uint64_t seed)
 static void copy_file(const char *from, const char *to)
 {
     size_t n;
-    uint8_t *b = slurp(from, &n);
+    uint8_t *b = tu_read_file(from, &n);
     tu_write_file(to, b, n);
     free(b);
 }
@@ -797,7 +784,7 @@ static void test_verify_names_the_global_sample(void **state)
     snprintf(p0, sizeof p0, "%s/shard-00000.stk", dir);
     snprintf(p1, sizeof p1, "%s/shard-00001.stk", dir);
     size_t n;
-    uint8_t *orig = slurp(p1, &n);
+    uint8_t *orig = tu_read_file(p1, &n);
     uint64_t index_off = stk_rd64(orig + n - 64 + FTR_INDEX_OFFSET);
     uint64_t rec2 = stk_rd64(orig + index_off + 2 * 8);
     orig[rec2 + 100] ^= 0x10;
@@ -815,7 +802,7 @@ static void test_verify_names_the_global_sample(void **state)
         fail_msg("'%s' is not in: %s", want, log.reason);
     /* With shard 0 unreadable the sample index is unknown, and says so. */
     size_t n0;
-    uint8_t *b0 = slurp(p0, &n0);
+    uint8_t *b0 = tu_read_file(p0, &n0);
     tu_write_file(p0, b0, n0 - 1);
     static char all[LOG_FULL_SIZE];
     all[0] = '\0';

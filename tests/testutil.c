@@ -40,6 +40,21 @@ const char *tu_path(const char *name)
     return b;
 }
 
+uint8_t *tu_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*n ? *n : 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
 void tu_write_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");

@@ -14,6 +14,9 @@ const char *tu_tmpdir(void);
 const char *tu_path(const char *name);
 /* Write bytes to path (creating/truncating). Aborts the test on failure. */
 void tu_write_file(const char *path, const void *data, size_t n);
+/* The whole file at path in a new malloc'd buffer (the caller frees it)
+ * and its size in *n; NULL when it cannot be opened. */
+uint8_t *tu_read_file(const char *path, size_t *n);
 /* Write gzip-compressed bytes to path. */
 void tu_write_gz(const char *path, const void *data, size_t n);
 /* Deterministic pseudo-random bytes (splitmix64 of seed). */
