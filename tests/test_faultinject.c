@@ -289,6 +289,29 @@ static void put_png(const char *path, uint32_t w, uint32_t h)
     free(px);
 }
 
+/* A NumPy .npy file (format 1.0): `descr` and `shape` as in the header
+ * dict, then `n` bytes of data. */
+static void put_npy(const char *path, const char *descr, const char *shape, const void *data,
+                    size_t n)
+{
+    char head[256];
+    int len = snprintf(head + 10, sizeof head - 10,
+                       "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+    assert_true(len > 0 && len < 180);
+    while ((10 + len + 1) % 64)
+        head[10 + len++] = ' ';
+    head[10 + len++] = '\n';
+    memcpy(head, "\x93NUMPY\x01\x00", 8);
+    head[8] = (char)(len & 0xff);
+    head[9] = (char)(len >> 8);
+    uint8_t *all = malloc((size_t)(10 + len) + n);
+    assert_non_null(all);
+    memcpy(all, head, (size_t)(10 + len));
+    memcpy(all + 10 + len, data, n);
+    tu_write_file(path, all, (size_t)(10 + len) + n);
+    free(all);
+}
+
 static void put_idx(const char *img, const char *lbl, int gz)
 {
     /* 3 images of 6x5 and their labels. */
@@ -328,6 +351,15 @@ static int setup(void **state)
     mkdir(fmt("%s/mnistgz", root), 0755);
     put_idx(fmt("%s/mnistgz/train-images-idx3-ubyte.gz", root),
             fmt("%s/mnistgz/train-labels-idx1-ubyte.gz", root), 1);
+    /* NumPy arrays: 6 images 4x5x3 and int64 labels. */
+    {
+        uint8_t px[6 * 4 * 5 * 3];
+        int64_t lb[6] = {0, 2, 1, 1, 0, 2};
+        tu_fill_random(px, sizeof px, 9);
+        mkdir(fmt("%s/npy", root), 0755);
+        put_npy(fmt("%s/npy/images.npy", root), "|u1", "(6, 4, 5, 3)", px, sizeof px);
+        put_npy(fmt("%s/npy/labels.npy", root), "<i8", "(6,)", lb, sizeof lb);
+    }
     /* Image folder: JPEGs (one big enough for restart intervals) and a PNG. */
     mkdir(fmt("%s/if", root), 0755);
     mkdir(fmt("%s/if/cat", root), 0755);
@@ -444,7 +476,21 @@ static int run_open(scenario *sc, uint64_t *digest)
         }
         h = mix(h, field, size);
         h = mix(h, shape, sizeof shape);
-        free(field);
+        stk_free(field);
+        /* The whole sample in a buffer of its own size, and its class name. */
+        uint8_t *whole = NULL;
+        int64_t m = stk_dataset_read_alloc(ds, i, &whole, shape, NULL);
+        if (m < 0) {
+            save_msg(sc, stk_errmsg());
+            rc = (int)m;
+            break;
+        }
+        assert_true(m == n && memcmp(whole, sample_buf, (size_t)n) == 0);
+        stk_free(whole);
+        const char *cls = label >= 0 && (uint64_t)label < info.num_classes
+                              ? stk_dataset_class_name(ds, (uint32_t)label) : NULL;
+        if (cls)
+            h = mix(h, cls, strlen(cls));
     }
     stk_dataset_close(ds);
     *digest = h;
@@ -499,6 +545,9 @@ static void test_open(void **state)
                                root, root)},
         {"open idx detected", fmt("%s/idx/train-images-idx3-ubyte", root)},
         {"open mnist gz", fmt("mnist:%s/mnistgz", root)},
+        {"open npy dir", fmt("npy:%s/npy", root)},
+        {"open npy pair", fmt("npy:%s/npy/images.npy,%s/npy/labels.npy", root, root)},
+        {"open npy detected", fmt("%s/npy", root)},
         {"open mnist gz 1.1 MB", fmt("mnist:%s/mnistbig?split=train", root)},
         {"open imagefolder", fmt("imagefolder:%s/if", root)},
         {"open imagefolder detected", fmt("%s/if", root)},
