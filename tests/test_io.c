@@ -100,6 +100,29 @@ static void test_file_source_at(void **state)
     int dirfd = open(tu_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     assert_true(dirfd >= 0);
 
+    /* In the caller's storage (the image folder's per-sample open): the
+     * same reads and messages, a lent name, and close frees nothing (ASan
+     * would see a free of a stack object); closing twice is harmless. */
+    {
+        stk_file_source fs;
+        static const char lent[] = "lent/name";
+        assert_int_equal(stk_file_source_open_at(&fs, dirfd, "at.bin", lent), 0);
+        assert_ptr_equal(fs.base.name, lent);
+        assert_int_equal(fs.base.size, sizeof bytes);
+        uint8_t b2[64];
+        assert_int_equal(stk_source_read_part(&fs.base, b2, sizeof b2, 7), sizeof b2);
+        assert_memory_equal(b2, bytes + 7, sizeof b2);
+        assert_int_equal(stk_source_pread(&fs.base, b2, 40, sizeof bytes - 30), STK_EFORMAT);
+        assert_string_equal(stk_errmsg(), "lent/name: unexpected end of file");
+        stk_source_close(&fs.base);
+        assert_int_equal(fs.fd, -1);
+        stk_source_close(&fs.base);
+        assert_int_equal(stk_file_source_open_at(&fs, dirfd, "no-such.bin", NULL), STK_ENOENT);
+        assert_non_null(strstr(stk_errmsg(), "cannot open: "));
+        assert_int_equal(fs.fd, -1);
+        stk_source_close(&fs.base);
+    }
+
     stk_source *s;
     assert_int_equal(stk_source_open_file_at(dirfd, "at.bin", "the/name", &s), 0);
     assert_int_equal(s->size, sizeof bytes);

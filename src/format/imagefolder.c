@@ -4,7 +4,8 @@
  * "path<TAB>label" lines ("list:FILE").
  *
  * Both produce ENCODED samples: read() opens the sample's file as a byte
- * source (src/io/source.h, stk_source_open_file_at), reads it whole into
+ * source (src/io/source.h, stk_file_source_open_at: kept on the stack, so
+ * no allocation per sample), reads it whole into
  * the caller's scratch and returns them as stk_sample.encoded
  * (image.pixels stays NULL); decoding is the codec's business
  * (src/codec/codec.h), done by the caller. Nothing is decoded or even
@@ -56,7 +57,7 @@
  * string arena, with an offset and a label per sample: 16 bytes plus the
  * relative path and its NUL (ImageNet train: ~1.28 M * ~50 bytes = 64 MB).
  * The root stays open as a directory descriptor and read() opens the file
- * relative to it (stk_source_open_file_at, an openat in src/io), so no
+ * relative to it (stk_file_source_open_at, an openat in src/io), so no
  * path is built on the hot path except for error messages. The bytes come
  * through src/io; what this file does with the file system itself is walk
  * directories (openat of a directory, fdopendir, readdir, fstatat).
@@ -116,7 +117,8 @@ static int stk_files_read(const stk_dataset *ds, uint64_t index, stk_sample *out
 {
     const stk_files_impl *f = ds->impl;
     const char *rel;
-    stk_source *src;
+    stk_file_source fs; /* on the stack: no allocation per sample */
+    stk_source *src = &fs.base;
     size_t done = 0;
     int rc = 0;
 
@@ -128,7 +130,7 @@ static int stk_files_read(const stk_dataset *ds, uint64_t index, stk_sample *out
      * worker), regular files only; the source words the reason ("cannot
      * open: ...", "cannot stat: ...", "not a regular file"), we name the
      * file and make it STK_EDATA. */
-    if ((rc = stk_source_open_file_at(f->root_fd, rel, NULL, &src)) < 0)
+    if ((rc = stk_file_source_open_at(&fs, f->root_fd, rel, NULL)) < 0)
         return stk_read_fail(f, rel, rc == STK_ENOMEM ? rc : STK_EDATA);
     if (src->size == 0)
         rc = stk_fail(STK_EDATA, "empty file");

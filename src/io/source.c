@@ -46,10 +46,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct file_source {
-    stk_source base;
-    int fd; /* owned */
-} file_source;
+/* The file source: storage allocated by file_new, or the caller's
+ * (stk_file_source_open_at, `embedded`). */
+typedef stk_file_source file_source;
 
 static const char *errno_text(int e, char *buf, size_t n)
 {
@@ -164,6 +163,9 @@ static void file_close(stk_source *s)
     file_source *f = (file_source *)s;
     if (f->fd >= 0)
         close(f->fd);
+    f->fd = -1;
+    if (f->embedded) /* the caller's storage, and a lent name */
+        return;
     free(s->name);
     free(f);
 }
@@ -188,37 +190,52 @@ static file_source *file_new(const char *name)
     return f;
 }
 
-int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_source **out)
+/* openat + fstat + regular-file check into f (fd -1 on entry); the reason
+ * alone on failure (the caller names the file). */
+static int file_open_at(file_source *f, int dirfd, const char *rel)
 {
     char ebuf[128];
     struct stat st;
+    f->fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f->fd < 0) {
+        int e = errno;
+        return stk_fail(e == ENOENT ? STK_ENOENT : STK_EIO, "cannot open: %s",
+                        errno_text(e, ebuf, sizeof ebuf));
+    }
+    if (fstat(f->fd, &st) != 0)
+        return stk_fail(STK_EINVAL, "cannot stat: %s", errno_text(errno, ebuf, sizeof ebuf));
+    if (!S_ISREG(st.st_mode) || st.st_size < 0)
+        return stk_fail(STK_EINVAL, "not a regular file");
+    f->base.size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_source **out)
+{
     file_source *f;
     int rc;
 
     *out = NULL;
     if (!(f = file_new(name ? name : rel)))
         return STK_ENOMEM;
-    f->fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (f->fd < 0) {
-        int e = errno;
-        rc = stk_fail(e == ENOENT ? STK_ENOENT : STK_EIO, "cannot open: %s",
-                      errno_text(e, ebuf, sizeof ebuf));
-        goto fail;
+    if ((rc = file_open_at(f, dirfd, rel)) < 0) {
+        file_close(&f->base);
+        return rc;
     }
-    if (fstat(f->fd, &st) != 0) {
-        rc = stk_fail(STK_EINVAL, "cannot stat: %s", errno_text(errno, ebuf, sizeof ebuf));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size < 0) {
-        rc = stk_fail(STK_EINVAL, "not a regular file");
-        goto fail;
-    }
-    f->base.size = (uint64_t)st.st_size;
     *out = &f->base;
     return 0;
+}
 
-fail:
-    file_close(&f->base);
+int stk_file_source_open_at(stk_file_source *fs, int dirfd, const char *rel, const char *name)
+{
+    memset(fs, 0, sizeof *fs);
+    fs->base.ops = &file_ops;
+    fs->base.name = (char *)(name ? name : rel); /* lent: embedded sources never free it */
+    fs->fd = -1;
+    fs->embedded = 1;
+    int rc = file_open_at(fs, dirfd, rel);
+    if (rc < 0)
+        file_close(&fs->base);
     return rc;
 }
 

@@ -119,6 +119,20 @@ int stk_source_open_file(const char *path, uint64_t max_bytes, stk_source **out)
  * rel) names the source in the messages of pread and map. */
 int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_source **out);
 
+/* A local file source in storage the caller provides (on its stack), for a
+ * reader that opens one file per sample (the image folder): opening and
+ * closing it allocate nothing, so the hot path stays free of malloc. The
+ * fields are the file source's own; use it through `base`. */
+typedef struct stk_file_source {
+    stk_source base;
+    int fd;       /* owned: closed by stk_source_close(&fs.base) */
+    int embedded; /* this storage is the caller's: close frees nothing */
+} stk_file_source;
+/* stk_source_open_file_at into *fs (same checks, same messages, no
+ * allocation). `name` (NULL: rel) is lent and must outlive the source.
+ * After success or failure alike, stk_source_close(&fs->base) is safe. */
+int stk_file_source_open_at(stk_file_source *fs, int dirfd, const char *rel, const char *name);
+
 static inline int stk_source_pread(const stk_source *s, void *buf, size_t n, uint64_t offset)
 {
     return s->ops->pread(s, buf, n, offset);
