@@ -44,8 +44,8 @@
  * Resets (set_epoch, state_set) act on the slots themselves (there is no
  * generation counter): READY slots become FREE at once; a FILLING slot with
  * workers still writing into it is marked `cancelled` and goes FREE when its
- * last writer leaves. Lent slots are never
- * touched: a lent batch stays valid until released.
+ * last writer leaves. Lent slots are never touched: a lent batch stays valid
+ * until released.
  */
 #include "core/error.h"
 #include "core/rng.h"
