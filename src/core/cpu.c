@@ -8,14 +8,17 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
-enum { FEAT_AVX2_F16C = 1, FEAT_AVX512BW = 2, FEAT_KNOWN = 1 << 30 };
+enum { FEAT_AVX2_F16C = 1, FEAT_AVX512BW = 2, FEAT_SSE42 = 4, FEAT_KNOWN = 1 << 30 };
 
 static int detect(void)
 {
     unsigned a, b, c, d, lo = 0, hi = 0;
     int f = FEAT_KNOWN;
-    /* OSXSAVE: xgetbv is available. */
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return f;
+    if (c & (1u << 20)) /* SSE4.2: crc32 (no OS state to check) */
+        f |= FEAT_SSE42;
+    if (!(c & (1u << 27))) /* OSXSAVE: xgetbv is available */
         return f;
     unsigned f16c_avx = (c & (1u << 28)) && (c & (1u << 29));
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -42,7 +45,9 @@ static int features(void)
 
 bool stk_cpu_has_avx2_f16c(void) { return features() & FEAT_AVX2_F16C; }
 bool stk_cpu_has_avx512bw(void) { return features() & FEAT_AVX512BW; }
+bool stk_cpu_has_sse42(void) { return features() & FEAT_SSE42; }
 #else
 bool stk_cpu_has_avx2_f16c(void) { return false; }
 bool stk_cpu_has_avx512bw(void) { return false; }
+bool stk_cpu_has_sse42(void) { return false; }
 #endif

@@ -15,5 +15,7 @@
 bool stk_cpu_has_avx2_f16c(void);
 /* AVX-512 F and BW, with opmask/ZMM state saved by the OS (XCR0 0xE6). */
 bool stk_cpu_has_avx512bw(void);
+/* SSE4.2 (its crc32 instruction: core/crc32c.c). */
+bool stk_cpu_has_sse42(void);
 
 #endif

@@ -11,6 +11,12 @@
 
 #include "core/error.h"
 
+#include "core/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,4 +148,139 @@ bool stk_path_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing the files of a multi-file dataset                                */
+/* ------------------------------------------------------------------------ */
+
+static int stk_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool stk_has_glob_chars(const char *p) { return strpbrk(p, "*?[") != NULL; }
+
+static bool stk_has_suffix(const char *name, const char *const *suffixes)
+{
+    size_t n = strlen(name);
+    for (; *suffixes; suffixes++) {
+        size_t k = strlen(*suffixes);
+        if (n > k && !strcmp(name + n - k, *suffixes))
+            return true;
+    }
+    return false;
+}
+
+int stk_file_list(const char *path, const char *const *suffixes, const stk_file_list_words *words,
+                  char ***out, uint32_t *count)
+{
+    char **list = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    glob_t g;
+    int globbed = 0; /* g holds a glob's result: globfree on the way out */
+    *out = NULL;
+    *count = 0;
+#define PUSH(s)                                                                    \
+    do {                                                                           \
+        if (n + 2 > cap) {                                                         \
+            cap = cap ? cap * 2 : 16;                                              \
+            char **grown = realloc(list, cap * sizeof *list);                      \
+            if (!grown) {                                                          \
+                rc = stk_fail(STK_ENOMEM, "out of memory");                        \
+                goto fail;                                                         \
+            }                                                                      \
+            list = grown;                                                          \
+        }                                                                          \
+        if (!(list[n] = (s))) {                                                    \
+            rc = STK_ENOMEM;                                                       \
+            goto fail;                                                             \
+        }                                                                          \
+        list[++n] = NULL;                                                          \
+    } while (0)
+    struct stat st;
+    if (stk_has_glob_chars(path) && stat(path, &st) != 0) {
+        int grc = glob(path, 0, NULL, &g);
+        globbed = 1; /* glob leaves g for globfree on error too */
+        if (grc == GLOB_NOMATCH) {
+            rc = stk_fail(STK_ENOENT, "%s: no %s matches this pattern", path, words->file);
+            goto fail;
+        }
+        if (grc != 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot expand the pattern", path);
+            goto fail;
+        }
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            PUSH(stk_strdup(g.gl_pathv[i]));
+        globfree(&g);
+        globbed = 0;
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (!d) {
+            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
+            goto fail;
+        }
+        struct dirent *e;
+        /* NULL with errno set is a read error, not the end of the list. */
+        for (errno = 0; (e = readdir(d)); errno = 0) {
+            if (!stk_has_suffix(e->d_name, suffixes))
+                continue;
+            char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
+            if (p)
+                sprintf(p, "%s/%s", path, e->d_name);
+            if (!p) {
+                closedir(d);
+                rc = stk_fail(STK_ENOMEM, "out of memory");
+                goto fail;
+            }
+            if (n + 2 > cap) {
+                cap = cap ? cap * 2 : 16;
+                char **grown = realloc(list, cap * sizeof *list);
+                if (!grown) {
+                    free(p);
+                    closedir(d);
+                    rc = stk_fail(STK_ENOMEM, "out of memory");
+                    goto fail;
+                }
+                list = grown;
+            }
+            list[n++] = p;
+            list[n] = NULL;
+        }
+        if (errno != 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
+            closedir(d);
+            goto fail;
+        }
+        closedir(d);
+        if (n == 0) {
+            rc = stk_fail(STK_ENOENT, "%s: no %s in this directory", path, words->files);
+            goto fail;
+        }
+    } else if (stat(path, &st) == 0) {
+        PUSH(stk_strdup(path));
+    } else {
+        rc = stk_fail(STK_ENOENT, "%s: no such %s", path, words->file_or_dir);
+        goto fail;
+    }
+#undef PUSH
+    qsort(list, n, sizeof *list, stk_cmp_str);
+    *out = list;
+    *count = (uint32_t)n;
+    return 0;
+fail:
+    if (globbed)
+        globfree(&g);
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+    return rc;
+}
+
+void stk_file_list_free(char **list, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
 }

@@ -42,4 +42,22 @@ bool stk_path_is_file(const char *path);
 bool stk_path_is_dir(const char *path);
 bool stk_path_exists(const char *path);
 
+/* How stk_path_list names what it looks for, in its messages (static). */
+typedef struct stk_file_list_words {
+    const char *file;        /* "shard file": "no shard file matches this pattern" */
+    const char *files;       /* "*.stk shard files": "no *.stk shard files in this directory" */
+    const char *file_or_dir; /* "shard file or directory": "no such shard file or directory" */
+} stk_file_list_words;
+
+/* The files of a multi-file dataset named by `path`: a glob pattern (when
+ * it holds * ? or [ and is not itself an existing path: every match), a
+ * directory (its entries whose names end in one of `suffixes`,
+ * NULL-terminated; not recursive), or one file (any name). Sorted by
+ * strcmp, in a new NULL-terminated array of malloc'd strings (free with
+ * stk_file_list_free). STK_ENOENT when nothing matches or the path does not
+ * exist, STK_EIO when listing fails, STK_ENOMEM; messages name `path`. */
+int stk_file_list(const char *path, const char *const *suffixes, const stk_file_list_words *words,
+                  char ***out, uint32_t *count);
+void stk_file_list_free(char **list, uint32_t n);
+
 #endif

@@ -40,6 +40,7 @@
  */
 #include "core/error.h"
 #include "core/util.h"
+#include "format/reader_util.h"
 #include "format/stk_shard.h"
 
 #include <errno.h>
@@ -441,124 +442,18 @@ static bool ends_with_stk(const char *name)
     return n > 4 && !strcmp(name + n - 4, ".stk");
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* The shard paths of `path` (file, directory or glob), sorted, in a new
- * NULL-terminated array of malloc'd strings. */
+ * NULL-terminated array of malloc'd strings (the listing every multi-file
+ * reader shares: stk_file_list, reader_util.h). */
 int stk_shard_list(const char *path, char ***out, uint32_t *count)
 {
-    char **list = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    glob_t g;
-    int globbed = 0; /* g holds a glob's result: globfree on the way out */
-    *out = NULL;
-    *count = 0;
-#define PUSH(s)                                                                    \
-    do {                                                                           \
-        if (n + 2 > cap) {                                                         \
-            cap = cap ? cap * 2 : 16;                                              \
-            char **grown = realloc(list, cap * sizeof *list);                      \
-            if (!grown) {                                                          \
-                rc = stk_fail(STK_ENOMEM, "out of memory");                        \
-                goto fail;                                                         \
-            }                                                                      \
-            list = grown;                                                          \
-        }                                                                          \
-        if (!(list[n] = (s))) {                                                    \
-            rc = STK_ENOMEM;                                                       \
-            goto fail;                                                             \
-        }                                                                          \
-        list[++n] = NULL;                                                          \
-    } while (0)
-    struct stat st;
-    if (has_glob_chars(path) && stat(path, &st) != 0) {
-        int grc = glob(path, 0, NULL, &g);
-        globbed = 1; /* glob leaves g for globfree on error too */
-        if (grc == GLOB_NOMATCH) {
-            rc = stk_fail(STK_ENOENT, "%s: no shard file matches this pattern", path);
-            goto fail;
-        }
-        if (grc != 0) {
-            rc = stk_fail(STK_EIO, "%s: cannot expand the pattern", path);
-            goto fail;
-        }
-        for (size_t i = 0; i < g.gl_pathc; i++)
-            PUSH(stk_strdup(g.gl_pathv[i]));
-        globfree(&g);
-        globbed = 0;
-    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (!d) {
-            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
-            goto fail;
-        }
-        struct dirent *e;
-        /* NULL with errno set is a read error, not the end of the list. */
-        for (errno = 0; (e = readdir(d)); errno = 0) {
-            if (!ends_with_stk(e->d_name))
-                continue;
-            char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
-            if (p)
-                sprintf(p, "%s/%s", path, e->d_name);
-            if (!p) {
-                closedir(d);
-                rc = stk_fail(STK_ENOMEM, "out of memory");
-                goto fail;
-            }
-            if (n + 2 > cap) {
-                cap = cap ? cap * 2 : 16;
-                char **grown = realloc(list, cap * sizeof *list);
-                if (!grown) {
-                    free(p);
-                    closedir(d);
-                    rc = stk_fail(STK_ENOMEM, "out of memory");
-                    goto fail;
-                }
-                list = grown;
-            }
-            list[n++] = p;
-            list[n] = NULL;
-        }
-        if (errno != 0) {
-            rc = stk_fail(STK_EIO, "%s: cannot list: %s", path, strerror(errno));
-            closedir(d);
-            goto fail;
-        }
-        closedir(d);
-        if (n == 0) {
-            rc = stk_fail(STK_ENOENT, "%s: no *.stk shard files in this directory", path);
-            goto fail;
-        }
-    } else if (stat(path, &st) == 0) {
-        PUSH(stk_strdup(path));
-    } else {
-        rc = stk_fail(STK_ENOENT, "%s: no such shard file or directory", path);
-        goto fail;
-    }
-#undef PUSH
-    qsort(list, n, sizeof *list, cmp_str);
-    *out = list;
-    *count = (uint32_t)n;
-    return 0;
-fail:
-    if (globbed)
-        globfree(&g);
-    for (size_t i = 0; i < n; i++)
-        free(list[i]);
-    free(list);
-    return rc;
+    static const char *const suffixes[] = {".stk", NULL};
+    static const stk_file_list_words words = {"shard file", "*.stk shard files",
+                                               "shard file or directory"};
+    return stk_file_list(path, suffixes, &words, out, count);
 }
 
-void stk_shard_list_free(char **list, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        free(list[i]);
-    free(list);
-}
+void stk_shard_list_free(char **list, uint32_t n) { stk_file_list_free(list, n); }
 
 /* ------------------------------------------------------------------------ */
 /* Shard sets                                                                */
