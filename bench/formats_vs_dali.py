@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""Each container format: stoker's reader vs NVIDIA DALI's own reader, same files, same work.
+
+For every format both read (TFRecord, MXNet RecordIO, Caffe LMDB, WebDataset tar, NumPy),
+plus the plain image folder and stoker's .stk shards for reference, this runs the same
+augmentation over the same files (bench/write_formats.py writes them, in one order):
+
+  encoded JPEGs   stoker `imagenet-train-few` (random_resized_crop 224 | flip 0.5 |
+                  normalize imagenet | to f32 chw); DALI: decoders.image_random_crop (its
+                  fused ROI decode) + resize 224x224 + crop_mirror_normalize(mirror=coin,
+                  FLOAT, CHW), CPU pipeline (device_id=None)
+  raw arrays      the same without the decode: stoker over images.npy, DALI's numpy reader
+                  over one .npy per sample + random_resized_crop + crop_mirror_normalize
+
+Both: 2 threads, batch 256, shuffled (stoker: its permutation; DALI: random_shuffle=True, a
+1024-sample shuffle buffer), every sample of --epochs epochs. Each configuration runs in its
+own process; the figure is measured inside it over the steady state (from the end of the
+first batch to the last), wall time and the process's CPU time (user + sys, all threads), so
+the start-up of either library is left out. Images per CPU-second is the headline: it holds
+when other work shares the machine. Configurations run in rounds (--rounds), medians kept.
+
+    /usr/bin/python3 bench/formats_vs_dali.py --work WORK [--dali-python /work/venv-dali/bin/python]
+           [--formats tfrecord,recordio,lmdb,wds,npy,folder,stk] [--epochs 2] [--rounds 3]
+
+WORK is bench/write_formats.py's --out (written first when WORK/list.txt is missing, from
+--images).
+"""
+import argparse
+import glob
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+STOKER_PIPE = "random_resized_crop 224 | flip 0.5 | normalize imagenet | to f32 chw"
+
+
+def stoker_uri(work, fmt):
+    return {
+        "tfrecord": "tfrecord:%s/tfrecord/*.tfrecord" % work,
+        "recordio": "recordio:%s/recordio/photos.rec" % work,
+        "lmdb": "lmdb:%s/lmdb" % work,
+        "wds": "wds:%s/wds/*.tar" % work,
+        "npy": "npy:%s/raw/images.npy,%s/raw/labels.npy" % (work, work),
+        "folder": "list:%s/list.txt" % work,
+        "stk": "stk:%s/stk" % work,
+        "h5": "hdf5:%s/h5/photos.h5?images=/images&labels=/labels" % work,
+    }[fmt]
+
+
+def cpu_now():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child_stoker(work, fmt, epochs, batch, threads):
+    import stoker
+    loader = stoker.Loader(stoker_uri(work, fmt), batch_size=batch, shuffle=True, seed=1,
+                           transforms=[s.strip() for s in STOKER_PIPE.split("|")[:-1]],
+                           num_threads=threads, dtype="float32", layout="NCHW",
+                           output="numpy")
+    n = 0
+    t0 = c0 = None
+    for e in range(epochs):
+        loader.set_epoch(e)
+        for images, labels in loader:
+            if t0 is None:
+                t0, c0 = time.perf_counter(), cpu_now()
+                continue
+            n += len(labels)
+    return n, time.perf_counter() - t0, cpu_now() - c0
+
+
+def child_dali(work, fmt, epochs, batch, threads):
+    from nvidia.dali import fn, pipeline_def, types
+    import nvidia.dali.tfrecord as tfrec
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, seed=1)
+    def pipe():
+        raw = False
+        if fmt == "tfrecord":
+            files = sorted(glob.glob(work + "/tfrecord/*.tfrecord"))
+            inp = fn.readers.tfrecord(
+                path=files, index_path=[f[:-len(".tfrecord")] + ".idx" for f in files],
+                features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                          "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
+                random_shuffle=True, name="r")
+            jpegs, labels = inp["image/encoded"], inp["image/class/label"]
+        elif fmt == "recordio":
+            jpegs, labels = fn.readers.mxnet(path=[work + "/recordio/photos.rec"],
+                                             index_path=[work + "/recordio/photos.idx"],
+                                             random_shuffle=True, name="r")
+        elif fmt == "lmdb":
+            jpegs, labels = fn.readers.caffe(path=work + "/lmdb", random_shuffle=True, name="r")
+        elif fmt == "wds":
+            jpegs, labels = fn.readers.webdataset(
+                paths=sorted(glob.glob(work + "/wds/*.tar")), ext=["jpg", "cls"],
+                missing_component_behavior="error", random_shuffle=True, name="r")
+        elif fmt in ("folder", "stk"):
+            jpegs, labels = fn.readers.file(file_list=work + "/list.dali.txt",
+                                            random_shuffle=True, name="r")
+        elif fmt == "npy":
+            raw = True
+            images = fn.readers.numpy(file_root=work + "/raw/samples", file_filter="*.npy",
+                                      random_shuffle=True, name="r")
+            labels = images  # the numpy reader has no labels; the work is the images'
+        if raw:
+            images = fn.random_resized_crop(images, size=[224, 224])
+        else:
+            images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_x=224, resize_y=224)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mean=MEAN, std=STD, mirror=fn.random.coin_flip())
+        return images, labels
+
+    p = pipe()
+    p.build()
+    size = p.reader_meta("r")["epoch_size"]
+    n = 0
+    t0 = c0 = None
+    for e in range(epochs):
+        got = 0
+        while got < size:
+            out = p.run()
+            b = len(out[0])
+            got += b
+            if t0 is None:
+                t0, c0 = time.perf_counter(), cpu_now()
+                continue
+            n += b
+        p.reset()
+    return n, time.perf_counter() - t0, cpu_now() - c0
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        return {"error": (r.stderr or r.stdout)[-1500:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--images", default="/work/data/photos/train")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--dali-python", default="/work/venv-dali/bin/python")
+    ap.add_argument("--formats", default="tfrecord,recordio,lmdb,wds,npy,folder,stk")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--child", nargs=2, metavar=("LIB", "FORMAT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        lib, fmt = a.child
+        n, wall, cpu = (child_stoker if lib == "stoker" else child_dali)(
+            a.work, fmt, a.epochs, a.batch, a.threads)
+        print(json.dumps({"images": n, "wall_s": wall, "cpu_s": cpu}))
+        return
+    work = os.path.abspath(a.work)
+    if not os.path.exists(os.path.join(work, "list.txt")):
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "write_formats.py"),
+                        "--images", a.images, "--out", work], check=True)
+    with open(os.path.join(work, "list.txt")) as f, \
+            open(os.path.join(work, "list.dali.txt"), "w") as g:
+        g.writelines(line.replace("\t", " ") for line in f)
+    if "stk" in a.formats and not os.path.isdir(os.path.join(work, "stk")):
+        subprocess.run([os.path.join(a.build, "stoker"), "pack", "list:%s/list.txt" % work,
+                        os.path.join(work, "stk"), "--quiet"], check=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
+    base = ["--work", work, "--epochs", str(a.epochs), "--batch", str(a.batch), "--threads",
+            str(a.threads)]
+    me = os.path.abspath(__file__)
+    res = {}
+    for rnd in range(a.rounds):
+        for fmt in a.formats.split(","):
+            for lib in ("stoker", "dali"):
+                py = sys.executable if lib == "stoker" else a.dali_python
+                r = run([py, me] + base + ["--child", lib, fmt], env=env)
+                res.setdefault((fmt, lib), []).append(r)
+                print("round %d %-9s %-6s %s" % (rnd, fmt, lib, json.dumps(r)[:300]),
+                      flush=True)
+
+    def med(rs, key):
+        v = [r["images"] / r[key] for r in rs if "error" not in r and r[key] > 0]
+        return statistics.median(v) if v else float("nan")
+    print()
+    print("%-9s %14s %14s %14s %14s %8s %8s" % ("format", "stoker img/s", "DALI img/s",
+                                                "stoker img/cpu", "DALI img/cpu", "wall x",
+                                                "cpu x"))
+    for fmt in a.formats.split(","):
+        s, d = res[(fmt, "stoker")], res[(fmt, "dali")]
+        sw, dw, sc, dc = med(s, "wall_s"), med(d, "wall_s"), med(s, "cpu_s"), med(d, "cpu_s")
+        print("%-9s %14.1f %14.1f %14.1f %14.1f %7.2fx %7.2fx" % (fmt, sw, dw, sc, dc, sw / dw,
+                                                                    sc / dc))
+
+
+if __name__ == "__main__":
+    main()
