@@ -156,6 +156,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-dali", action="store_true", help="stoker's readers only")
     ap.add_argument("--child", nargs=2, metavar=("LIB", "FORMAT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -179,9 +180,10 @@ def main():
             str(a.threads)]
     me = os.path.abspath(__file__)
     res = {}
+    libs = ("stoker",) if a.no_dali else ("stoker", "dali")
     for rnd in range(a.rounds):
         for fmt in a.formats.split(","):
-            for lib in ("stoker", "dali"):
+            for lib in libs:
                 py = sys.executable if lib == "stoker" else a.dali_python
                 r = run([py, me] + base + ["--child", lib, fmt], env=env)
                 res.setdefault((fmt, lib), []).append(r)
@@ -192,14 +194,18 @@ def main():
         v = [r["images"] / r[key] for r in rs if "error" not in r and r[key] > 0]
         return statistics.median(v) if v else float("nan")
     print()
-    print("%-9s %14s %14s %14s %14s %8s %8s" % ("format", "stoker img/s", "DALI img/s",
-                                                "stoker img/cpu", "DALI img/cpu", "wall x",
-                                                "cpu x"))
+    print("%-9s %13s %13s %15s %15s %10s %10s %10s %10s" % (
+        "format", "stoker img/s", "DALI img/s", "stoker img/cpu", "DALI img/cpu",
+        "vs DALI", "vs DALI", "vs .stk", "vs .stk"))
+    print("%-9s %13s %13s %15s %15s %10s %10s %10s %10s" % ("", "", "", "", "", "(wall)",
+                                                            "(cpu)", "(wall)", "(cpu)"))
+    stk = res.get(("stk", "stoker"))
     for fmt in a.formats.split(","):
-        s, d = res[(fmt, "stoker")], res[(fmt, "dali")]
+        s, d = res[(fmt, "stoker")], res.get((fmt, "dali"), [])
         sw, dw, sc, dc = med(s, "wall_s"), med(d, "wall_s"), med(s, "cpu_s"), med(d, "cpu_s")
-        print("%-9s %14.1f %14.1f %14.1f %14.1f %7.2fx %7.2fx" % (fmt, sw, dw, sc, dc, sw / dw,
-                                                                    sc / dc))
+        kw, kc = (med(stk, "wall_s"), med(stk, "cpu_s")) if stk else (float("nan"),) * 2
+        print("%-9s %13.1f %13.1f %15.1f %15.1f %9.2fx %9.2fx %9.2fx %9.2fx" % (
+            fmt, sw, dw, sc, dc, sw / dw, sc / dc, sw / kw, sc / kc))
 
 
 if __name__ == "__main__":
