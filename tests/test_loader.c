@@ -868,6 +868,13 @@ static void test_bad_arguments(void **state)
     assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
     o = (stk_loader_options){.rank = 3, .world_size = 2};
     assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    o = (stk_loader_options){.block_size = 8}; /* without shuffle=block */
+    assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "shuffle=block only"));
+    o = (stk_loader_options){.no_shuffle = 1, .shuffle = STK_SHUFFLE_BLOCK};
+    assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "no_shuffle contradicts shuffle=block"));
+    assert_null(l);
     assert_int_equal(stk_loader_create(NULL, "", NULL, &l), STK_EINVAL);
     stk_loader_destroy(NULL);
     fixture_close(&f);
