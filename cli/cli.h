@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <stoker/stoker.h>
+
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 
@@ -33,6 +35,12 @@ bool cli_parse_u32(const char *text, const char *what, uint32_t *out);
  * counts where the library would read 0 as "the default", which on the
  * command line would hide a mistake (--threads 0 running 2 threads). */
 bool cli_parse_count(const char *text, const char *what, uint32_t *out);
+/* --shuffle MODE: "global", "block" or "none" (docs/sampler.md). */
+bool cli_parse_shuffle(const char *text, stk_shuffle *out);
+/* The order options shared by bench and order, checked together:
+ * --block-size/--shuffle-window need --shuffle block, which --no-shuffle
+ * contradicts. Prints the usage error and returns false. */
+bool cli_check_order(int no_shuffle, stk_shuffle mode, uint64_t block_size, uint32_t window);
 
 /* "stoker: " + formatted message on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -43,7 +43,10 @@ static const char bench_usage[] =
     "  -s, --seed S           shuffle/augmentation seed (0)\n"
     "      --rank R           this rank (0)\n"
     "      --world-size W     number of ranks (1)\n"
-    "      --no-shuffle       keep dataset order\n"
+    "      --no-shuffle       keep dataset order (as --shuffle none)\n"
+    "      --shuffle MODE     global (default), block or none (docs/sampler.md)\n"
+    "      --block-size N     --shuffle block: records per block (64)\n"
+    "      --shuffle-window K --shuffle block: blocks mixed together (16)\n"
     "      --drop-last        drop each rank's last incomplete batch\n"
     "      --on-error POLICY  raise (default) or skip corrupt samples\n"
     "      --digest           print 'digest: HEX', a hash of every batch and label\n"
@@ -212,7 +215,7 @@ done:
 }
 
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
-       OPT_JSON, OPT_ON_ERROR };
+       OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW };
 
 static const struct option bench_options[] = {
     {"pipeline", required_argument, NULL, 'p'},
@@ -225,6 +228,9 @@ static const struct option bench_options[] = {
     {"world-size", required_argument, NULL, OPT_WORLD},
     {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"shuffle", required_argument, NULL, OPT_SHUFFLE},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"shuffle-window", required_argument, NULL, OPT_WINDOW},
     {"on-error", required_argument, NULL, OPT_ON_ERROR},
     {"digest", no_argument, NULL, OPT_DIGEST},
     {"json", no_argument, NULL, OPT_JSON},
@@ -250,6 +256,14 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         case OPT_WORLD: if (!cli_parse_count(optarg, "--world-size", &a->opt.world_size)) return EXIT_USAGE; break;
         case OPT_NO_SHUFFLE: a->opt.no_shuffle = 1; break;
         case OPT_DROP_LAST: a->opt.drop_last = 1; break;
+        case OPT_SHUFFLE: if (!cli_parse_shuffle(optarg, &a->opt.shuffle)) return EXIT_USAGE; break;
+        case OPT_BLOCK_SIZE: {
+            uint32_t v;
+            if (!cli_parse_count(optarg, "--block-size", &v)) return EXIT_USAGE;
+            a->opt.block_size = v;
+            break;
+        }
+        case OPT_WINDOW: if (!cli_parse_count(optarg, "--shuffle-window", &a->opt.shuffle_window)) return EXIT_USAGE; break;
         case OPT_DIGEST: a->digest = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_ON_ERROR:
@@ -267,6 +281,9 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
         }
     }
+    if (!cli_check_order(a->opt.no_shuffle, a->opt.shuffle, a->opt.block_size,
+                         a->opt.shuffle_window))
+        return EXIT_USAGE;
     if (a->opt.world_size && a->opt.rank >= a->opt.world_size) {
         cli_error("--rank %u must be below --world-size %u", a->opt.rank, a->opt.world_size);
         return EXIT_USAGE;

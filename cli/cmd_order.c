@@ -14,13 +14,18 @@
 
 static const char order_usage[] =
     "usage: stoker order DATASET-or-SIZE [--seed S] [--epoch E] [--rank R --world-size W]\n"
-    "                    [--no-shuffle] [--batch N --drop-last]\n"
+    "                    [--no-shuffle | --shuffle global|block|none [--block-size N]\n"
+    "                    [--shuffle-window K]] [--batch N --drop-last] [--start-slot S]\n"
     "\n"
     "Print the dataset indices rank R sees in epoch E, in order, one per line.\n"
     "The first argument is a dataset URI or a plain sample count.\n"
-    "With --drop-last the share is cut to whole batches of N (default 1).\n";
+    "With --drop-last the share is cut to whole batches of N (default 1).\n"
+    "--shuffle block: blocks of N consecutive indices (64) in a random order,\n"
+    "mixed within windows of K blocks (16). --start-slot S: the rest of an epoch\n"
+    "from global slot S, as a job resumed on another world size reads it.\n";
 
-enum { OPT_RANK = 256, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST };
+enum { OPT_RANK = 256, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_SHUFFLE, OPT_BLOCK_SIZE,
+       OPT_WINDOW, OPT_START_SLOT };
 
 static const struct option order_options[] = {
     {"seed", required_argument, NULL, 's'},
@@ -29,6 +34,10 @@ static const struct option order_options[] = {
     {"world-size", required_argument, NULL, OPT_WORLD},
     {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
     {"drop-last", no_argument, NULL, OPT_DROP_LAST},
+    {"shuffle", required_argument, NULL, OPT_SHUFFLE},
+    {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
+    {"shuffle-window", required_argument, NULL, OPT_WINDOW},
+    {"start-slot", required_argument, NULL, OPT_START_SLOT},
     {"batch", required_argument, NULL, 'b'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -60,11 +69,22 @@ int cmd_order(int argc, char **argv)
         case OPT_WORLD: if (!cli_parse_count(optarg, "--world-size", &so.world_size)) return EXIT_USAGE; break;
         case OPT_NO_SHUFFLE: so.no_shuffle = 1; break;
         case OPT_DROP_LAST: so.drop_last = 1; break;
+        case OPT_SHUFFLE: if (!cli_parse_shuffle(optarg, &so.shuffle)) return EXIT_USAGE; break;
+        case OPT_BLOCK_SIZE: {
+            uint32_t v;
+            if (!cli_parse_count(optarg, "--block-size", &v)) return EXIT_USAGE;
+            so.block_size = v;
+            break;
+        }
+        case OPT_WINDOW: if (!cli_parse_count(optarg, "--shuffle-window", &so.shuffle_window)) return EXIT_USAGE; break;
+        case OPT_START_SLOT: if (!cli_parse_u64(optarg, "--start-slot", &so.start_slot)) return EXIT_USAGE; break;
         case 'h': fputs(order_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
         default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
         }
     }
+    if (!cli_check_order(so.no_shuffle, so.shuffle, so.block_size, so.shuffle_window))
+        return EXIT_USAGE;
     if (optind + 1 != argc) {
         cli_error("order: expected one DATASET-or-SIZE argument (see 'stoker order --help')");
         return EXIT_USAGE;

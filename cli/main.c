@@ -85,6 +85,34 @@ bool cli_parse_u32(const char *text, const char *what, uint32_t *out)
     return true;
 }
 
+bool cli_parse_shuffle(const char *text, stk_shuffle *out)
+{
+    if (strcmp(text, "global") == 0)
+        *out = STK_SHUFFLE_GLOBAL;
+    else if (strcmp(text, "block") == 0)
+        *out = STK_SHUFFLE_BLOCK;
+    else if (strcmp(text, "none") == 0)
+        *out = STK_SHUFFLE_NONE;
+    else {
+        cli_error("--shuffle: expected 'global', 'block' or 'none', got '%s'", text);
+        return false;
+    }
+    return true;
+}
+
+bool cli_check_order(int no_shuffle, stk_shuffle mode, uint64_t block_size, uint32_t window)
+{
+    if (no_shuffle && mode == STK_SHUFFLE_BLOCK) {
+        cli_error("--no-shuffle contradicts --shuffle block");
+        return false;
+    }
+    if ((block_size || window) && mode != STK_SHUFFLE_BLOCK) {
+        cli_error("--block-size and --shuffle-window need --shuffle block");
+        return false;
+    }
+    return true;
+}
+
 bool cli_parse_count(const char *text, const char *what, uint32_t *out)
 {
     uint32_t v;

@@ -819,7 +819,8 @@ typedef struct {
     int mode;             /* OUT_* */
     unsigned long fork_gen; /* fork_generation at creation */
     long pid;             /* for messages */
-    uint64_t length;      /* batches per epoch */
+    uint64_t length;      /* batches per full epoch (len() asks the loader: a resumed
+                             epoch may be shorter) */
     uint32_t max_batches; /* resolved, for the PoolExhausted message */
     int64_t sample_shape[3];
     int kind;
@@ -902,16 +903,18 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 {
     static char *kwlist[] = {"dataset", "spec", "batch_size", "threads", "prefetch",
                              "max_batches", "seed", "shuffle", "drop_last", "rank",
-                             "world_size", "on_error", "output", "convert", NULL};
+                             "world_size", "on_error", "output", "convert", "block",
+                             "block_size", "shuffle_window", NULL};
     PyObject *dataset, *convert = Py_None;
     const char *spec;
     stk_loader_options o = {0};
-    int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS;
+    int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiO:_Loader", kwlist, &DatasetType, &dataset,
-            &spec, conv_u32, &o.batch_size, conv_u32, &o.threads, conv_u32, &o.prefetch,
-            conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle, &drop_last, conv_u32, &o.rank,
-            conv_u32, &o.world_size, &on_error, &mode, &convert))
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&:_Loader", kwlist, &DatasetType,
+            &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads, conv_u32,
+            &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle, &drop_last,
+            conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert, &block,
+            conv_u64, &o.block_size, conv_u32, &o.shuffle_window))
         return NULL;
     if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
@@ -921,7 +924,12 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise) or 1 (skip)");
         return NULL;
     }
+    if (block && !shuffle) {
+        PyErr_SetString(PyExc_ValueError, "block shuffle needs shuffle");
+        return NULL;
+    }
     o.no_shuffle = !shuffle;
+    o.shuffle = block ? STK_SHUFFLE_BLOCK : STK_SHUFFLE_GLOBAL;
     o.drop_last = drop_last;
     o.on_error = on_error ? STK_ON_ERROR_SKIP : STK_ON_ERROR_RAISE;
 
@@ -965,7 +973,16 @@ static void loader_dealloc(LoaderObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static Py_ssize_t loader_len(LoaderObject *self) { return (Py_ssize_t)self->length; }
+/* Batches of the epoch the loader is in (the C loader's answer while it
+ * exists here; the full count otherwise). */
+static uint64_t loader_batches(LoaderObject *self)
+{
+    if (self->l && !self->closed && self->fork_gen == fork_generation)
+        return stk_loader_length(self->l);
+    return self->length;
+}
+
+static Py_ssize_t loader_len(LoaderObject *self) { return (Py_ssize_t)loader_batches(self); }
 
 /* --- Batch --------------------------------------------------------------- */
 
@@ -1245,7 +1262,7 @@ static PyObject *loader_make_iter(LoaderObject *self, int with_indices)
     } else {
         stk_loader_state st;
         stk_loader_state_get(self->l, &st);
-        if (self->length > 0 && st.position >= self->length) {
+        if (st.position >= loader_batches(self)) {
             /* Every batch taken but the end not seen: the pass was complete. */
             if (set_epoch_c(self, st.epoch + 1) < 0)
                 return NULL;
@@ -1296,11 +1313,23 @@ static PyObject *loader_state(LoaderObject *self, PyObject *u)
         return NULL;
     stk_loader_state st;
     stk_loader_state_get(self->l, &st);
-    return Py_BuildValue("{sKsKsKsKsIsIsIsisK}", "seed", (unsigned long long)st.seed, "epoch",
-                         (unsigned long long)st.epoch, "position", (unsigned long long)st.position,
-                         "dataset_size", (unsigned long long)st.dataset_size, "batch_size",
-                         st.batch_size, "rank", st.rank, "world_size", st.world_size, "flags",
-                         (int)st.flags, "spec_hash", (unsigned long long)st.spec_hash);
+    return Py_BuildValue("{sKsKsKsKsIsIsIsisKsKsKsK}", "seed", (unsigned long long)st.seed,
+                         "epoch", (unsigned long long)st.epoch, "position",
+                         (unsigned long long)st.position, "dataset_size",
+                         (unsigned long long)st.dataset_size, "batch_size", st.batch_size,
+                         "rank", st.rank, "world_size", st.world_size, "flags", (int)st.flags,
+                         "spec_hash", (unsigned long long)st.spec_hash, "start_slot",
+                         (unsigned long long)st.start_slot, "block_size",
+                         (unsigned long long)st.block_size, "shuffle_window",
+                         (unsigned long long)st.shuffle_window);
+}
+
+/* A key older states lack: 0 when absent. */
+static int dict_u64_or_zero(PyObject *d, const char *key, uint64_t *out)
+{
+    PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
+    *out = 0;
+    return !v || conv_u64(v, out) ? 0 : -1;
 }
 
 static int dict_u64(PyObject *d, const char *key, uint64_t *out)
@@ -1322,10 +1351,14 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     if (loader_check(self) < 0)
         return NULL;
     uint64_t seed, epoch, position, size, batch, rank, world, flags, spec_hash;
+    uint64_t start_slot, block_size, window;
     if (dict_u64(d, "seed", &seed) < 0 || dict_u64(d, "epoch", &epoch) < 0 ||
         dict_u64(d, "position", &position) < 0 || dict_u64(d, "dataset_size", &size) < 0 ||
         dict_u64(d, "batch_size", &batch) < 0 || dict_u64(d, "rank", &rank) < 0 ||
-        dict_u64(d, "world_size", &world) < 0 || dict_u64(d, "flags", &flags) < 0)
+        dict_u64(d, "world_size", &world) < 0 || dict_u64(d, "flags", &flags) < 0 ||
+        dict_u64_or_zero(d, "start_slot", &start_slot) < 0 ||
+        dict_u64_or_zero(d, "block_size", &block_size) < 0 ||
+        dict_u64_or_zero(d, "shuffle_window", &window) < 0)
         return NULL;
     /* Without a spec hash (deleted on purpose, to resume under another
      * pipeline), take this loader's own. */
@@ -1344,7 +1377,9 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     stk_loader_state st = {.seed = seed, .epoch = epoch, .position = position,
                            .dataset_size = size, .batch_size = (uint32_t)batch,
                            .rank = (uint32_t)rank, .world_size = (uint32_t)world,
-                           .flags = (int32_t)flags, .spec_hash = spec_hash};
+                           .flags = (int32_t)flags, .spec_hash = spec_hash,
+                           .start_slot = start_slot, .block_size = block_size,
+                           .shuffle_window = window};
     int rc = stk_loader_state_set(self->l, &st);
     if (rc < 0)
         return raise_last(rc);
@@ -1400,7 +1435,7 @@ static PyObject *loader_get_epoch(LoaderObject *self, void *c)
         return PyLong_FromUnsignedLongLong(self->resume_epoch);
     stk_loader_state st;
     stk_loader_state_get(self->l, &st);
-    uint64_t e = (self->length > 0 && st.position >= self->length) ? st.epoch + 1 : st.epoch;
+    uint64_t e = st.position >= loader_batches(self) ? st.epoch + 1 : st.epoch;
     return PyLong_FromUnsignedLongLong(e);
 }
 
@@ -1450,7 +1485,8 @@ static PyTypeObject LoaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "stoker._stoker._Loader",
     .tp_doc = "_Loader(dataset, spec, *, batch_size, threads, prefetch, max_batches, seed, "
-              "shuffle, drop_last, rank, world_size, on_error, output, convert)\n--\n\n"
+              "shuffle, drop_last, rank, world_size, on_error, output, convert, block, "
+              "block_size, shuffle_window)\n--\n\n"
               "The native loader behind stoker.Loader (use that).",
     .tp_basicsize = sizeof(LoaderObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,

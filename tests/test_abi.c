@@ -45,15 +45,34 @@ static void test_struct_sizes_are_pinned(void **state)
     /* decode (+4), 3 pointers, 4 reserved */
     assert_int_equal(sizeof(stk_verify_options), 8 + 24 + 32);
     assert_int_equal(sizeof(stk_verify_result), 8 + 16 + 32);
-    /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), 4 reserved */
+    /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), then in the
+     * 4 words once reserved: block_size, start_slot, shuffle + shuffle_window,
+     * 1 reserved */
     assert_int_equal(sizeof(stk_sampler_options), 8 + 8 + 4 * 5 + 4 + 32);
-    /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4), 8 reserved */
+    assert_int_equal(offsetof(stk_sampler_options, block_size), 40);
+    assert_int_equal(offsetof(stk_sampler_options, start_slot), 48);
+    assert_int_equal(offsetof(stk_sampler_options, shuffle), 56);
+    assert_int_equal(offsetof(stk_sampler_options, shuffle_window), 60);
+    assert_int_equal(offsetof(stk_sampler_options, reserved_), 64);
+    /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
+     * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
+     * 6 reserved */
     assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
+    assert_int_equal(offsetof(stk_loader_options, block_size), 48);
+    assert_int_equal(offsetof(stk_loader_options, shuffle), 56);
+    assert_int_equal(offsetof(stk_loader_options, shuffle_window), 60);
+    assert_int_equal(offsetof(stk_loader_options, reserved_), 64);
     /* 3 pointers, size + ndim, shape[4], dtype + layout, sample_bytes, epoch,
      * position, skipped (+4), handle, 4 reserved */
     assert_int_equal(sizeof(stk_batch), 24 + 8 + 32 + 8 + 8 + 8 + 8 + 8 + 8 + 32);
-    /* seed, epoch, position, dataset_size, batch/rank/world/flags, spec_hash, 4 reserved */
+    /* seed, epoch, position, dataset_size, batch/rank/world/flags, spec_hash,
+     * then in the 4 words once reserved: start_slot, block_size,
+     * shuffle_window, 1 reserved */
     assert_int_equal(sizeof(stk_loader_state), 32 + 16 + 8 + 32);
+    assert_int_equal(offsetof(stk_loader_state, start_slot), 56);
+    assert_int_equal(offsetof(stk_loader_state, block_size), 64);
+    assert_int_equal(offsetof(stk_loader_state, shuffle_window), 72);
+    assert_int_equal(offsetof(stk_loader_state, reserved_), 80);
     /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted, 8 reserved */
     assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
     /* name, whole + required, lo, hi, def, 2 reserved */
@@ -95,7 +114,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_loader *l = NULL;
     expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[7]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[5]"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;
@@ -105,7 +124,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     assert_null(d2);
 
     stk_sampler_options so = {.dataset_size = 10};
-    so.reserved_[2] = 1;
+    so.reserved_[0] = 1;
     stk_sampler *s = NULL;
     expect_reserved_error(stk_sampler_create(&so, &s), "stk_sampler_options");
     assert_null(s);

@@ -2,7 +2,10 @@
  * test_loader.c — the executor: in-order, deterministic delivery for any
  * thread count; exactly-once coverage; mid-epoch resume; lent batches never
  * overwritten; pool exhaustion; destroy mid-epoch with full queues; error
- * and skip policies; interrupt. Runs under ASan/UBSan and TSan.
+ * and skip policies; interrupt; the block shuffle through the loader; resume
+ * on another world size (the union of ranks across the checkpoint sees every
+ * sample of the epoch once, apart from the pad rule). Runs under ASan/UBSan
+ * and TSan.
  *
  * The reference for a row's content is the plan run directly on the dataset
  * sample with the documented stream (seed, epoch, index) — so these tests
@@ -292,23 +295,315 @@ static void test_state_mismatch_rejected(void **state)
     (void)state;
     fixture f;
     fixture_open(&f, 50);
-    stk_loader *a = make_loader(f.ds, "to u8", (stk_loader_options){.batch_size = 8, .seed = 1});
-    stk_loader *b = make_loader(f.ds, "to u8", (stk_loader_options){.batch_size = 9, .seed = 1});
-    stk_loader_state st;
-    stk_loader_state_get(a, &st);
-    assert_int_equal(stk_loader_state_set(b, &st), STK_EINVAL);
-    assert_non_null(strstr(stk_errmsg(), "batch 8"));
-    st.batch_size = 9;
-    st.position = 100;
-    assert_int_equal(stk_loader_state_set(b, &st), STK_EINVAL);
+    stk_loader_options base = {.batch_size = 8, .seed = 1};
+    stk_loader *a = make_loader(f.ds, "to u8", base);
+    stk_loader_state st, good;
+    stk_loader_state_get(a, &good);
+    /* What still belongs to the job: seed, dataset size, drop_last, the
+     * shuffle mode and its block size and window, the spec. */
+    stk_loader_options os[] = {
+        {.batch_size = 8, .seed = 2},
+        {.batch_size = 8, .seed = 1, .drop_last = 1},
+        {.batch_size = 8, .seed = 1, .no_shuffle = 1},
+        {.batch_size = 8, .seed = 1, .shuffle = STK_SHUFFLE_BLOCK},
+    };
+    for (size_t k = 0; k < 4; k++) {
+        stk_loader *b = make_loader(f.ds, "to u8", os[k]);
+        assert_int_equal(stk_loader_state_set(b, &good), STK_EINVAL);
+        assert_non_null(strstr(stk_errmsg(), "does not match this loader"));
+        stk_loader_destroy(b);
+    }
+    stk_loader *blk = make_loader(f.ds, "to u8",
+                                  (stk_loader_options){.batch_size = 8, .seed = 1,
+                                                       .shuffle = STK_SHUFFLE_BLOCK});
+    stk_loader_state_get(blk, &st);
+    assert_int_equal(st.flags, 4);
+    assert_int_equal(st.block_size, STK_DEFAULT_BLOCK_SIZE);
+    assert_int_equal(st.shuffle_window, STK_DEFAULT_SHUFFLE_WINDOW);
+    assert_int_equal(stk_loader_state_set(blk, &st), 0);
+    st.block_size = 32;
+    assert_int_equal(stk_loader_state_set(blk, &st), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "block 32 x 16"));
+    stk_loader_state_get(blk, &st);
+    st.shuffle_window = 3;
+    assert_int_equal(stk_loader_state_set(blk, &st), STK_EINVAL);
+    stk_loader_destroy(blk);
+    st = good;
+    st.dataset_size = 51;
+    assert_int_equal(stk_loader_state_set(a, &st), STK_EINVAL);
+    /* Positions past the epoch of the state's own layout: 50 samples over 2
+     * ranks in batches of 8 make 4 batches. */
+    st = good;
+    st.world_size = 2;
+    st.position = 5;
+    assert_int_equal(stk_loader_state_set(a, &st), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "position 5 is past the epoch's 4 batches"));
+    st.position = 4; /* the end: accepted */
+    assert_int_equal(stk_loader_state_set(a, &st), 0);
+    st = good;
+    st.start_slot = 50;
+    assert_int_equal(stk_loader_state_set(a, &st), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "start slot 50 is not below the dataset size 50"));
+    st = good;
+    st.rank = 2;
+    st.world_size = 2;
+    assert_int_equal(stk_loader_state_set(a, &st), STK_EINVAL);
+    st.world_size = 0;
+    st.rank = 0;
+    assert_int_equal(stk_loader_state_set(a, &st), STK_EINVAL);
     /* Same everything but the spec: refused. */
-    stk_loader *c = make_loader(f.ds, "flip 1", (stk_loader_options){.batch_size = 8, .seed = 1});
-    stk_loader_state_get(a, &st);
-    assert_int_equal(stk_loader_state_set(c, &st), STK_EINVAL);
+    stk_loader *c = make_loader(f.ds, "flip 1", base);
+    assert_int_equal(stk_loader_state_set(c, &good), STK_EINVAL);
     assert_non_null(strstr(stk_errmsg(), "spec"));
     stk_loader_destroy(c);
     stk_loader_destroy(a);
+    fixture_close(&f);
+}
+
+/* The block shuffle through the loader: the sampler's order, exactly once
+ * over ranks (pad and drop), resumable mid-epoch with the same batches. */
+static void test_block_shuffle_loader(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, 103);
+    for (uint32_t w = 1; w <= 8; w++) {
+        for (int drop = 0; drop <= 1; drop++) {
+            unsigned count[103] = {0};
+            uint64_t per = drop ? 103 / w / 5 * 5 : (103 + w - 1) / w, total = 0;
+            for (uint32_t r = 0; r < w; r++) {
+                stk_loader_options o = {.batch_size = 5, .threads = 2, .seed = 9, .rank = r,
+                                        .world_size = w, .drop_last = drop,
+                                        .shuffle = STK_SHUFFLE_BLOCK, .block_size = 6,
+                                        .shuffle_window = 3};
+                stk_loader *l = make_loader(f.ds, "to u8", o);
+                stk_sampler_options so = {.dataset_size = 103, .seed = 9, .rank = r,
+                                          .world_size = w, .batch_size = 5, .drop_last = drop,
+                                          .shuffle = STK_SHUFFLE_BLOCK, .block_size = 6,
+                                          .shuffle_window = 3};
+                stk_sampler *s = NULL;
+                assert_int_equal(stk_sampler_create(&so, &s), 0);
+                assert_int_equal(stk_loader_set_epoch(l, 4), 0);
+                assert_int_equal(stk_loader_length(l), (per + 4) / 5);
+                run out = {0};
+                assert_int_equal(drain(l, &out, 0), 0);
+                assert_int_equal(out.rows, per);
+                for (uint64_t i = 0; i < out.rows; i++) {
+                    assert_int_equal(out.indices[i], stk_sampler_index(s, 4, i));
+                    count[out.indices[i]]++;
+                    total++;
+                }
+                run_free(&out);
+                stk_sampler_destroy(s);
+                stk_loader_destroy(l);
+            }
+            for (int i = 0; i < 103; i++)
+                assert_true(drop ? count[i] <= 1 : (count[i] == 1 || count[i] == 2));
+            assert_int_equal(total, per * w);
+        }
+    }
+    /* Resume mid-epoch: the same batches as straight through. */
+    stk_loader_options o = {.batch_size = 7, .threads = 2, .seed = 3,
+                            .shuffle = STK_SHUFFLE_BLOCK, .block_size = 10, .shuffle_window = 2};
+    stk_loader *a = make_loader(f.ds, SPEC, o);
+    run head = {0}, rest = {0}, rest2 = {0};
+    assert_int_equal(drain(a, &head, 6), 1);
+    stk_loader_state st;
+    stk_loader_state_get(a, &st);
+    assert_int_equal(drain(a, &rest, 0), 0);
+    o.threads = 3;
+    stk_loader *b = make_loader(f.ds, SPEC, o);
+    assert_int_equal(stk_loader_state_set(b, &st), 0);
+    assert_int_equal(drain(b, &rest2, 0), 0);
+    assert_int_equal(rest2.rows, rest.rows);
+    assert_int_equal(head.rows + rest.rows, 103);
+    assert_memory_equal(rest2.data, rest.data, rest.rows * H * W * C * 4);
+    assert_memory_equal(rest2.indices, rest.indices, rest.rows * 8);
+    run_free(&head);
+    run_free(&rest);
+    run_free(&rest2);
+    stk_loader_destroy(a);
     stk_loader_destroy(b);
+    fixture_close(&f);
+}
+
+/* W ranks run p batches of epoch 2 in lockstep and checkpoint; W2 != W fresh
+ * ranks load those states (rank r2 takes old rank r2 % W's: any works) and
+ * finish the epoch. Over the union every sample is seen once, apart from the
+ * padded slots of the rest; the next epoch is a full, fresh one in the new
+ * layout. */
+static void check_loader_world_change(fixture *f, uint32_t w, uint32_t w2, int drop,
+                                      stk_shuffle mode, uint64_t p)
+{
+    const uint32_t b = 4;
+    const uint64_t n = f->n;
+    unsigned *count = calloc(n, sizeof *count);
+    stk_loader_state *states = calloc(w, sizeof *states);
+    for (uint32_t r = 0; r < w; r++) {
+        stk_loader_options o = {.batch_size = b, .threads = 2, .seed = 21, .rank = r,
+                                .world_size = w, .drop_last = drop, .shuffle = mode};
+        stk_loader *l = make_loader(f->ds, "to u8", o);
+        assert_int_equal(stk_loader_set_epoch(l, 2), 0);
+        run head = {0};
+        if (p)
+            assert_int_equal(drain(l, &head, p), 1);
+        for (uint64_t i = 0; i < head.rows; i++)
+            count[head.indices[i]]++;
+        stk_loader_state_get(l, &states[r]);
+        assert_int_equal(states[r].position, p);
+        run_free(&head);
+        stk_loader_destroy(l);
+    }
+    uint64_t start = p * b * w, rest = n - start;
+    uint64_t per = drop ? rest / w2 / b * b : (rest + w2 - 1) / w2, total = start, twice = 0;
+    for (uint32_t r = 0; r < w2; r++) {
+        stk_loader_options o = {.batch_size = b, .threads = 2, .seed = 21, .rank = r,
+                                .world_size = w2, .drop_last = drop, .shuffle = mode};
+        stk_loader *l = make_loader(f->ds, "to u8", o);
+        uint64_t full = stk_loader_length(l);
+        assert_int_equal(stk_loader_state_set(l, &states[r % w]), 0);
+        stk_loader_state now;
+        stk_loader_state_get(l, &now);
+        assert_int_equal(now.epoch, 2);
+        assert_int_equal(now.world_size, w2);
+        assert_int_equal(now.rank, r);
+        assert_int_equal(now.position, 0);
+        assert_int_equal(now.start_slot, start);
+        assert_int_equal(stk_loader_length(l), (per + b - 1) / b);
+        run out = {0};
+        assert_int_equal(drain(l, &out, 0), 0);
+        assert_int_equal(out.rows, per);
+        for (uint64_t i = 0; i < out.rows; i++)
+            count[out.indices[i]]++;
+        total += out.rows;
+        /* Then epoch 3, full, as a fresh loader of this layout has it. */
+        assert_int_equal(stk_loader_length(l), full);
+        run next = {0}, ref = {0};
+        assert_int_equal(drain(l, &next, 0), 0);
+        stk_loader *fresh = make_loader(f->ds, "to u8", o);
+        assert_int_equal(stk_loader_set_epoch(fresh, 3), 0);
+        assert_int_equal(drain(fresh, &ref, 0), 0);
+        assert_int_equal(next.rows, ref.rows);
+        assert_memory_equal(next.indices, ref.indices, ref.rows * 8);
+        run_free(&out);
+        run_free(&next);
+        run_free(&ref);
+        stk_loader_destroy(fresh);
+        stk_loader_destroy(l);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        if (drop)
+            assert_true(count[i] <= 1);
+        else
+            assert_true(count[i] >= 1 && count[i] <= 2);
+        twice += count[i] ? count[i] - 1 : 0;
+    }
+    if (drop)
+        assert_int_equal(total, start + per * w2);
+    else
+        assert_int_equal(twice, per * w2 - rest);
+    free(states);
+    free(count);
+}
+
+static void test_resume_on_another_world_size(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, 203);
+    const uint32_t pairs[][2] = {{1, 2}, {4, 3}, {8, 1}, {3, 5}, {2, 7}};
+    const stk_shuffle modes[] = {STK_SHUFFLE_GLOBAL, STK_SHUFFLE_BLOCK};
+    for (size_t i = 0; i < 5; i++)
+        for (size_t m = 0; m < 2; m++)
+            for (int drop = 0; drop <= 1; drop++) {
+                uint32_t w = pairs[i][0];
+                uint64_t len = drop ? 203 / w / 4 * 4 : (203 + w - 1) / w;
+                uint64_t batches = (len + 3) / 4;
+                const uint64_t ps[] = {1, batches / 2, batches - 1};
+                for (size_t k = 0; k < 3; k++)
+                    check_loader_world_change(&f, w, pairs[i][1], drop, modes[m], ps[k]);
+            }
+    fixture_close(&f);
+}
+
+/* A state taken inside a partial epoch, restored into the same layout,
+ * continues it exactly; a state at its end starts the next epoch; and a
+ * partial epoch left empty by drop_last ends at once. */
+static void test_partial_epoch_state_round_trip(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, 203);
+    stk_loader_state st = {0};
+    stk_loader_options old = {.batch_size = 4, .seed = 5, .world_size = 4};
+    stk_loader *a = make_loader(f.ds, SPEC, old);
+    run head = {0};
+    assert_int_equal(drain(a, &head, 5), 1);
+    stk_loader_state_get(a, &st); /* 80 slots consumed */
+    stk_loader_options o = {.batch_size = 4, .seed = 5, .world_size = 3, .rank = 1};
+    stk_loader *b = make_loader(f.ds, SPEC, o);
+    assert_int_equal(stk_loader_state_set(b, &st), 0);
+    assert_int_equal(stk_loader_length(b), (41 + 3) / 4); /* 123 left over 3 ranks */
+    run b1 = {0}, b2 = {0}, c2 = {0};
+    assert_int_equal(drain(b, &b1, 3), 1);
+    stk_loader_state mid;
+    stk_loader_state_get(b, &mid);
+    assert_int_equal(mid.start_slot, 80);
+    assert_int_equal(mid.position, 3);
+    assert_int_equal(drain(b, &b2, 0), 0);
+    o.threads = 3;
+    stk_loader *c = make_loader(f.ds, SPEC, o);
+    assert_int_equal(stk_loader_state_set(c, &mid), 0);
+    assert_int_equal(stk_loader_length(c), 11);
+    assert_int_equal(drain(c, &c2, 0), 0);
+    assert_int_equal(c2.rows, b2.rows);
+    assert_int_equal(b1.rows + b2.rows, 41);
+    assert_memory_equal(c2.data, b2.data, b2.rows * 360);
+    /* set_epoch to the partial epoch's own number restarts it in full. */
+    assert_int_equal(stk_loader_set_epoch(c, 0), 0);
+    assert_int_equal(stk_loader_length(c), 17);
+    /* At the end of the partial epoch: the next one follows. */
+    stk_loader_state end;
+    stk_loader_state_get(b, &end); /* b moved on to epoch 1 */
+    assert_int_equal(end.epoch, 1);
+    assert_int_equal(end.start_slot, 0);
+    mid.position = 11;
+    assert_int_equal(stk_loader_state_set(c, &mid), 0);
+    run none = {0}, e1 = {0};
+    assert_int_equal(drain(c, &none, 0), 0);
+    assert_int_equal(none.rows, 0);
+    assert_int_equal(drain(c, &e1, 0), 0);
+    assert_int_equal(e1.rows, 68);
+    /* drop_last: 1 rank consumed 192 of 203; 11 left over 3 ranks is less
+     * than a batch each. */
+    stk_loader_options d = {.batch_size = 4, .seed = 5, .world_size = 3, .drop_last = 1};
+    stk_loader *e = make_loader(f.ds, "to u8", d);
+    stk_loader_state ds = {.seed = 5, .epoch = 7, .position = 48, .dataset_size = 203,
+                           .batch_size = 4, .world_size = 1, .flags = 2,
+                           .spec_hash = 0};
+    stk_loader_state mine;
+    stk_loader_state_get(e, &mine);
+    ds.spec_hash = mine.spec_hash;
+    assert_int_equal(stk_loader_state_set(e, &ds), 0);
+    assert_int_equal(stk_loader_length(e), 0);
+    run empty = {0}, e8 = {0};
+    assert_int_equal(drain(e, &empty, 0), 0);
+    assert_int_equal(empty.rows, 0);
+    assert_int_equal(drain(e, &e8, 0), 0);
+    assert_int_equal(e8.rows, 64);
+    assert_int_equal(e8.batches, 16);
+    run_free(&e8);
+    run_free(&empty);
+    run_free(&none);
+    run_free(&e1);
+    run_free(&head);
+    run_free(&b1);
+    run_free(&b2);
+    run_free(&c2);
+    stk_loader_destroy(a);
+    stk_loader_destroy(b);
+    stk_loader_destroy(c);
+    stk_loader_destroy(e);
     fixture_close(&f);
 }
 
@@ -573,6 +868,13 @@ static void test_bad_arguments(void **state)
     assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
     o = (stk_loader_options){.rank = 3, .world_size = 2};
     assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    o = (stk_loader_options){.block_size = 8}; /* without shuffle=block */
+    assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "shuffle=block only"));
+    o = (stk_loader_options){.no_shuffle = 1, .shuffle = STK_SHUFFLE_BLOCK};
+    assert_int_equal(stk_loader_create(f.ds, "", &o, &l), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "no_shuffle contradicts shuffle=block"));
+    assert_null(l);
     assert_int_equal(stk_loader_create(NULL, "", NULL, &l), STK_EINVAL);
     stk_loader_destroy(NULL);
     fixture_close(&f);
@@ -607,6 +909,9 @@ int main(void)
         cmocka_unit_test(test_drop_last),
         cmocka_unit_test(test_resume_mid_epoch),
         cmocka_unit_test(test_state_mismatch_rejected),
+        cmocka_unit_test(test_block_shuffle_loader),
+        cmocka_unit_test(test_resume_on_another_world_size),
+        cmocka_unit_test(test_partial_epoch_state_round_trip),
         cmocka_unit_test(test_set_epoch_semantics),
         cmocka_unit_test(test_lent_batches_never_overwritten),
         cmocka_unit_test(test_destroy_mid_epoch_with_full_queues),

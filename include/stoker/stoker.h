@@ -413,15 +413,38 @@ STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_veri
  * be called by any number of threads at once. destroy needs it to itself. */
 typedef struct stk_sampler stk_sampler;
 
+/* How an epoch is ordered (docs/sampler.md). */
+typedef enum stk_shuffle {
+    STK_SHUFFLE_GLOBAL = 0, /* a uniform pseudo-random permutation of [0, N) (default) */
+    STK_SHUFFLE_NONE = 1,   /* 0, 1, 2, ... (what no_shuffle asks for) */
+    /* For storage slow at random access: the blocks of block_size consecutive
+     * indices (the last may be short) in a random order, and the samples
+     * permuted within each window of shuffle_window consecutive blocks of that
+     * order, so a reader reads each block once per epoch, holding
+     * shuffle_window blocks at a time. */
+    STK_SHUFFLE_BLOCK = 2,
+} stk_shuffle;
+
+#define STK_DEFAULT_BLOCK_SIZE 64      /* records per block (STK_SHUFFLE_BLOCK) */
+#define STK_DEFAULT_SHUFFLE_WINDOW 16  /* blocks per window (STK_SHUFFLE_BLOCK) */
+
 typedef struct stk_sampler_options {
     uint64_t dataset_size; /* N, > 0 */
     uint64_t seed;
     uint32_t batch_size;   /* 0 means 1 (only matters with drop_last) */
     uint32_t rank;         /* 0 <= rank < world_size */
     uint32_t world_size;   /* 0 means 1 */
-    int no_shuffle;        /* nonzero: the order is 0, 1, 2, ... */
+    int no_shuffle;        /* nonzero: the order is 0, 1, 2, ... (as STK_SHUFFLE_NONE) */
     int drop_last;         /* see below */
-    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
+    /* Carved out of the reserved words (zero keeps the old behaviour): */
+    uint64_t block_size;   /* STK_SHUFFLE_BLOCK: records per block, 0 = 64 */
+    /* The epoch's list starts at this global slot (0 normally): positions
+     * count from it and the length is that of the rest of the epoch. Set when
+     * an epoch checkpointed at another world size continues (see below). */
+    uint64_t start_slot;
+    stk_shuffle shuffle;     /* STK_SHUFFLE_GLOBAL (0) unless no_shuffle */
+    uint32_t shuffle_window; /* STK_SHUFFLE_BLOCK: blocks per window, 0 = 16 */
+    uint64_t reserved_[1];   /* must be zero (ABI: see the top of this file) */
 } stk_sampler_options;
 
 /*
@@ -434,6 +457,12 @@ typedef struct stk_sampler_options {
  *  - drop_last = 1: the permutation is cut to floor(N / W) * W positions,
  *    strided the same way, and each rank keeps only whole batches. No sample
  *    is seen twice; the cut-off ones (different each epoch) are not seen.
+ *  - start_slot = S > 0: the epoch's list is the permutation from position S
+ *    on (the first S were consumed before a checkpoint); rank r takes slots
+ *    S + r, S + r + W, ... The same rules apply to the R = N - S slots left:
+ *    ceil(R / W) samples per rank padded by wrapping to the permutation's
+ *    start, or floor(floor(R / W) / B) * B with drop_last (possibly 0).
+ *    S must be below N.
  */
 STK_API int stk_sampler_create(const stk_sampler_options *opts, stk_sampler **out);
 STK_API void stk_sampler_destroy(stk_sampler *s);
@@ -480,10 +509,15 @@ typedef struct stk_loader_options {
     int drop_last;
     uint32_t rank, world_size;
     stk_error_policy on_error;
+    /* Carved out of the reserved words: the epoch order (stk_sampler_options;
+     * no_shuffle still means STK_SHUFFLE_NONE). */
+    uint64_t block_size;     /* STK_SHUFFLE_BLOCK: records per block, 0 = 64 */
+    stk_shuffle shuffle;     /* default STK_SHUFFLE_GLOBAL */
+    uint32_t shuffle_window; /* STK_SHUFFLE_BLOCK: blocks per window, 0 = 16 */
     /* Must be zero (ABI: see the top of this file). The GPU backend's
      * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
      * out of this space, zero meaning "batches in host memory" as today. */
-    uint64_t reserved_[8];
+    uint64_t reserved_[6];
 } stk_loader_options;
 
 /*
@@ -559,7 +593,10 @@ STK_API void stk_loader_interrupt(stk_loader *l);
  * is dropped. Lent batches stay valid. */
 STK_API int stk_loader_set_epoch(stk_loader *l, uint64_t epoch);
 
-/* Batches per epoch for this rank. */
+/* Batches per epoch for this rank: of the epoch the consumer is in. That is
+ * the full epoch's count except in an epoch resumed from a state taken at
+ * another world size or batch size (start_slot > 0), where it is the count of
+ * what is left of it (possibly 0); the epochs after it are full again. */
 STK_API uint64_t stk_loader_length(const stk_loader *l);
 
 /* Output description: bytes per sample and the per-sample shape (3 dims in
@@ -572,23 +609,41 @@ STK_API void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3],
  * Resumable state: where the consumer is. A loader created with the same
  * dataset, spec and options, then given this state, delivers exactly the
  * batches the original would have delivered next.
+ *
+ * Resume on another world size (docs/sampler.md). Ranks run in lockstep, so
+ * all W ranks' states hold the same (epoch, start_slot, position): together
+ * they consumed the first S = start_slot + position * batch_size * W global
+ * slots of the epoch's list. A loader with another world size W' (or another
+ * batch size, or another rank) given any of those states continues the same
+ * epoch from slot S: its ranks stride the rest of the epoch (start_slot = S,
+ * position 0), so over the union of ranks no sample of the epoch is repeated
+ * or skipped, apart from the pad/drop rule applied to the rest. The next
+ * epoch starts at slot 0 in the new layout.
  */
 typedef struct stk_loader_state {
     uint64_t seed;
     uint64_t epoch;
-    uint64_t position;     /* next batch index within the epoch */
+    uint64_t position;     /* next batch index within the epoch (from start_slot) */
     /* fingerprint, checked on restore */
     uint64_t dataset_size;
     uint32_t batch_size, rank, world_size;
-    int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last */
+    int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last, bit 2 block shuffle */
     uint64_t spec_hash;    /* XXH3-64 of the pipeline spec text */
-    uint64_t reserved_[4]; /* zeroed by state_get; must be zero for state_set */
+    /* Carved out of the reserved words (zero is what older states hold). */
+    uint64_t start_slot;     /* global slot this epoch's layout began at */
+    uint64_t block_size;     /* block shuffle only (else 0): records per block */
+    uint64_t shuffle_window; /* block shuffle only (else 0): blocks per window */
+    uint64_t reserved_[1];   /* zeroed by state_get; must be zero for state_set */
 } stk_loader_state;
 
 STK_API void stk_loader_state_get(const stk_loader *l, stk_loader_state *state);
-/* STK_EINVAL if the state does not match this loader (other dataset size,
- * batch size, sharding, seed or pipeline spec) or its position is past the
- * epoch. */
+/* Restore a state. STK_EINVAL if it does not belong to this loader's job:
+ * another seed, dataset size, pipeline spec, shuffle mode, block size,
+ * window or drop_last; a position past its epoch, or start_slot not below
+ * the dataset size. A different world size, rank or batch size is accepted:
+ * the epoch continues from the slot the state's layout had reached (see
+ * above). With the same world size and batch size the state is taken as is
+ * (any rank: the position is the job's). */
 STK_API int stk_loader_state_set(stk_loader *l, const stk_loader_state *state);
 
 /* Per-stage time, summed over threads, since creation. */

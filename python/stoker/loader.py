@@ -258,6 +258,26 @@ def _distributed(rank, world_size):
     return rank, world_size
 
 
+def _shuffle_mode(shuffle):
+    """shuffle argument -> (shuffle, block)."""
+    if isinstance(shuffle, str):
+        if shuffle not in ("global", "block", "none"):
+            raise ValueError("shuffle must be True, False, 'global', 'block' or 'none', got %r"
+                             % (shuffle,))
+        return shuffle != "none", shuffle == "block"
+    return bool(shuffle), False
+
+
+def _optional_count(name, v):
+    """None -> 0 (the library default), else an int >= 1."""
+    if v is None:
+        return 0
+    v = operator.index(v)
+    if v < 1:
+        raise ValueError("%s must be >= 1, got %d" % (name, v))
+    return v
+
+
 def _converter(output):
     if output == "torch":
         try:
@@ -299,6 +319,12 @@ class Loader:
       shuffle, seed: a seeded permutation per epoch; every random
         augmentation is a pure function of (seed, epoch, sample), so the
         batches are identical for any ``num_threads``/``prefetch``.
+        ``shuffle`` is False (dataset order; also ``"none"``), True (a
+        uniform permutation; also ``"global"``) or ``"block"``: for storage
+        slow at random access, blocks of ``block_size`` consecutive records
+        (default 64) in a random order, their samples mixed within windows
+        of ``shuffle_window`` blocks (default 16), so each block is read once
+        per epoch (docs/sampler.md).
       transforms: stoker transforms (RandomCrop, Normalize, ...) or raw
         stage strings, joined with ' | ', then ``to DTYPE LAYOUT`` appended.
       pipeline: the spec text instead of ``transforms`` (docs/pipeline.md);
@@ -315,6 +341,8 @@ class Loader:
         views of the pooled batch buffer; labels are a copy (see docs).
       rank, world_size: this process's shard. Default: torch.distributed's
         when it is initialised, else the RANK/WORLD_SIZE environment, else 0/1.
+        A state_dict taken with another world size (or batch size) is
+        accepted: the epoch continues where the old ranks together stopped.
       on_error: 'raise' (default) or 'skip' corrupt samples (counted in stats()).
 
     Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
@@ -333,7 +361,7 @@ class Loader:
     def __init__(self, dataset, batch_size=256, shuffle=False, seed=0, transforms=None,
                  pipeline=None, num_threads=2, prefetch=4, max_batches=None, drop_last=False,
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
-                 on_error="raise"):
+                 on_error="raise", block_size=None, shuffle_window=None):
         if not isinstance(dataset, _stoker.Dataset):
             dataset = open(dataset)
         spec = build_spec(transforms, pipeline, dtype, layout)
@@ -341,6 +369,11 @@ class Loader:
         mode, convert = _converter(output)
         if on_error not in _ON_ERROR:
             raise ValueError("on_error must be 'raise' or 'skip', got %r" % (on_error,))
+        shuffle, block = _shuffle_mode(shuffle)
+        if not block and (block_size is not None or shuffle_window is not None):
+            raise ValueError("block_size and shuffle_window need shuffle='block'")
+        block_size = _optional_count("block_size", block_size)
+        shuffle_window = _optional_count("shuffle_window", shuffle_window)
         batch_size = operator.index(batch_size)
         num_threads = operator.index(num_threads)
         prefetch = operator.index(prefetch)
@@ -356,13 +389,16 @@ class Loader:
                              % (max_batches, prefetch + 1))
         self._core = _stoker._Loader(
             dataset, spec, batch_size=batch_size, threads=num_threads, prefetch=prefetch,
-            max_batches=max_batches, seed=operator.index(seed), shuffle=bool(shuffle),
+            max_batches=max_batches, seed=operator.index(seed), shuffle=shuffle,
             drop_last=bool(drop_last), rank=rank, world_size=world_size,
-            on_error=_ON_ERROR[on_error], output=mode, convert=convert)
+            on_error=_ON_ERROR[on_error], output=mode, convert=convert, block=block,
+            block_size=block_size, shuffle_window=shuffle_window)
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
-        self._options = dict(batch_size=batch_size, shuffle=bool(shuffle),
+        self._options = dict(batch_size=batch_size,
+                             shuffle="block" if block else shuffle,
+                             block_size=block_size or None, shuffle_window=shuffle_window or None,
                              seed=operator.index(seed), num_threads=num_threads,
                              prefetch=prefetch, max_batches=max_batches,
                              drop_last=bool(drop_last), rank=rank, world_size=world_size,
@@ -380,7 +416,9 @@ class Loader:
         return self._core.iter(with_indices=True)
 
     def __len__(self):
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank (of the epoch the loader is in: after
+        :meth:`load_state_dict` from another world size, what is left of the
+        resumed epoch, until it ends)."""
         return len(self._core)
 
     def set_epoch(self, epoch):
@@ -412,8 +450,14 @@ class Loader:
     def load_state_dict(self, state):
         """Restore :meth:`state_dict`: the next ``iter()`` continues from there.
 
+        A state taken with another world size, rank or batch size is
+        accepted: the epoch continues from where all the old ranks together
+        stopped, strided over this Loader's ranks (no sample of the epoch
+        repeated or skipped, apart from the pad/drop rule on the rest), and
+        ``len()`` is the number of batches left of that epoch until it ends.
+
         Raises InvalidArgument if the state belongs to another dataset size,
-        batch size, sharding, seed or shuffle/drop_last setting, and
+        seed or shuffle/block/drop_last setting, and
         ValueError if it was taken with another pipeline (delete
         ``state['pipeline']`` and ``state['spec_hash']`` to resume anyway)."""
         state = dict(state)

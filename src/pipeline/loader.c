@@ -41,6 +41,12 @@
  * matching variable, so stopping, resetting, failing or interrupting never
  * leaves a thread asleep.
  *
+ * An epoch continued from a state taken under another world size or batch
+ * size is partial: its list starts at a global slot S > 0 and it has fewer
+ * batches (stk_loader_state_set, docs/sampler.md). A reset records it as its
+ * base (base_start = S); seq_place counts that epoch's batches first, then
+ * full epochs, and every slot carries the start slot its rows are read from.
+ *
  * Resets (set_epoch, state_set) act on the slots themselves (there is no
  * generation counter): READY slots become FREE at once; a FILLING slot with
  * workers still writing into it is marked `cancelled` and goes FREE when its
@@ -97,6 +103,7 @@ typedef struct slot {
     slot_state state;
     uint64_t seq;       /* batch sequence held (FILLING/READY/LENT) */
     uint64_t epoch, position;
+    uint64_t start;     /* global slot its epoch's list starts at (0 unless partial) */
     uint32_t rows;      /* rows of this batch */
     uint32_t next_row;  /* first unclaimed row (FILLING) */
     uint32_t done_rows; /* rows finished */
@@ -143,6 +150,9 @@ struct stk_loader {
     uint32_t nslots;
     uint32_t pending;           /* slots FILLING or READY (not cancelled) */
     uint64_t base_epoch, base_pos; /* what seq 0 is since the last reset */
+    uint64_t base_start;        /* > 0: base_epoch is partial, its list starts here */
+    uint64_t part_rank;         /* samples per rank of that partial epoch */
+    uint64_t part_batches;      /* its batches (may be 0) */
     uint64_t fill_seq;          /* next seq to assign */
     uint64_t deliver_seq;       /* next seq to lend */
     uint64_t cons_epoch, cons_pos; /* the consumer's place (state) */
@@ -188,17 +198,37 @@ static int slot_alloc(stk_loader *l, slot *s)
     return 0;
 }
 
-/* seq -> (epoch, position). Caller holds mu. */
-static void seq_place(const stk_loader *l, uint64_t seq, uint64_t *epoch, uint64_t *pos)
+/* Batches of `epoch` (the partial one or a full one). Caller holds mu. */
+static uint64_t epoch_batches_locked(const stk_loader *l, uint64_t epoch)
+{
+    return l->base_start && epoch == l->base_epoch ? l->part_batches : l->per_epoch;
+}
+
+/* seq -> (epoch, position, start slot). Caller holds mu. */
+static void seq_place(const stk_loader *l, uint64_t seq, uint64_t *epoch, uint64_t *pos,
+                      uint64_t *start)
 {
     uint64_t abs = l->base_pos + seq;
+    *start = 0;
+    if (l->base_start) {
+        if (abs < l->part_batches) {
+            *epoch = l->base_epoch;
+            *pos = abs;
+            *start = l->base_start;
+            return;
+        }
+        abs -= l->part_batches;
+        *epoch = l->base_epoch + 1 + abs / l->per_epoch;
+        *pos = abs % l->per_epoch;
+        return;
+    }
     *epoch = l->base_epoch + abs / l->per_epoch;
     *pos = abs % l->per_epoch;
 }
 
-/* Drop all prefetched work and restart filling at (epoch, pos). Caller
- * holds mu. */
-static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos)
+/* Drop all prefetched work and restart filling at (epoch, pos), the epoch's
+ * list starting at global slot `start` (0: a full epoch). Caller holds mu. */
+static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos, uint64_t start)
 {
     for (uint32_t i = 0; i < l->nslots; i++) {
         slot *s = &l->slots[i];
@@ -212,6 +242,9 @@ static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos)
     l->pending = 0;
     l->base_epoch = epoch;
     l->base_pos = pos;
+    l->base_start = start;
+    l->part_rank = start ? stk_sampler_length_from(l->sampler, start) : 0;
+    l->part_batches = (l->part_rank + l->opt.batch_size - 1) / l->opt.batch_size;
     l->fill_seq = l->deliver_seq = 0;
     l->cons_epoch = epoch;
     l->cons_pos = pos;
@@ -254,14 +287,15 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
             slot *s = &l->slots[i];
             if (s->state != SLOT_FREE)
                 continue;
-            uint64_t epoch, pos;
-            seq_place(l, l->fill_seq, &epoch, &pos);
+            uint64_t epoch, pos, start;
+            seq_place(l, l->fill_seq, &epoch, &pos, &start);
             uint64_t first = pos * l->opt.batch_size;
-            uint64_t left = l->per_rank - first;
+            uint64_t left = (start ? l->part_rank : l->per_rank) - first;
             s->state = SLOT_FILLING;
             s->seq = l->fill_seq++;
             s->epoch = epoch;
             s->position = pos;
+            s->start = start;
             s->rows = (uint32_t)(left < l->opt.batch_size ? left : l->opt.batch_size);
             s->next_row = s->done_rows = s->skipped = 0;
             s->active = 0;
@@ -301,7 +335,7 @@ static void compact_rows(stk_loader *l, slot *s)
 /* Process rows [row0, row1) of slot s. No lock held. Returns 0 or the fatal
  * error code (message in the thread-local buffer). */
 static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t pos,
-                     uint32_t row0, uint32_t row1, uint32_t *skipped)
+                     uint64_t start, uint32_t row0, uint32_t row1, uint32_t *skipped)
 {
     stk_epoch_key key;
     stk_sampler_epoch_key(l->sampler, epoch, &key);
@@ -310,7 +344,7 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     uint64_t t = stk_ticks();
     int rc = 0;
     for (uint32_t row = row0; row < row1; row++) {
-        uint64_t index = stk_sampler_index_keyed(l->sampler, &key, first + row);
+        uint64_t index = stk_sampler_index_from(l->sampler, &key, start, first + row);
         stk_sample sample;
         rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
         uint64_t t_read = stk_ticks();
@@ -369,11 +403,11 @@ static void *worker_main(void *arg)
                                   memory_order_relaxed);
             continue;
         }
-        uint64_t epoch = s->epoch, pos = s->position;
+        uint64_t epoch = s->epoch, pos = s->position, start = s->start;
         pthread_mutex_unlock(&l->mu);
 
         uint32_t skipped = 0;
-        int rc = fill_rows(l, w, s, epoch, pos, row0, row1, &skipped);
+        int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->skipped, skipped, memory_order_relaxed);
 
@@ -453,6 +487,16 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
         o->max_batches = MAX_SLOTS;
     if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
         return stk_fail(STK_EINVAL, "loader: unknown error policy %d", (int)o->on_error);
+    /* The order: no_shuffle is STK_SHUFFLE_NONE; block defaults filled in
+     * (the sampler checks the rest, with the messages). */
+    if (o->no_shuffle && o->shuffle == STK_SHUFFLE_GLOBAL)
+        o->shuffle = STK_SHUFFLE_NONE;
+    if (o->shuffle == STK_SHUFFLE_BLOCK && !o->no_shuffle) {
+        if (!o->block_size)
+            o->block_size = STK_DEFAULT_BLOCK_SIZE;
+        if (!o->shuffle_window)
+            o->shuffle_window = STK_DEFAULT_SHUFFLE_WINDOW;
+    }
     return 0;
 }
 
@@ -482,11 +526,15 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
         .world_size = l->opt.world_size,
         .no_shuffle = l->opt.no_shuffle,
         .drop_last = l->opt.drop_last,
+        .shuffle = l->opt.shuffle,
+        .block_size = l->opt.block_size,
+        .shuffle_window = l->opt.shuffle_window,
     };
     if ((rc = stk_sampler_create(&so, &l->sampler)) < 0)
         goto fail_early;
     /* Without shuffle each rank reads its indices in increasing order. */
-    stk_dataset_access_hint(ds, l->opt.no_shuffle ? STK_ACCESS_SEQUENTIAL : STK_ACCESS_RANDOM);
+    stk_dataset_access_hint(ds, l->opt.shuffle == STK_SHUFFLE_NONE ? STK_ACCESS_SEQUENTIAL
+                                                                   : STK_ACCESS_RANDOM);
     l->per_rank = stk_sampler_length(l->sampler);
     l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
 
@@ -683,7 +731,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
             rc = l->error.code;
             break;
         }
-        if (l->cons_pos == l->per_epoch) {
+        if (l->cons_pos == epoch_batches_locked(l, l->cons_epoch)) {
             /* End of epoch: say so once, then carry on with the next one
              * (whose batches may already be filling). */
             l->cons_epoch++;
@@ -752,20 +800,30 @@ int stk_loader_set_epoch(stk_loader *l, uint64_t epoch)
     if (!l)
         return stk_fail(STK_EINVAL, "stk_loader_set_epoch: loader is NULL");
     pthread_mutex_lock(&l->mu);
-    if (l->cons_pos == l->per_epoch && l->cons_epoch + 1 == epoch && !l->failed) {
+    if (l->cons_pos == epoch_batches_locked(l, l->cons_epoch) && l->cons_epoch + 1 == epoch &&
+        !l->failed) {
         /* Finished the previous epoch without reading its end: the next
          * epoch's batches are exactly what is prefetched. */
         l->cons_epoch = epoch;
         l->cons_pos = 0;
-    } else if (!(l->cons_epoch == epoch && l->cons_pos == 0 && !l->failed)) {
-        reset_locked(l, epoch, 0);
+    } else if (!(l->cons_epoch == epoch && l->cons_pos == 0 && !l->failed &&
+                 !(l->base_start && l->base_epoch == epoch))) {
+        /* (the start of a partial epoch is not the start of the epoch) */
+        reset_locked(l, epoch, 0, 0);
     }
     l->interrupted = false;
     pthread_mutex_unlock(&l->mu);
     return 0;
 }
 
-uint64_t stk_loader_length(const stk_loader *l) { return l->per_epoch; }
+uint64_t stk_loader_length(const stk_loader *l)
+{
+    stk_loader *ml = (stk_loader *)l; /* the mutex is not part of the value */
+    pthread_mutex_lock(&ml->mu);
+    uint64_t n = epoch_batches_locked(l, l->cons_epoch);
+    pthread_mutex_unlock(&ml->mu);
+    return n;
+}
 
 void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3], stk_dtype *dtype,
                              stk_layout *layout, size_t *sample_bytes)
@@ -782,7 +840,8 @@ void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3], stk_dtype *d
 
 static int32_t state_flags(const stk_loader *l)
 {
-    return (l->opt.no_shuffle ? 1 : 0) | (l->opt.drop_last ? 2 : 0);
+    return (l->opt.shuffle == STK_SHUFFLE_NONE ? 1 : 0) | (l->opt.drop_last ? 2 : 0) |
+           (l->opt.shuffle == STK_SHUFFLE_BLOCK ? 4 : 0);
 }
 
 void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
@@ -792,6 +851,7 @@ void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
     pthread_mutex_lock(&ml->mu);
     st->epoch = l->cons_epoch;
     st->position = l->cons_pos;
+    st->start_slot = l->base_start && l->cons_epoch == l->base_epoch ? l->base_start : 0;
     pthread_mutex_unlock(&ml->mu);
     st->seed = l->opt.seed;
     st->dataset_size = l->ds->count;
@@ -800,6 +860,10 @@ void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
     st->world_size = l->opt.world_size;
     st->flags = state_flags(l);
     st->spec_hash = l->spec_hash;
+    if (l->opt.shuffle == STK_SHUFFLE_BLOCK) {
+        st->block_size = l->opt.block_size;
+        st->shuffle_window = l->opt.shuffle_window;
+    }
 }
 
 int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
@@ -814,28 +878,50 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
         return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec (hash "
                                     "%016llx, this loader's is %016llx)",
                         (unsigned long long)st->spec_hash, (unsigned long long)l->spec_hash);
+    uint64_t bs = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.block_size : 0;
+    uint64_t win = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.shuffle_window : 0;
     if (st->seed != l->opt.seed || st->dataset_size != l->ds->count ||
-        st->batch_size != l->opt.batch_size || st->rank != l->opt.rank ||
-        st->world_size != l->opt.world_size || st->flags != state_flags(l))
+        st->flags != state_flags(l) || st->block_size != bs || st->shuffle_window != win)
         return stk_fail(STK_EINVAL,
                         "loader state does not match this loader: state has seed %llu, %llu "
-                        "samples, batch %u, rank %u/%u, flags %d; loader has seed %llu, %llu "
-                        "samples, batch %u, rank %u/%u, flags %d",
+                        "samples, flags %d, block %llu x %llu; loader has seed %llu, %llu "
+                        "samples, flags %d, block %llu x %llu",
                         (unsigned long long)st->seed, (unsigned long long)st->dataset_size,
-                        st->batch_size, st->rank, st->world_size, st->flags,
-                        (unsigned long long)l->opt.seed, (unsigned long long)l->ds->count,
-                        l->opt.batch_size, l->opt.rank, l->opt.world_size, state_flags(l));
-    if (st->position > l->per_epoch)
+                        st->flags, (unsigned long long)st->block_size,
+                        (unsigned long long)st->shuffle_window, (unsigned long long)l->opt.seed,
+                        (unsigned long long)l->ds->count, state_flags(l),
+                        (unsigned long long)bs, (unsigned long long)win);
+    if (st->world_size == 0 || st->batch_size == 0 || st->rank >= st->world_size)
+        return stk_fail(STK_EINVAL, "loader state: rank %u, world size %u, batch size %u is not "
+                                    "a layout",
+                        st->rank, st->world_size, st->batch_size);
+    if (st->start_slot >= st->dataset_size)
+        return stk_fail(STK_EINVAL, "loader state: start slot %llu is not below the dataset size "
+                                    "%llu",
+                        (unsigned long long)st->start_slot, (unsigned long long)st->dataset_size);
+    /* The epoch's batches in the state's own layout. */
+    uint64_t span = stk_sampler_span(st->dataset_size, st->world_size, st->batch_size,
+                                     l->opt.drop_last, st->start_slot);
+    uint64_t batches = (span + st->batch_size - 1) / st->batch_size;
+    if (st->position > batches)
         return stk_fail(STK_EINVAL, "loader state: position %llu is past the epoch's %llu batches",
-                        (unsigned long long)st->position, (unsigned long long)l->per_epoch);
+                        (unsigned long long)st->position, (unsigned long long)batches);
+    bool same_layout = st->world_size == l->opt.world_size && st->batch_size == l->opt.batch_size;
     pthread_mutex_lock(&l->mu);
-    if (st->position == l->per_epoch) {
-        /* At the end, before next() reported it: fill from the next epoch. */
-        reset_locked(l, st->epoch + 1, 0);
+    if (st->position == batches) {
+        /* At the end, before next() reported it: fill from the next epoch
+         * (full, in this loader's layout). */
+        reset_locked(l, st->epoch + 1, 0, 0);
         l->cons_epoch = st->epoch;
-        l->cons_pos = st->position;
+        l->cons_pos = l->per_epoch;
+    } else if (same_layout) {
+        reset_locked(l, st->epoch, st->position, st->start_slot);
     } else {
-        reset_locked(l, st->epoch, st->position);
+        /* Another layout: its ranks, in lockstep, consumed the global slots
+         * [0, S) of the epoch's list; continue from S in this layout. S < N
+         * because position < batches. */
+        uint64_t consumed = st->start_slot + st->position * st->batch_size * st->world_size;
+        reset_locked(l, st->epoch, 0, consumed);
     }
     pthread_mutex_unlock(&l->mu);
     return 0;

@@ -22,7 +22,8 @@ class LoaderOptions(C.Structure):
     _fields_ = [("batch_size", C.c_uint32), ("threads", C.c_uint32), ("prefetch", C.c_uint32),
                 ("max_batches", C.c_uint32), ("seed", C.c_uint64), ("no_shuffle", C.c_int),
                 ("drop_last", C.c_int), ("rank", C.c_uint32), ("world_size", C.c_uint32),
-                ("on_error", C.c_int), ("reserved_", C.c_uint64 * 8)]
+                ("on_error", C.c_int), ("block_size", C.c_uint64), ("shuffle", C.c_int),
+                ("shuffle_window", C.c_uint32), ("reserved_", C.c_uint64 * 6)]
 
 
 lib.stk_errmsg.restype = C.c_char_p
