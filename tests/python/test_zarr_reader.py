@@ -335,8 +335,9 @@ def test_zarr_chunk_damage_at_read(tmp_path, codec, damage, text):
 
 def test_zarr_same_digest_as_npy_and_pack(tmp_path):
     """Photos decoded and resized to 40x48 with PIL, written once with
-    zarr-python (blosc, chunks of 5) and once with numpy.save: zarr:, npy:
-    and the .stk pack made from zarr: give the same digest."""
+    zarr-python (blosc, chunks of 5), with numpy.save and with np.savez:
+    zarr:, npy:, the .npz and the .stk pack made from zarr: give the same
+    digest."""
     from PIL import Image
     root = need_photos("train")
     files = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(root, "train"))
@@ -350,6 +351,7 @@ def test_zarr_same_digest_as_npy_and_pack(tmp_path):
     (tmp_path / "n").mkdir()
     np.save(tmp_path / "n" / "images.npy", images)
     np.save(tmp_path / "n" / "labels.npy", labels)
+    np.savez(tmp_path / "n.npz", images=images, labels=labels)
     run_stoker("pack", "-q", f"zarr:{tmp_path}/z", tmp_path / "pack")
 
     def digest(uri):
@@ -359,4 +361,5 @@ def test_zarr_same_digest_as_npy_and_pack(tmp_path):
 
     dz = digest(f"zarr:{tmp_path}/z")
     assert dz == digest(f"npy:{tmp_path}/n")
+    assert dz == digest(str(tmp_path / "n.npz"))
     assert dz == digest(str(tmp_path / "pack"))
