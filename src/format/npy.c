@@ -1,9 +1,28 @@
 /*
  * npy.c — a pair of NumPy .npy files: images and labels.
  *
- * URI: "npy:IMAGES,LABELS" (two .npy files joined by one ',') or "npy:DIR"
- * (DIR/images.npy and DIR/labels.npy); a bare directory holding both files
- * is detected. No query keys.
+ * URI: "npy:IMAGES,LABELS" (two .npy files joined by one ','), "npy:DIR"
+ * (DIR/images.npy and DIR/labels.npy) or "npy:FILE.npz[?images=NAME&
+ * labels=NAME]" (the members NAME.npy of an np.savez archive, default
+ * images and labels); a bare directory holding both files and a bare
+ * *.npz file are detected. The query keys apply to .npz only.
+ *
+ * .npz. np.savez writes a ZIP archive whose members are stored (method 0),
+ * so each array lies in the file as a plain .npy: the archive is mapped
+ * once and each member is parsed exactly as a .npy file in place, no copy.
+ * The archive is checked before any member byte is used: the end of
+ * central directory record (the last "PK\5\6" whose comment reaches the
+ * end of the file; one disk), the ZIP64 end record through its locator
+ * when a 32-bit field is saturated (archives past 4 GiB; numpy's zipfile
+ * writes them), every central directory entry inside the directory, the
+ * member's ZIP64 extra field when its sizes or offset are saturated, then
+ * its local header (signature, the same name and method) and its data
+ * inside the members' area. A compressed member (np.savez_compressed,
+ * deflate) or an encrypted one is refused: serving it would mean
+ * inflating the whole array into memory at open, which np.savez avoids.
+ * The labels member's CRC-32 is checked (it is read whole at open anyway);
+ * the images member's is not, like the .npy images (reading the whole
+ * array at open would cost what mapping it saves).
  *
  * The .npy format (numpy/lib/format.py, versions 1.0 and 2.0):
  *
