@@ -269,14 +269,29 @@ static void test_missing_chunk_fill(void **state)
             check_sample(px, i, 0);
         }
     }
-    /* a truncated uncompressed chunk: STK_EDATA naming file and sizes */
+    /* an uncompressed chunk file is mapped at open: truncated while open,
+     * the samples whose bytes remain still read, the others are STK_EDATA
+     * (read_check) */
     char *c2 = cat(g, "images/2.0.0.0");
     uint8_t raw[CHUNK * SAMPLE];
     image_chunk(2, 0, raw);
+    tu_write_file(c2, raw, 30);
+    assert_int_equal(stk_dataset_read(ds, 8, px, sizeof px, &label), SAMPLE);
+    check_sample(px, 8, 0);
+    assert_int_equal(stk_dataset_read(ds, 9, px, sizeof px, &label), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), ": sample 9: "));
+    assert_non_null(strstr(stk_errmsg(), "images/2.0.0.0 was truncated while open (only its "
+                                         "first 30 of 96 bytes remain)"));
+    stk_dataset_close(ds);
+    /* opened with that chunk file short: STK_EDATA naming file and sizes */
     tu_write_file(c2, raw, sizeof raw - 1);
+    assert_int_equal(stk_dataset_open(uri, NULL, &ds), 0);
     assert_int_equal(stk_dataset_read(ds, 8, px, sizeof px, &label), STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "images/2.0.0.0: chunk file of 95 bytes; a none chunk "
                                          "of 96 decoded bytes is stored as exactly that many"));
+    tu_write_file(c2, raw, sizeof raw); /* repaired: read the pread way */
+    assert_int_equal(stk_dataset_read(ds, 9, px, sizeof px, &label), SAMPLE);
+    check_sample(px, 9, 0);
     char name[1024];
     stk_dataset_sample_name(ds, 9, name, sizeof name);
     assert_non_null(strstr(name, ": sample 9 (chunk file "));

@@ -47,8 +47,16 @@
  * which drops the old contents with the header. Other readers writing the
  * scratch overwrite the header with their own bytes; a false hit would
  * need them to write this magic and this dataset's generation at offset
- * 0. Uncompressed chunks are not cached: the sample's bytes are pread
- * straight from the chunk file at their offset (one open, one pread).
+ * 0.
+ *
+ * Uncompressed chunks are not decoded, so not cached. With at most
+ * ZARR_MAX_MAPS chunks (a mapping each stays within vm.max_map_count's
+ * budget) every chunk file is mapped at open, a file of the wrong size or
+ * one that will not open excepted, and read is pointer arithmetic into the
+ * mapping (read_check reports a file truncated under it). Above that, and
+ * for the excepted files, the sample's bytes are pread from the chunk file
+ * at their offset (one open, one pread) into the scratch after an emptied
+ * cache header.
  *
  * Validation. At open: both .zarray files, the shapes, dtypes, chunk
  * layout, limits (max_samples, max_pixels, a decoded chunk at most
@@ -87,6 +95,7 @@
 #define ZARR_MAX_CHUNK (1ull << 30) /* decoded bytes of one chunk */
 #define ZARR_HDR 32u                /* cache header at the start of the scratch */
 #define ZARR_MAGIC 0x315252415a4b5453ull /* "STKZARR1" */
+#define ZARR_MAX_MAPS 4096u         /* uncompressed chunk files mapped at open */
 
 /* ------------------------------------------------------------------------ */
 /* A small strict JSON parser                                               */
@@ -407,7 +416,17 @@ typedef struct stk_zarr_impl {
     size_t sample_bytes;
     uint64_t chunk_n;     /* samples per image chunk */
     uint64_t generation;  /* this open's id in scratch cache headers */
+    /* Uncompressed images with at most ZARR_MAX_MAPS chunks: each chunk
+     * file mapped at open (owned; read-only after open), or NULL. */
+    stk_mapped_file *maps;
+    uint8_t *map_state;   /* owned: ZARR_MAPPED, ZARR_MISSING or ZARR_PREAD per chunk */
 } stk_zarr_impl;
+
+/* map_state: served from the mapping; missing at open (fill_value); or
+ * neither (a file of the wrong size, one that would not open or map): read
+ * goes the pread way, which words the error (or reads the file if it was
+ * repaired since). */
+enum { ZARR_MAPPED = 0, ZARR_MISSING = 1, ZARR_PREAD = 2 };
 
 typedef struct zarr_cache_hdr {
     uint64_t magic, generation, chunk, valid;
@@ -766,7 +785,13 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     int missing = 0, rc;
     out->label = m->labels[index];
 
-    if (a->codec == ZARR_NONE) {
+    if (a->codec == ZARR_NONE && m->maps && m->map_state[c] == ZARR_MAPPED) {
+        zarr_view(ds, m->maps[c].data + k * m->sample_bytes, out);
+        return 0;
+    }
+    if (a->codec == ZARR_NONE && m->maps && m->map_state[c] == ZARR_MISSING) {
+        missing = 1;
+    } else if (a->codec == ZARR_NONE) {
         /* pread the sample alone (after an emptied cache header) */
         char key[96], name[1200];
         stk_file_source fs;
@@ -828,9 +853,32 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     return 0;
 }
 
+/* vtable.read_check: for samples served from a mapped chunk file, were its
+ * bytes still the file's after use (a file truncated while open reads as
+ * zeros)? */
+static int stk_zarr_read_check(const stk_dataset *ds, uint64_t index)
+{
+    const stk_zarr_impl *m = ds->impl;
+    uint64_t c = index / m->chunk_n, off = (index % m->chunk_n) * m->sample_bytes, valid;
+    if (!m->maps || m->map_state[c] != ZARR_MAPPED ||
+        stk_mapped_file_intact(&m->maps[c], off, m->sample_bytes, &valid))
+        return 0;
+    char key[96];
+    zarr_chunk_key(&m->images, c, key, sizeof key);
+    return stk_fail(STK_EDATA, "%s: sample %llu: %s/%s was truncated while open (only its first "
+                               "%llu of %zu bytes remain); the sample's bytes were lost",
+                    ds->uri, (unsigned long long)index, m->images.path, key,
+                    (unsigned long long)valid, m->maps[c].size);
+}
+
 static void stk_zarr_close(stk_dataset *ds)
 {
     stk_zarr_impl *m = ds->impl;
+    if (m->maps)
+        for (uint64_t c = 0; c < m->images.nchunks; c++)
+            stk_unmap_file(&m->maps[c]);
+    free(m->maps);
+    free(m->map_state);
     zarr_array_close(&m->images);
     zarr_array_close(&m->labels_arr);
     free(m->labels);
@@ -841,7 +889,8 @@ static void stk_zarr_close(stk_dataset *ds)
 
 static const stk_dataset_vtable stk_zarr_vt = {.format = "zarr", .read = stk_zarr_read,
                                                .close = stk_zarr_close,
-                                               .sample_name = stk_zarr_sample_name};
+                                               .sample_name = stk_zarr_sample_name,
+                                               .read_check = stk_zarr_read_check};
 
 /* Chunk geometry of `a` along axis 0 (the others whole), checked against
  * the limits. */
@@ -923,6 +972,37 @@ static int zarr_load_labels(stk_zarr_impl *m, uint64_t n, int64_t *maxl)
 out:
     stk_scratch_free(&sc);
     return rc;
+}
+
+/* Map every uncompressed image chunk file (see map_state). Only memory
+ * failures fail the open; a chunk that cannot be served from a mapping is
+ * left to the pread path, which reports it per sample. */
+static int zarr_map_chunks(stk_zarr_impl *m, const char *uri)
+{
+    const zarr_array *a = &m->images;
+    m->maps = calloc(a->nchunks, sizeof *m->maps);
+    m->map_state = malloc(a->nchunks);
+    if (!m->maps || !m->map_state)
+        return stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
+    for (uint64_t c = 0; c < a->nchunks; c++) {
+        char key[96];
+        stk_file_source fs;
+        const uint8_t *data = NULL;
+        zarr_chunk_key(a, c, key, sizeof key);
+        int rc = stk_file_source_open_at(&fs, a->dirfd, key, NULL);
+        m->map_state[c] = rc == STK_ENOENT ? ZARR_MISSING : ZARR_PREAD;
+        if (rc == 0 && fs.base.size == a->chunk_bytes &&
+            stk_source_map(&fs.base, 0, &data, &m->maps[c].guard) == 0 && data) {
+            m->maps[c].data = data;
+            m->maps[c].size = a->chunk_bytes;
+            m->map_state[c] = ZARR_MAPPED;
+        }
+        stk_source_close(&fs.base);
+        if (rc == STK_ENOMEM)
+            return rc;
+    }
+    stk_errmsg_clear();
+    return 0;
 }
 
 static int stk_zarr_open(const char *uri, const char *path, const char *query,
@@ -1012,6 +1092,10 @@ static int stk_zarr_open(const char *uri, const char *path, const char *query,
         }
         memset(m->fill_sample, (int)a->fill, m->sample_bytes);
     }
+
+    if (a->codec == ZARR_NONE && a->nchunks <= ZARR_MAX_MAPS &&
+        (rc = zarr_map_chunks(m, uri)) < 0)
+        goto fail;
 
     /* labels */
     zarr_array *l = &m->labels_arr;
