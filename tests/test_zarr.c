@@ -197,6 +197,9 @@ static void test_chunk_cache(void **state)
         check_sample(p, i, 0);
         assert_ptr_equal(p, base + 32 + i * SAMPLE); /* in the scratch, after the header */
     }
+    int64_t l = 0; /* labels come from the table, no chunk needed */
+    assert_int_equal(stk_dataset_label(ds, 2, &l), 0);
+    assert_int_equal(l, 2 * 3 - 4);
     assert_int_equal(read_view(ds, 2, &fresh, &p), STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "sample 2: "));
     assert_non_null(strstr(stk_errmsg(), "images/0.0.0.0: chunk file missing and the array's "

@@ -871,6 +871,14 @@ static int stk_zarr_read_check(const stk_dataset *ds, uint64_t index)
                     (unsigned long long)valid, m->maps[c].size);
 }
 
+/* vtable.label: from the table, without decoding a chunk. */
+static int stk_zarr_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    const stk_zarr_impl *m = ds->impl;
+    *label = m->labels[index];
+    return 0;
+}
+
 static void stk_zarr_close(stk_dataset *ds)
 {
     stk_zarr_impl *m = ds->impl;
@@ -889,6 +897,7 @@ static void stk_zarr_close(stk_dataset *ds)
 
 static const stk_dataset_vtable stk_zarr_vt = {.format = "zarr", .read = stk_zarr_read,
                                                .close = stk_zarr_close,
+                                               .label = stk_zarr_label,
                                                .sample_name = stk_zarr_sample_name,
                                                .read_check = stk_zarr_read_check};
 
