@@ -397,6 +397,58 @@ static void test_json_and_meta(void **state)
     free(img);
 }
 
+/* More chunk files than are mapped (4096): uncompressed samples are pread
+ * from their chunk files; '/' separated keys; a missing file is
+ * fill_value, a short one STK_EDATA. */
+static void test_pread_path(void **state)
+{
+    (void)state;
+    enum { M = 4100 };
+    const char *g = tu_path("many");
+    char *img = cat(g, "images"), *lab = cat(g, "labels"), uri[512], key[64];
+    mkdirp(g);
+    mkdirp(img);
+    mkdirp(lab);
+    put_text(g, ".zgroup", "{\"zarr_format\": 2}");
+    put_text(img, ".zarray",
+             "{\"chunks\": [1, 1, 2], \"compressor\": null, \"dtype\": \"|u1\", "
+             "\"fill_value\": 200, \"filters\": null, \"order\": \"C\", \"shape\": [4100, 1, "
+             "2], \"zarr_format\": 2, \"dimension_separator\": \"/\"}");
+    for (int i = 0; i < M; i++) {
+        uint8_t b[2] = {(uint8_t)i, (uint8_t)(i >> 8)};
+        snprintf(key, sizeof key, "%d", i);
+        char *d = cat(img, key);
+        mkdirp(d);
+        char *d0 = cat(d, "0");
+        mkdirp(d0);
+        if (i != 17)
+            put(d0, "0", b, i == 4099 ? 1 : 2);
+        free(d0);
+        free(d);
+    }
+    put_text(lab, ".zarray",
+             "{\"chunks\": [5000], \"compressor\": null, \"dtype\": \"|u1\", \"fill_value\": 3, "
+             "\"filters\": null, \"order\": \"C\", \"shape\": [4100], \"zarr_format\": 2}");
+    snprintf(uri, sizeof uri, "zarr:%s", g);
+    stk_dataset *ds;
+    if (stk_dataset_open(uri, NULL, &ds) != 0)
+        fail_msg("open %s: %s", uri, stk_errmsg());
+    uint8_t px[2];
+    int64_t label;
+    for (int i = 0; i < M - 1; i++) {
+        assert_int_equal(stk_dataset_read(ds, (uint64_t)i, px, 2, &label), 2);
+        assert_int_equal(label, 3); /* the labels chunk is missing: fill_value */
+        assert_int_equal(px[0], i == 17 ? 200 : (uint8_t)i);
+        assert_int_equal(px[1], i == 17 ? 200 : (uint8_t)(i >> 8));
+    }
+    assert_int_equal(stk_dataset_read(ds, M - 1, px, 2, &label), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "images/4099/0/0: chunk file of 1 bytes; a none chunk "
+                                         "of 2 decoded bytes"));
+    stk_dataset_close(ds);
+    free(img);
+    free(lab);
+}
+
 static void test_reader_row(void **state)
 {
     (void)state;
@@ -416,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_chunk_cache),
         cmocka_unit_test(test_missing_chunk_fill),
         cmocka_unit_test(test_json_and_meta),
+        cmocka_unit_test(test_pread_path),
         cmocka_unit_test(test_reader_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
