@@ -35,7 +35,7 @@ pa.save(out + "/tiny.png")
 PY
 
 cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc fuzz/make_corpus.c "$build/libstoker.a" \
-  $(pkg-config --libs libzstd spng) -ljpeg -lz -lm -lpthread -o "$tmp/make_corpus"
+  $(pkg-config --libs libzstd spng blosc) -ljpeg -lz -lm -lpthread -o "$tmp/make_corpus"
 
 mkdir -p fuzz/corpus/shard fuzz/corpus/datasets fuzz/repro
 rm -f fuzz/corpus/shard/*.stk fuzz/corpus/datasets/cifar* fuzz/corpus/datasets/idx-*

@@ -275,7 +275,9 @@ static void test_hostile_headers(void **state)
     snprintf(uri, sizeof uri, "npy:%s,%s/missing.npy", ip, d);
     expect_fail(uri, STK_ENOENT, "missing.npy: no such file", NULL);
     snprintf(uri, sizeof uri, "npy:%s?mode=fast", d);
-    expect_fail(uri, STK_EINVAL, "npy: unknown query key 'mode'", "takes no query keys");
+    expect_fail(uri, STK_EINVAL, "npy: unknown query key 'mode'", "known keys: images and labels");
+    snprintf(uri, sizeof uri, "npy:%s?images=x", d);
+    expect_fail(uri, STK_EINVAL, "name the members of a .npz file", NULL);
     snprintf(uri, sizeof uri, "npy:%s", d);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open(uri, NULL, &ds), 0); /* all repaired */
@@ -289,23 +291,23 @@ static void test_reader_table(void **state)
 {
     (void)state;
     static const char *const want[] = {"stk",           "cifar10", "cifar100",    "idx", "mnist",
-                                       "fashion-mnist", "npy",     "imagefolder", "list"};
+                                       "fashion-mnist", "npy",     "zarr",        "imagefolder", "list"};
     const char *form = NULL, *desc = NULL;
     uint32_t i = 0;
     for (; stk_dataset_reader(i, &form, &desc); i++) {
-        assert_true(i < 9);
+        assert_true(i < 10);
         assert_string_equal(stk_dataset_reader(i, NULL, NULL), want[i]);
         assert_int_equal(strncmp(form, want[i], strlen(want[i])), 0);
         assert_int_equal(form[strlen(want[i])], ':');
         assert_true(strlen(desc) > 10);
     }
-    assert_int_equal(i, 9);
+    assert_int_equal(i, 10);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open("numpy:x", NULL, &ds), STK_EINVAL);
     assert_non_null(strstr(stk_errmsg(),
                            "unknown dataset URI prefix 'numpy:' in 'numpy:x' (known prefixes: "
                            "stk:, cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, npy:, "
-                           "imagefolder:, list:; or a path to detect)"));
+                           "zarr:, imagefolder:, list:; or a path to detect)"));
 }
 
 int main(void)

@@ -166,7 +166,11 @@ typedef struct stk_dataset_options {
  *                                       *.stk, or a glob (docs/format.md)
  *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
  *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
- *                                       DIR holds images.npy and labels.npy
+ *                                       DIR holds images.npy and labels.npy;
+ *   npy:FILE.npz[?images=NAME&labels=NAME]  the same arrays as members of an
+ *                                       uncompressed np.savez archive
+ *   zarr:DIR[?images=ARR&labels=ARR]    Zarr v2 group: uint8 images chunked along
+ *                                       N (none/zstd/blosc/zlib), integer labels
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

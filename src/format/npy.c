@@ -1,9 +1,28 @@
 /*
  * npy.c — a pair of NumPy .npy files: images and labels.
  *
- * URI: "npy:IMAGES,LABELS" (two .npy files joined by one ',') or "npy:DIR"
- * (DIR/images.npy and DIR/labels.npy); a bare directory holding both files
- * is detected. No query keys.
+ * URI: "npy:IMAGES,LABELS" (two .npy files joined by one ','), "npy:DIR"
+ * (DIR/images.npy and DIR/labels.npy) or "npy:FILE.npz[?images=NAME&
+ * labels=NAME]" (the members NAME.npy of an np.savez archive, default
+ * images and labels); a bare directory holding both files and a bare
+ * *.npz file are detected. The query keys apply to .npz only.
+ *
+ * .npz. np.savez writes a ZIP archive whose members are stored (method 0),
+ * so each array lies in the file as a plain .npy: the archive is mapped
+ * once and each member is parsed exactly as a .npy file in place, no copy.
+ * The archive is checked before any member byte is used: the end of
+ * central directory record (the last "PK\5\6" whose comment reaches the
+ * end of the file; one disk), the ZIP64 end record through its locator
+ * when a 32-bit field is saturated (archives past 4 GiB; numpy's zipfile
+ * writes them), every central directory entry inside the directory, the
+ * member's ZIP64 extra field when its sizes or offset are saturated, then
+ * its local header (signature, the same name and method) and its data
+ * inside the members' area. A compressed member (np.savez_compressed,
+ * deflate) or an encrypted one is refused: serving it would mean
+ * inflating the whole array into memory at open, which np.savez avoids.
+ * The labels member's CRC-32 is checked (it is read whole at open anyway);
+ * the images member's is not, like the .npy images (reading the whole
+ * array at open would cost what mapping it saves).
  *
  * The .npy format (numpy/lib/format.py, versions 1.0 and 2.0):
  *
@@ -46,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #define NPY_MAX_HEADER 65536u
 #define NPY_MAX_NDIM 8
@@ -316,11 +336,208 @@ static const stk_dataset_vtable stk_npy_vt = {.format = "npy", .read = stk_npy_r
                                               .close = stk_npy_close,
                                               .read_check = stk_npy_read_check};
 
-static int stk_npy_open_pair(const char *uri, const char *images_path, const char *labels_path,
-                             const stk_dataset_options *opts, stk_dataset **out)
+/* --- .npz: an uncompressed ZIP archive of .npy members ------------------- */
+
+#define ZIP_EOCD 22u      /* end of central directory record, fixed part */
+#define ZIP_CEN 46u       /* central directory entry, fixed part */
+#define ZIP_LOC 30u       /* local file header, fixed part */
+#define ZIP_MAX_ENTRIES 65536u
+
+static uint16_t zip16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t zip32(const uint8_t *p) { return (uint32_t)zip16(p) | (uint32_t)zip16(p + 2) << 16; }
+static uint64_t zip64v(const uint8_t *p) { return (uint64_t)zip32(p) | (uint64_t)zip32(p + 4) << 32; }
+
+/* The ZIP64 extended-information extra field (id 1) of an entry: replaces
+ * each of *usize, *csize, *off that is saturated (0xFFFFFFFF), in that
+ * order. 0, or -1 when a saturated value has no replacement. */
+static int zip_zip64(const uint8_t *x, size_t xlen, uint64_t *usize, uint64_t *csize,
+                     uint64_t *off)
+{
+    uint64_t *want[3] = {usize, csize, off};
+    size_t i = 0;
+    while (i + 4 <= xlen) {
+        uint16_t id = zip16(x + i), len = zip16(x + i + 2);
+        if (i + 4 + len > xlen)
+            return -1;
+        if (id == 1) {
+            size_t at = i + 4;
+            for (int k = 0; k < 3; k++) {
+                if (!want[k] || *want[k] != 0xFFFFFFFFu)
+                    continue;
+                if (at + 8 > i + 4 + len)
+                    return -1;
+                *want[k] = zip64v(x + at);
+                at += 8;
+            }
+            return 0;
+        }
+        i += 4 + (size_t)len;
+    }
+    for (int k = 0; k < 3; k++)
+        if (want[k] && *want[k] == 0xFFFFFFFFu)
+            return -1;
+    return 0;
+}
+
+/*
+ * Find member `name` (NAME or NAME.npy) of the archive mapped in *zip and
+ * make *view the bytes of its data (no copy; guard NULL: the archive's
+ * mapping is the one to check). *shown gets "FILE.npz member NAME.npy"
+ * for messages (malloc'd). The end-of-central-directory record (the last
+ * one, with its comment reaching the end of the file), its ZIP64 record
+ * when a field is saturated, every central entry's bounds, then the
+ * member's local header (same name and method, its data inside the
+ * archive, before the central directory) are checked; a compressed or
+ * encrypted member is refused. `crc`: check the member's CRC-32 too (the
+ * labels, read whole anyway; the images' data is not read at open).
+ */
+static int npz_member(const char *path, const stk_mapped_file *zip, const char *name,
+                      stk_mapped_file *view, char **shown, int crc)
+{
+    const uint8_t *d = zip->data;
+    uint64_t size = zip->size, eocd = 0, entries, cd_size, cd_off;
+    char want[256];
+    int found = 0;
+    size_t nl = strlen(name);
+    snprintf(want, sizeof want, "%s%s", name,
+             nl >= 4 && !strcmp(name + nl - 4, ".npy") ? "" : ".npy");
+    size_t wl = strlen(want);
+    if (!(*shown = malloc(strlen(path) + wl + 16)))
+        return stk_fail(STK_ENOMEM, "out of memory opening %s", path);
+    sprintf(*shown, "%s member %s", path, want);
+
+    if (size < ZIP_EOCD)
+        return stk_fail(STK_EFORMAT, "%s: not a .npz (ZIP) archive: %llu bytes", path,
+                        (unsigned long long)size);
+    for (uint64_t p = size - ZIP_EOCD + 1; p-- > 0 && size - p <= ZIP_EOCD + 65535u;) {
+        if (d[p] == 'P' && d[p + 1] == 'K' && d[p + 2] == 5 && d[p + 3] == 6 &&
+            p + ZIP_EOCD + zip16(d + p + 20) == size) {
+            eocd = p;
+            found = 1;
+            break;
+        }
+    }
+    if (!found)
+        return stk_fail(STK_EFORMAT, "%s: not a .npz (ZIP) archive: no end-of-central-directory "
+                                     "record", path);
+    const uint8_t *e = d + eocd;
+    if (zip16(e + 4) || zip16(e + 6) || zip16(e + 8) != zip16(e + 10))
+        return stk_fail(STK_EUNSUPPORTED, "%s: a multi-disk ZIP archive", path);
+    entries = zip16(e + 10);
+    cd_size = zip32(e + 12);
+    cd_off = zip32(e + 16);
+    uint64_t cd_end_limit = eocd;
+    if (entries == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_off == 0xFFFFFFFFu) {
+        /* ZIP64: the locator just before the record points at the record */
+        if (eocd < 20 || zip32(d + eocd - 20) != 0x07064b50u)
+            return stk_fail(STK_EFORMAT, "%s: saturated ZIP fields without a ZIP64 locator", path);
+        uint64_t r = zip64v(d + eocd - 20 + 8);
+        if (r > eocd - 20 || eocd - 20 - r < 56 || zip32(d + r) != 0x06064b50u)
+            return stk_fail(STK_EFORMAT, "%s: bad ZIP64 end-of-central-directory record", path);
+        if (zip32(d + r + 16) || zip32(d + r + 20) || zip64v(d + r + 24) != zip64v(d + r + 32))
+            return stk_fail(STK_EUNSUPPORTED, "%s: a multi-disk ZIP archive", path);
+        entries = zip64v(d + r + 32);
+        cd_size = zip64v(d + r + 40);
+        cd_off = zip64v(d + r + 48);
+        cd_end_limit = r;
+    }
+    if (cd_off > cd_end_limit || cd_size > cd_end_limit - cd_off)
+        return stk_fail(STK_EFORMAT, "%s: the central directory (%llu bytes at %llu) lies outside "
+                                     "the file", path, (unsigned long long)cd_size,
+                        (unsigned long long)cd_off);
+    if (entries > ZIP_MAX_ENTRIES)
+        return stk_fail(STK_ELIMIT, "%s: %llu ZIP entries (at most %u)", path,
+                        (unsigned long long)entries, ZIP_MAX_ENTRIES);
+
+    uint64_t at = cd_off, end = cd_off + cd_size, usize = 0, csize = 0, loff = 0;
+    uint32_t ccrc = 0;
+    uint16_t method = 0, flags = 0;
+    found = 0;
+    for (uint64_t i = 0; i < entries; i++) {
+        if (end - at < ZIP_CEN || zip32(d + at) != 0x02014b50u)
+            return stk_fail(STK_EFORMAT, "%s: bad central directory entry %llu at byte %llu", path,
+                            (unsigned long long)i, (unsigned long long)at);
+        const uint8_t *c = d + at;
+        uint64_t n = zip16(c + 28), x = zip16(c + 30), k = zip16(c + 32);
+        if (end - at - ZIP_CEN < n + x + k)
+            return stk_fail(STK_EFORMAT, "%s: central directory entry %llu at byte %llu runs past "
+                                         "the directory", path, (unsigned long long)i,
+                            (unsigned long long)at);
+        if (n == wl && !memcmp(c + ZIP_CEN, want, wl)) {
+            if (found)
+                return stk_fail(STK_EFORMAT, "%s: two members named %s", path, want);
+            found = 1;
+            flags = zip16(c + 8);
+            method = zip16(c + 10);
+            ccrc = zip32(c + 16);
+            csize = zip32(c + 20);
+            usize = zip32(c + 24);
+            loff = zip32(c + 42);
+            if (zip_zip64(c + ZIP_CEN + n, (size_t)x, &usize, &csize, &loff) < 0)
+                return stk_fail(STK_EFORMAT, "%s: saturated sizes without a ZIP64 extra field",
+                                *shown);
+        }
+        at += ZIP_CEN + n + x + k;
+    }
+    if (at != end)
+        return stk_fail(STK_EFORMAT, "%s: the central directory's %llu entries end at byte %llu, "
+                                     "it is %llu bytes long", path, (unsigned long long)entries,
+                        (unsigned long long)(at - cd_off), (unsigned long long)cd_size);
+    if (!found)
+        return stk_fail(STK_ENOENT, "%s: no member %s (np.savez(FILE, images=..., labels=...) "
+                                    "writes images.npy and labels.npy; ?images=NAME&labels=NAME "
+                                    "picks others)", path, want);
+    if (flags & 1)
+        return stk_fail(STK_EUNSUPPORTED, "%s: encrypted", *shown);
+    if (method != 0)
+        return stk_fail(STK_EUNSUPPORTED, "%s: compressed (ZIP method %u%s); members are mapped "
+                                          "in place, so write the archive with np.savez, not "
+                                          "np.savez_compressed", *shown, method,
+                        method == 8 ? ", deflate" : "");
+    if (csize != usize)
+        return stk_fail(STK_EFORMAT, "%s: stored, but %llu bytes stand for %llu", *shown,
+                        (unsigned long long)csize, (unsigned long long)usize);
+    /* the local header */
+    if (loff > cd_off || cd_off - loff < ZIP_LOC || zip32(d + loff) != 0x04034b50u)
+        return stk_fail(STK_EFORMAT, "%s: bad local header at byte %llu", *shown,
+                        (unsigned long long)loff);
+    const uint8_t *l = d + loff;
+    uint64_t data = loff + ZIP_LOC + zip16(l + 26) + zip16(l + 28);
+    if (zip16(l + 26) != wl || memcmp(l + ZIP_LOC, want, wl) || zip16(l + 8) != method)
+        return stk_fail(STK_EFORMAT, "%s: the local header at byte %llu disagrees with the "
+                                     "central directory", *shown, (unsigned long long)loff);
+    if (data > cd_off || usize > cd_off - data)
+        return stk_fail(STK_EFORMAT, "%s: truncated: %llu data bytes at byte %llu run past the "
+                                     "members' area (%llu bytes)", *shown,
+                        (unsigned long long)usize, (unsigned long long)data,
+                        (unsigned long long)cd_off);
+    view->data = d + data;
+    view->size = (size_t)usize;
+    view->guard = NULL;
+    if (crc) {
+        uLong v = crc32(0L, Z_NULL, 0);
+        for (uint64_t o = 0; o < usize;) {
+            uInt step = usize - o > (1u << 30) ? (1u << 30) : (uInt)(usize - o);
+            v = crc32(v, view->data + o, step);
+            o += step;
+        }
+        if ((uint32_t)v != ccrc)
+            return stk_fail(STK_EFORMAT, "%s: CRC-32 mismatch (stored %08x, data %08x)", *shown,
+                            ccrc, (uint32_t)v);
+    }
+    return 0;
+}
+
+/* Open the arrays: the files images_path and labels_path, or (npz_path not
+ * NULL) the members images_path and labels_path of that archive. */
+static int stk_npy_open_arrays(const char *uri, const char *npz_path, const char *images_path,
+                               const char *labels_path, const stk_dataset_options *opts,
+                               stk_dataset **out)
 {
     stk_dataset_options o = stk_dataset_options_resolve(opts);
     stk_mapped_file lm = {0};
+    stk_mapped_file iv = {0}, lv = {0}; /* views of the two arrays' bytes */
+    char *iname = NULL, *lname = NULL;
     npy_header ih, lh;
     stk_dataset *ds = NULL;
     stk_npy_impl *m;
@@ -337,14 +554,25 @@ static int stk_npy_open_pair(const char *uri, const char *images_path, const cha
     }
     ds->impl = m;
 
+    if (npz_path) {
+        if ((rc = stk_map_file(npz_path, o.max_bytes, &m->images)) < 0 ||
+            (rc = npz_member(npz_path, &m->images, images_path, &iv, &iname, 0)) < 0 ||
+            (rc = npz_member(npz_path, &m->images, labels_path, &lv, &lname, 1)) < 0)
+            goto fail;
+        images_path = iname;
+        labels_path = lname;
+    } else {
+        if ((rc = stk_map_file(images_path, o.max_bytes, &m->images)) < 0)
+            goto fail;
+        iv = m->images;
+    }
+
     /* Images. */
-    if ((rc = stk_map_file(images_path, o.max_bytes, &m->images)) < 0)
-        goto fail;
-    if (m->images.size == 0) {
+    if (iv.size == 0) {
         rc = stk_fail(STK_EFORMAT, "%s: empty file (expected a .npy images array)", images_path);
         goto fail;
     }
-    if ((rc = npy_parse(images_path, &m->images, &ih)) < 0)
+    if ((rc = npy_parse(images_path, &iv, &ih)) < 0)
         goto fail;
     if (strcmp(ih.descr, "|u1") && strcmp(ih.descr, "<u1")) {
         rc = stk_fail(STK_EUNSUPPORTED, "%s: images dtype '%s' (uint8, '|u1', expected)",
@@ -374,17 +602,20 @@ static int stk_npy_open_pair(const char *uri, const char *images_path, const cha
         goto fail;
     }
     sample = px * c;
-    if ((rc = npy_check_size(images_path, &m->images, &ih, n, sample, o.max_bytes)) < 0)
+    if ((rc = npy_check_size(images_path, &iv, &ih, n, sample, o.max_bytes)) < 0)
         goto fail;
 
     /* Labels. */
-    if ((rc = stk_map_file(labels_path, o.max_bytes, &lm)) < 0)
-        goto fail;
-    if (lm.size == 0) {
+    if (!npz_path) {
+        if ((rc = stk_map_file(labels_path, o.max_bytes, &lm)) < 0)
+            goto fail;
+        lv = lm;
+    }
+    if (lv.size == 0) {
         rc = stk_fail(STK_EFORMAT, "%s: empty file (expected a .npy labels array)", labels_path);
         goto fail;
     }
-    if ((rc = npy_parse(labels_path, &lm, &lh)) < 0)
+    if ((rc = npy_parse(labels_path, &lv, &lh)) < 0)
         goto fail;
     if (!strcmp(lh.descr, "<i8"))
         lsize = 8;
@@ -404,7 +635,7 @@ static int stk_npy_open_pair(const char *uri, const char *images_path, const cha
                       (unsigned long long)(lh.ndim ? lh.shape[0] : 0));
         goto fail;
     }
-    if ((rc = npy_check_size(labels_path, &lm, &lh, n, lsize, o.max_bytes)) < 0)
+    if ((rc = npy_check_size(labels_path, &lv, &lh, n, lsize, o.max_bytes)) < 0)
         goto fail;
     if (n > SIZE_MAX / sizeof *m->labels ||
         !(m->labels = malloc((size_t)n * sizeof *m->labels))) {
@@ -413,7 +644,7 @@ static int stk_npy_open_pair(const char *uri, const char *images_path, const cha
         goto fail;
     }
     int64_t maxl = -1;
-    const uint8_t *ld = lm.data + lh.data_offset;
+    const uint8_t *ld = lv.data + lh.data_offset;
     for (uint64_t i = 0; i < n; i++) {
         int64_t v;
         if (lsize == 8)
@@ -428,35 +659,60 @@ static int stk_npy_open_pair(const char *uri, const char *images_path, const cha
     }
     stk_unmap_file(&lm);
 
-    m->pixels = m->images.data + ih.data_offset;
+    m->pixels = iv.data + ih.data_offset;
     m->sample_bytes = (size_t)sample;
     ds->count = n;
     ds->height = (uint32_t)ih.shape[1];
     ds->width = (uint32_t)ih.shape[2];
     ds->channels = (uint32_t)c;
     ds->num_classes = maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    free(iname);
+    free(lname);
     *out = ds;
     return 0;
 
 fail:
+    free(iname);
+    free(lname);
     stk_unmap_file(&lm);
     stk_dataset_close(ds);
     return rc;
 }
 
-/* npy:IMAGES,LABELS or npy:DIR (DIR/images.npy, DIR/labels.npy). */
+static int npy_is_npz(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 4 && !strcmp(path + n - 4, ".npz");
+}
+
+/* npy:IMAGES,LABELS or npy:DIR (DIR/images.npy, DIR/labels.npy), or
+ * npy:FILE.npz[?images=NAME&labels=NAME]. */
 static int stk_npy_open(const char *uri, const char *path, const char *query,
                         const stk_dataset_options *opts, stk_dataset **out)
 {
+    static const char *const keys[] = {"images", "labels"};
+    char *names[2] = {NULL, NULL};
     char *images = NULL, *labels = NULL;
     const char *comma = strchr(path, ',');
-    int rc = stk_query_parse(uri, "npy", query, NULL, 0);
+    int rc = stk_query_names(uri, "npy", query, keys, names, 2);
     if (rc < 0)
-        return rc;
+        goto out;
+    if (!comma && npy_is_npz(path)) {
+        rc = stk_npy_open_arrays(uri, path, names[0] ? names[0] : "images",
+                                 names[1] ? names[1] : "labels", opts, out);
+        goto out;
+    }
+    if (names[0] || names[1]) {
+        rc = stk_fail(STK_EINVAL, "npy: URI '%s': the query keys images and labels name the "
+                                  "members of a .npz file; this form takes none", uri);
+        goto out;
+    }
     if (comma) {
-        if (strchr(comma + 1, ',') || comma == path || !comma[1])
-            return stk_fail(STK_EINVAL, "npy: URI '%s' must name two files, IMAGES,LABELS, "
-                                        "joined by one ',' (or a directory)", uri);
+        if (strchr(comma + 1, ',') || comma == path || !comma[1]) {
+            rc = stk_fail(STK_EINVAL, "npy: URI '%s' must name two files, IMAGES,LABELS, "
+                                      "joined by one ',' (or a directory)", uri);
+            goto out;
+        }
         images = malloc((size_t)(comma - path) + 1);
         labels = stk_strdup(comma + 1);
         if (!images || !labels) {
@@ -468,8 +724,8 @@ static int stk_npy_open(const char *uri, const char *path, const char *query,
     } else {
         if (!stk_path_is_dir(path)) {
             rc = stk_fail(stk_path_exists(path) ? STK_EINVAL : STK_ENOENT,
-                          "npy: %s: %s (expected IMAGES.npy,LABELS.npy or a directory holding "
-                          "images.npy and labels.npy)",
+                          "npy: %s: %s (expected IMAGES.npy,LABELS.npy, FILE.npz or a directory "
+                          "holding images.npy and labels.npy)",
                           path, stk_path_exists(path) ? "not a directory" : "no such directory");
             goto out;
         }
@@ -480,18 +736,22 @@ static int stk_npy_open(const char *uri, const char *path, const char *query,
             goto out;
         }
     }
-    rc = stk_npy_open_pair(uri, images, labels, opts, out);
+    rc = stk_npy_open_arrays(uri, NULL, images, labels, opts, out);
 out:
+    free(names[0]);
+    free(names[1]);
     free(images);
     free(labels);
     return rc;
 }
 
-/* A directory holding both images.npy and labels.npy. */
+/* A directory holding both images.npy and labels.npy, or a *.npz file. */
 static int stk_npy_detect(const char *path)
 {
     char *a, *b;
     int r;
+    if (npy_is_npz(path))
+        return stk_path_is_file(path);
     if (!stk_path_is_dir(path))
         return 0;
     a = stk_path_join(path, "images.npy");
@@ -503,6 +763,7 @@ static int stk_npy_detect(const char *path)
 }
 
 const stk_reader stk_reader_npy = {
-    "npy", "npy:IMAGES,LABELS or npy:DIR",
-    "NumPy .npy: uint8 images (N,H,W[,C]), int labels (N,); DIR/{images,labels}.npy",
-    stk_npy_open, NULL, stk_npy_detect, "images.npy and labels.npy (NumPy)", NULL};
+    "npy", "npy:IMAGES,LABELS or npy:DIR or npy:FILE.npz[?images=NAME&labels=NAME]",
+    "NumPy .npy: uint8 images (N,H,W[,C]), int labels (N,); DIR/{images,labels}.npy, or an "
+    "uncompressed .npz",
+    stk_npy_open, NULL, stk_npy_detect, "images.npy and labels.npy (NumPy)", "*.npz"};

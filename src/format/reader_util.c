@@ -112,6 +112,46 @@ int stk_query_parse(const char *uri, const char *what, const char *query,
     }
 }
 
+int stk_query_names(const char *uri, const char *what, const char *query,
+                    const char *const *keys, char **values, size_t n)
+{
+    const char *p = query;
+    for (size_t i = 0; i < n; i++)
+        values[i] = NULL;
+    if (!query || !*query)
+        return 0;
+    for (;;) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t i, klen;
+        if (!eq || eq == p + len - 1)
+            return stk_fail(STK_EINVAL, "%s: query item '%.*s' needs 'key=value' (URI '%s')", what,
+                            stk_clamp_len(len), p, uri);
+        klen = (size_t)(eq - p);
+        for (i = 0; i < n; i++)
+            if (strlen(keys[i]) == klen && memcmp(keys[i], p, klen) == 0)
+                break;
+        if (i == n) {
+            char known[256];
+            stk_join_words(known, sizeof known, keys, n < 8 ? n : 8, " and ");
+            return stk_fail(STK_EINVAL, "%s: unknown query key '%.*s' in URI '%s' (known keys: %s)",
+                            what, stk_clamp_len(klen), p, uri, known);
+        }
+        if (values[i])
+            return stk_fail(STK_EINVAL, "%s: query key '%s' given twice in URI '%s'", what,
+                            keys[i], uri);
+        size_t vlen = len - klen - 1;
+        if (!(values[i] = malloc(vlen + 1)))
+            return stk_fail(STK_ENOMEM, "out of memory parsing URI '%s'", uri);
+        memcpy(values[i], eq + 1, vlen);
+        values[i][vlen] = '\0';
+        if (!amp)
+            return 0;
+        p = amp + 1;
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Paths                                                                    */
 /* ------------------------------------------------------------------------ */

@@ -35,6 +35,14 @@ typedef struct stk_query_key {
 int stk_query_parse(const char *uri, const char *what, const char *query,
                     stk_query_key *keys, size_t nkeys);
 
+/* Parse `query` (may be NULL or empty) of `uri` whose keys take free-form
+ * values (array or member names): keys[0..n) are the known keys; values[i]
+ * gets a malloc'd copy of key i's value, or stays NULL when absent (the
+ * caller frees them, on failure too). Unknown keys, repeated keys, empty
+ * values and items without '=' are STK_EINVAL naming `what` and the URI. */
+int stk_query_names(const char *uri, const char *what, const char *query,
+                    const char *const *keys, char **values, size_t n);
+
 /* "dir/name" in a new malloc'd string; NULL + STK_ENOMEM via stk_fail. */
 char *stk_path_join(const char *dir, const char *name);
 /* stat() follows links: true for an existing regular file / directory. */
