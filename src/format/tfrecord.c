@@ -743,10 +743,14 @@ static int tfr_record(const stk_dataset *ds, uint64_t index, stk_scratch *scratc
                                                       "(truncated while open?)")
                                  : rc;
     size_t dl = n - TFR_FRAME;
-    if (stk_rd64(p) != dl)
+    if (stk_rd64(p) != dl) {
+        /* A file cut under the mapping reads as zeros: say that first. */
+        if ((rc = stk_recordset_check(&m->rs, index, 0, n)) < 0)
+            return rc;
         return tfr_bad(ds, index, "the length header says %llu bytes, the index %zu: the file "
                                   "changed after it was indexed",
                        (unsigned long long)stk_rd64(p), dl);
+    }
     bool check = m->verify == VERIFY_ALWAYS;
     uint64_t bit = 1ull << (index % 64);
     if (m->verify == VERIFY_FIRST)
