@@ -272,7 +272,8 @@ static int tfr_load_dali(tfr_impl *m, const char *idx_path, uint64_t max_bytes,
     int rc = stk_map_file(idx_path, max_bytes, &ix);
     if (rc < 0)
         return rc;
-    const char *p = (const char *)ix.data, *end = p + ix.size;
+    /* (an empty index maps to NULL: no pointer arithmetic on it) */
+    const char *p = (const char *)ix.data, *end = p ? p + ix.size : NULL;
     uint64_t line = 0, expect = 0;
     uint8_t hdr[TFR_HEADER];
     while (p && p < end) {
