@@ -533,15 +533,21 @@ static void test_data_crc_and_verify(void **state)
     stk_dataset *ds = open_ok(uri);
     expect_sample(ds, 2, "img-0-3", 2); /* unverified: the damaged bytes */
     stk_dataset_close(ds);
-    for (int k = 0; k < 2; k++) {
-        snprintf(uri, sizeof uri, "tfrecord:%s?verify=%s&cache=off", p,
-                 k ? "always" : "first");
+    for (int k = 0; k < 4; k++) {
+        snprintf(uri, sizeof uri, "tfrecord:%s?verify=%s&cache=off%s", p,
+                 k % 2 ? "always" : "first", k >= 2 ? "&io=pread" : "");
         ds = open_ok(uri);
         expect_read_fail(ds, 2, want, "the record is damaged");
         expect_read_fail(ds, 2, want, NULL); /* a failure is not remembered as verified */
         expect_sample(ds, 1, "img-0-1", 1);
         stk_dataset_close(ds);
     }
+    /* io=pread: the same bytes, read into the scratch. */
+    snprintf(uri, sizeof uri, "tfrecord:%s?verify=off&cache=off&io=pread", p);
+    ds = open_ok(uri);
+    expect_sample(ds, 2, "img-0-3", 2);
+    expect_sample(ds, 3, "img-0-3", 3);
+    stk_dataset_close(ds);
     /* Default policy: first. A record verified once is not checked again;
      * under always it is. The file is changed under the open dataset. */
     records_file(&file, 0, 4, off);
@@ -570,41 +576,67 @@ static void test_damage_at_open(void **state)
     char uri[1200], want[1400];
     buf file;
     uint64_t off[3];
-    snprintf(uri, sizeof uri, "tfrecord:%s?cache=off", p);
+    for (int io = 0; io < 2; io++) {
+        snprintf(uri, sizeof uri, "tfrecord:%s?cache=off%s", p, io ? "&io=pread" : "");
 
-    /* A length CRC mismatch: the framing is lost. */
-    records_file(&file, 0, 3, off);
-    file.d[off[1] + 2] ^= 0x40;
-    write_buf(p, &file);
-    snprintf(want, sizeof want, "damaged.tfrecord: record 1 (byte %llu): the length's CRC does "
-                                "not match",
-             (unsigned long long)off[1]);
-    expect_open_fail(uri, STK_EFORMAT, want, "the framing is lost from here on");
-    /* A length CRC right for a length past the end (truncated file). */
-    records_file(&file, 0, 3, off);
-    file.n -= 5;
-    write_buf(p, &file);
-    snprintf(want, sizeof want, "damaged.tfrecord: record 2 (byte %llu): its length of",
-             (unsigned long long)off[2]);
-    expect_open_fail(uri, STK_EFORMAT, want, "runs past the end of the file");
-    /* Cut inside the last record's length header. */
-    records_file(&file, 0, 3, off);
-    file.n = off[2] + 7;
-    write_buf(p, &file);
-    expect_open_fail(uri, STK_EFORMAT, "record 2 (byte", "the file ends inside the record's "
-                                                         "12-byte length header (truncated)");
-    /* A huge length whose CRC is right. */
-    records_file(&file, 0, 3, off);
-    for (int i = 0; i < 8; i++)
-        file.d[off[1] + i] = 0xff;
-    uint32_t c = masked(file.d + off[1], 8);
-    for (int i = 0; i < 4; i++)
-        file.d[off[1] + 8 + i] = (uint8_t)(c >> (8 * i));
-    write_buf(p, &file);
-    expect_open_fail(uri, STK_EFORMAT, "record 1 (byte", "runs past the end of the file");
-    /* Empty. */
-    tu_write_file(p, "", 0);
-    expect_open_fail(uri, STK_EFORMAT, "no records", NULL);
+        /* A length CRC mismatch: the framing is lost. */
+        records_file(&file, 0, 3, off);
+        file.d[off[1] + 2] ^= 0x40;
+        write_buf(p, &file);
+        snprintf(want, sizeof want, "damaged.tfrecord: record 1 (byte %llu): the length's CRC does "
+                                    "not match",
+                 (unsigned long long)off[1]);
+        expect_open_fail(uri, STK_EFORMAT, want, "the framing is lost from here on");
+        /* A length CRC right for a length past the end (truncated file). */
+        records_file(&file, 0, 3, off);
+        file.n -= 5;
+        write_buf(p, &file);
+        snprintf(want, sizeof want, "damaged.tfrecord: record 2 (byte %llu): its length of",
+                 (unsigned long long)off[2]);
+        expect_open_fail(uri, STK_EFORMAT, want, "runs past the end of the file");
+        /* Cut inside the last record's length header. */
+        records_file(&file, 0, 3, off);
+        file.n = off[2] + 7;
+        write_buf(p, &file);
+        expect_open_fail(uri, STK_EFORMAT, "record 2 (byte", "the file ends inside the record's "
+                                                             "12-byte length header (truncated)");
+        /* A huge length whose CRC is right. */
+        records_file(&file, 0, 3, off);
+        for (int i = 0; i < 8; i++)
+            file.d[off[1] + i] = 0xff;
+        uint32_t c = masked(file.d + off[1], 8);
+        for (int i = 0; i < 4; i++)
+            file.d[off[1] + 8 + i] = (uint8_t)(c >> (8 * i));
+        write_buf(p, &file);
+        expect_open_fail(uri, STK_EFORMAT, "record 1 (byte", "runs past the end of the file");
+        /* Empty. */
+        tu_write_file(p, "", 0);
+        expect_open_fail(uri, STK_EFORMAT, "no records", NULL);
+    }
+}
+
+/* A file cut while open: its lost records are STK_EDATA, mapped or read. */
+static void test_truncated_while_open(void **state)
+{
+    (void)state;
+    const char *p = tu_path("cut.tfrecord");
+    buf file;
+    uint64_t off[40];
+    char uri[1200];
+    for (int io = 0; io < 2; io++) {
+        records_file(&file, 3, 40, off);
+        write_buf(p, &file);
+        snprintf(uri, sizeof uri, "tfrecord:%s?cache=off%s", p, io ? "&io=pread" : "");
+        stk_dataset *ds = open_ok(uri);
+        expect_sample(ds, 39, "img-3-39", 339);
+        assert_int_equal(truncate(p, (off_t)off[1]), 0);
+        expect_sample(ds, 0, "img-3-0", 300);
+        expect_read_fail(ds, 39, "cut.tfrecord: record 39 (byte",
+                         io ? "the file ends before the record's end" : "truncated while open");
+        int64_t l;
+        assert_int_equal(stk_dataset_label(ds, 38, &l), STK_EDATA);
+        stk_dataset_close(ds);
+    }
 }
 
 /* The cache file of FILE: FILE.stkidx. */
@@ -646,6 +678,12 @@ static void test_cache(void **state)
     expect_note(ds, "5 records from the cache");
     expect_sample(ds, 4, "img-1-4", 104);
     stk_dataset_close(ds);
+    snprintf(uri, sizeof uri, "tfrecord:%s?io=pread", p); /* the probes by pread */
+    ds = open_ok(uri);
+    expect_note(ds, "5 records from the cache");
+    expect_sample(ds, 3, "img-1-3", 103);
+    stk_dataset_close(ds);
+    snprintf(uri, sizeof uri, "tfrecord:%s", p);
 
     /* Damaged contents: noted, rebuilt, rewritten. */
     c[50] ^= 1;
@@ -754,6 +792,12 @@ static void test_dali_index(void **state)
     expect_note(ds, "3 records from the DALI index");
     expect_sample(ds, 2, "img-2-2", 202);
     stk_dataset_close(ds);
+    snprintf(uri, sizeof uri, "tfrecord:%s?cache=off&io=pread", p);
+    ds = open_ok(uri);
+    expect_note(ds, "3 records from the DALI index");
+    expect_sample(ds, 1, "img-2-1", 201);
+    stk_dataset_close(ds);
+    snprintf(uri, sizeof uri, "tfrecord:%s?cache=off", p);
     /* STEM.idx, and index=DIR with the data file's own name. */
     unlink(ipath);
     char *stem = join(d, "part.idx");
@@ -846,6 +890,7 @@ int main(void)
         cmocka_unit_test(test_malformed_examples),
         cmocka_unit_test(test_data_crc_and_verify),
         cmocka_unit_test(test_damage_at_open),
+        cmocka_unit_test(test_truncated_while_open),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_dali_index),
         cmocka_unit_test(test_reader_table),

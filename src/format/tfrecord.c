@@ -2,7 +2,9 @@
  * tfrecord.c — TFRecord files of tf.train.Example messages.
  *
  * URI: "tfrecord:PATH[?image_key=K&label_key=K&index=DIR&verify=off|first|always
- * &cache=auto|off]". PATH is one file (any name), a directory (its
+ * &cache=auto|off&io=mmap|pread]". io=pread reads each record with one
+ * pread into the caller's scratch instead of mapping the files (mmap, the
+ * default: views into the mapping, no copy). PATH is one file (any name), a directory (its
  * *.tfrecord, *.tfrec and *.tfrecords files, not recursive) or a glob (every
  * match, less the index files *.idx and *.stkidx that sit beside the data);
  * files are read in sorted order, records in file order. A bare path is
@@ -856,17 +858,19 @@ static const stk_dataset_vtable tfr_vt = {
  * verify and cache a fixed set (stk_query_parse). */
 static const char *const tfr_verify_values[] = {"off", "first", "always", NULL};
 static const char *const tfr_cache_values[] = {"auto", "off", NULL};
+static const char *const tfr_io_values[] = {"mmap", "pread", NULL};
 static const char *const tfr_any[] = {NULL};
-enum { Q_IMAGE, Q_LABEL, Q_INDEX, Q_VERIFY, Q_CACHE, Q_N };
+enum { Q_IMAGE, Q_LABEL, Q_INDEX, Q_VERIFY, Q_CACHE, Q_IO, Q_N };
 
 static int tfr_query(const char *uri, const char *query, char *free_vals[3], int *verify,
-                     int *cache)
+                     int *cache, int *pread_only)
 {
     stk_query_key keys[Q_N] = {{"image_key", tfr_any, -1},
                                {"label_key", tfr_any, -1},
                                {"index", tfr_any, -1},
                                {"verify", tfr_verify_values, -1},
-                               {"cache", tfr_cache_values, -1}};
+                               {"cache", tfr_cache_values, -1},
+                               {"io", tfr_io_values, -1}};
     char *rest = NULL;
     size_t used = 0;
     int rc = 0;
@@ -917,6 +921,7 @@ static int tfr_query(const char *uri, const char *query, char *free_vals[3], int
         goto out;
     *verify = keys[Q_VERIFY].value < 0 ? VERIFY_FIRST : keys[Q_VERIFY].value;
     *cache = keys[Q_CACHE].value < 0 ? 0 : keys[Q_CACHE].value;
+    *pread_only = keys[Q_IO].value == 1;
 out:
     free(rest);
     return rc;
@@ -937,10 +942,10 @@ static int tfr_open(const char *uri, const char *path, const char *query,
     char *qv[3] = {NULL, NULL, NULL};
     char **files = NULL;
     uint32_t nfiles = 0;
-    int verify = VERIFY_FIRST, cache = 0;
+    int verify = VERIFY_FIRST, cache = 0, pread_only = 0;
     stk_dataset *ds = NULL;
     tfr_impl *m;
-    int rc = tfr_query(uri, query, qv, &verify, &cache);
+    int rc = tfr_query(uri, query, qv, &verify, &cache, &pread_only);
     if (rc < 0)
         goto out;
     if (qv[Q_INDEX] && !stk_path_is_dir(qv[Q_INDEX])) {
@@ -987,7 +992,7 @@ static int tfr_open(const char *uri, const char *path, const char *query,
     m->image_key_len = strlen(m->image_key);
     m->label_key_len = strlen(m->label_key);
     for (uint32_t i = 0; i < nfiles; i++) {
-        if ((rc = stk_recordset_add_file(&m->rs, files[i], o.max_bytes, 0)) < 0)
+        if ((rc = stk_recordset_add_file(&m->rs, files[i], o.max_bytes, pread_only)) < 0)
             goto out;
         if ((rc = tfr_index_file(m, qv[Q_INDEX], cache == 0, &o)) < 0)
             goto out;
@@ -1050,7 +1055,7 @@ static int tfr_detect(const char *path)
 const stk_reader stk_reader_tfrecord = {
     "tfrecord",
     "tfrecord:PATH[?image_key=image/encoded][&label_key=image/class/label][&index=DIR]"
-    "[&verify=off|first|always][&cache=auto|off]",
+    "[&verify=off|first|always][&cache=auto|off][&io=mmap|pread]",
     "TFRecord files of tf.train.Example (a file, a directory of *.tfrecord, or a glob)",
     tfr_open,
     NULL,
