@@ -20,6 +20,7 @@
 
 #include "stoker/stoker.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -764,6 +765,14 @@ static void test_cache(void **state)
     expect_sample(ds, 0, "img-1-0", 100);
     stk_dataset_close(ds);
     rmdir(cpath);
+    /* The failed atomic write left no temporary file behind. */
+    DIR *dh = opendir(d);
+    assert_non_null(dh);
+    struct dirent *e;
+    while ((e = readdir(dh)))
+        if (strstr(e->d_name, ".tmp-"))
+            fail_msg("temporary file %s left behind", e->d_name);
+    closedir(dh);
     free(incache);
     free(p);
     free(cpath);
