@@ -41,6 +41,14 @@
  *   tfrecord_hwcrc the same with the SSE4.2 crc32 instruction (what TF/absl
  *                  use on x86), when the CPU has it
  *   tfrecord       the same pread, no CRC check
+ *   stoker_tfrecord        the library's tfrecord: reader (src/format/tfrecord.c),
+ *                  ds->vt->read, on WORK/photos-example.tfrecord: the same
+ *                  bytes as tf.train.Example records (image/encoded,
+ *                  image/class/label), so each read also parses the
+ *                  Example; a pointer into the mapping (zero copy), the data
+ *                  CRC checked on first read (verify=first, the default);
+ *                  the index from its cache WORK/photos-example.tfrecord.stkidx
+ *   stoker_tfrecord_always the same, ?verify=always (CRC-32C at every read)
  *
  * Every figure is the median of R runs (--reps, default 3; each run's time
  * is listed too: the machine is shared), taken in rounds — every method
@@ -244,6 +252,7 @@ typedef struct corpus {
     /* TFRecord */
     char tfr_path[1024];
     uint64_t *tfr_offset, *tfr_size; /* whole record: 12 + len + 4 */
+    char tfx_path[1024]; /* the same records as tf.train.Example messages */
     /* .stk */
     char stk_dir[1024];
     char **shards;
@@ -403,6 +412,106 @@ static void prepare_tfrecord(corpus *c, const char *work)
         die("cannot write %s", c->tfr_path);
 }
 
+/* A varint into p; its length. */
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    uint8_t tmp[10];
+    return put_varint(tmp, v);
+}
+
+/* tf.train.Example{features{feature{"image/encoded": bytes_list{data}},
+ * feature{"image/class/label": int64_list{[label]}}}} into out (NULL: the
+ * size only). */
+static size_t encode_example(uint8_t *out, const uint8_t *data, size_t n, int64_t label)
+{
+    static const char kimg[] = "image/encoded", klab[] = "image/class/label";
+    size_t blist = 1 + varint_len(n) + n;                 /* BytesList{value} */
+    size_t feat1 = 1 + varint_len(blist) + blist;         /* Feature{bytes_list} */
+    size_t ent1 = 2 + (sizeof kimg - 1) + 1 + varint_len(feat1) + feat1;
+    size_t lv = varint_len((uint64_t)label);
+    size_t ilist = 1 + varint_len(lv) + lv;               /* Int64List{packed} */
+    size_t feat2 = 1 + varint_len(ilist) + ilist;
+    size_t ent2 = 2 + (sizeof klab - 1) + 1 + varint_len(feat2) + feat2;
+    size_t fs = 1 + varint_len(ent1) + ent1 + 1 + varint_len(ent2) + ent2;
+    size_t total = 1 + varint_len(fs) + fs;
+    if (!out)
+        return total;
+    uint8_t *p = out;
+    *p++ = 0x0a;
+    p += put_varint(p, fs);
+    *p++ = 0x0a;
+    p += put_varint(p, ent1);
+    *p++ = 0x0a;
+    *p++ = (uint8_t)(sizeof kimg - 1);
+    memcpy(p, kimg, sizeof kimg - 1);
+    p += sizeof kimg - 1;
+    *p++ = 0x12;
+    p += put_varint(p, feat1);
+    *p++ = 0x0a;
+    p += put_varint(p, blist);
+    *p++ = 0x0a;
+    p += put_varint(p, n);
+    memcpy(p, data, n);
+    p += n;
+    *p++ = 0x0a;
+    p += put_varint(p, ent2);
+    *p++ = 0x0a;
+    *p++ = (uint8_t)(sizeof klab - 1);
+    memcpy(p, klab, sizeof klab - 1);
+    p += sizeof klab - 1;
+    *p++ = 0x12;
+    p += put_varint(p, feat2);
+    *p++ = 0x1a;
+    p += put_varint(p, ilist);
+    *p++ = 0x0a;
+    p += put_varint(p, lv);
+    p += put_varint(p, (uint64_t)label);
+    return (size_t)(p - out);
+}
+
+/* The same records as tf.train.Example messages (for the tfrecord:
+ * reader): written once, when absent or of the wrong size. */
+static void prepare_tfrecord_examples(corpus *c, const char *work)
+{
+    snprintf(c->tfx_path, sizeof c->tfx_path, "%s/photos-example.tfrecord", work);
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < c->n; i++)
+        total += 16 + encode_example(NULL, NULL, c->sizes[i], c->labels[i]);
+    struct stat st;
+    if (stat(c->tfx_path, &st) == 0 && (uint64_t)st.st_size == total)
+        return;
+    fprintf(stderr, "writing %s (%llu records)\n", c->tfx_path, (unsigned long long)c->n);
+    FILE *f = fopen(c->tfx_path, "wb");
+    if (!f)
+        die("cannot write %s", c->tfx_path);
+    for (uint64_t i = 0; i < c->n; i++) {
+        uint8_t head[12], tail[4];
+        uint8_t *data = read_file(c->paths[i], c->sizes[i]);
+        size_t n = encode_example(NULL, NULL, c->sizes[i], c->labels[i]);
+        uint8_t *ex = xmalloc(n);
+        encode_example(ex, data, c->sizes[i], c->labels[i]);
+        wr64le(head, n);
+        wr32le(head + 8, mask_crc(crc32c_sw(head, 8)));
+        wr32le(tail, mask_crc(crc32c_sw(ex, n)));
+        if (fwrite(head, 1, 12, f) != 12 || fwrite(ex, 1, n, f) != n || fwrite(tail, 1, 4, f) != 4)
+            die("cannot write %s", c->tfx_path);
+        free(ex);
+        free(data);
+    }
+    if (fclose(f) != 0)
+        die("cannot write %s", c->tfx_path);
+}
+
 #include "format/stk_writer.h"
 
 /* The shards: packed by `stoker pack` beforehand, or written here. */
@@ -472,11 +581,12 @@ static void prepare_stk(corpus *c, const char *dir)
 
 enum method {
     M_STK, M_STK_ALWAYS, M_STK_PREAD, M_STK_OFF, M_STK_WILLNEED, M_FILES, M_TFR_CRC, M_TFR_HWCRC,
-    M_TFR, M_COUNT
+    M_TFR, M_STOKER_TFR, M_STOKER_TFR_ALWAYS, M_COUNT
 };
 static const char *const method_name[M_COUNT] = {
     "stk",          "stk_always",   "stk_pread",      "stk_verify_off", "stk_willneed",
-    "files",        "tfrecord_crc", "tfrecord_hwcrc", "tfrecord"};
+    "files",        "tfrecord_crc", "tfrecord_hwcrc", "tfrecord",
+    "stoker_tfrecord", "stoker_tfrecord_always"};
 
 typedef struct run_ctx {
     const corpus *c;
@@ -511,6 +621,8 @@ static void *worker_main(void *arg)
         case M_STK_OFF:
         case M_STK:
         case M_STK_ALWAYS:
+        case M_STOKER_TFR:
+        case M_STOKER_TFR_ALWAYS:
         case M_STK_PREAD: {
             stk_sample s;
             if (x->m == M_STK_WILLNEED) {
@@ -608,9 +720,21 @@ static int is_stk(enum method m)
            m == M_STK_WILLNEED;
 }
 
+/* Methods reading through a dataset of the library. */
+static int is_ds(enum method m)
+{
+    return is_stk(m) || m == M_STOKER_TFR || m == M_STOKER_TFR_ALWAYS;
+}
+
 static void method_open(run_ctx *x)
 {
-    if (is_stk(x->m)) {
+    if (x->m == M_STOKER_TFR || x->m == M_STOKER_TFR_ALWAYS) {
+        char uri[1200];
+        snprintf(uri, sizeof uri, "tfrecord:%s%s", x->c->tfx_path,
+                 x->m == M_STOKER_TFR_ALWAYS ? "?verify=always" : "");
+        if (stk_dataset_open(uri, NULL, &x->ds) < 0)
+            die("%s", stk_errmsg());
+    } else if (is_stk(x->m)) {
         char uri[1200];
         /* The mapping explicitly: for encoded images the reader's default
          * (io=auto) is pread, measured as stk_pread. */
@@ -720,6 +844,12 @@ static double drop_caches(const corpus *c, enum method m)
             drop_file(c->shards[i]);
             residency(c->shards[i], &resident, &pages);
         }
+    } else if (m == M_STOKER_TFR || m == M_STOKER_TFR_ALWAYS) {
+        char idx[1100];
+        snprintf(idx, sizeof idx, "%s.stkidx", c->tfx_path);
+        drop_file(idx);
+        drop_file(c->tfx_path);
+        residency(c->tfx_path, &resident, &pages);
     } else if (m == M_FILES) {
         for (uint64_t i = 0; i < c->n; i++)
             drop_file(c->paths[i]);
@@ -821,6 +951,7 @@ int main(int argc, char **argv)
     write_lists(&c, work, seed);
     prepare_stk(&c, stk);
     prepare_tfrecord(&c, work);
+    prepare_tfrecord_examples(&c, work);
     int hw = have_sse42();
 
     printf("{\n  \"records\": %llu,\n  \"bytes\": %llu,\n  \"threads\": %u,\n  \"seed\": %llu,\n",
@@ -874,11 +1005,11 @@ int main(int argc, char **argv)
     /* Later epochs through one open dataset: pages already mapped,
      * verify=first has nothing left to hash. */
     for (int m = 0; m < M_COUNT; m++)
-        if (on[m] && is_stk((enum method)m))
+        if (on[m] && is_ds((enum method)m))
             run_once(&xs[m], 1);
     for (int r = 0; r < reps; r++)
         for (int m = 0; m < M_COUNT; m++)
-            if (on[m] && is_stk((enum method)m))
+            if (on[m] && is_ds((enum method)m))
                 again[m][r] = run_once(&xs[m], 0);
     for (int m = 0; m < M_COUNT; m++)
         method_close(&xs[m]);
@@ -898,7 +1029,7 @@ int main(int argc, char **argv)
             continue;
         printf("%s    \"%s\": {\n", first ? "" : ",\n", method_name[m]);
         first = 0;
-        if (is_stk((enum method)m))
+        if (is_ds((enum method)m))
             print_result(&c, "warm_epoch2", again[m], reps, -1, 0);
         print_result(&c, "warm", warm[m], reps, -1, !cold);
         if (cold)

@@ -290,8 +290,9 @@ static void test_hostile_headers(void **state)
 static void test_reader_table(void **state)
 {
     (void)state;
-    static const char *const want[] = {"stk",           "cifar10", "cifar100",    "idx", "mnist",
-                                       "fashion-mnist", "npy",     "zarr",        "imagefolder", "list"};
+    static const char *const want[] = {"stk",   "cifar10",  "cifar100",    "idx",  "mnist",
+                                       "fashion-mnist", "npy", "zarr", "tfrecord",
+                                       "imagefolder", "list"};
     const char *form = NULL, *desc = NULL;
     uint32_t i = 0;
     for (; stk_dataset_reader(i, &form, &desc); i++) {
@@ -307,7 +308,7 @@ static void test_reader_table(void **state)
     assert_non_null(strstr(stk_errmsg(),
                            "unknown dataset URI prefix 'numpy:' in 'numpy:x' (known prefixes: "
                            "stk:, cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, npy:, "
-                           "zarr:, imagefolder:, list:; or a path to detect)"));
+                           "tfrecord:, imagefolder:, list:; or a path to detect)"));
 }
 
 int main(void)

@@ -171,6 +171,11 @@ typedef struct stk_dataset_options {
  *                                       uncompressed np.savez archive
  *   zarr:DIR[?images=ARR&labels=ARR]    Zarr v2 group: uint8 images chunked along
  *                                       N (none/zstd/blosc/zlib), integer labels
+ *   tfrecord:PATH[?image_key=K][&label_key=K][&index=DIR][&verify=off|first|always]
+ *            [&cache=auto|off][&io=mmap|pread]
+ *                                       TFRecord files of tf.train.Example: a file,
+ *                                       a directory of *.tfrecord, or a glob
+ *                                       (docs/datasets.md)
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -217,7 +222,7 @@ STK_API void stk_dataset_close(stk_dataset *ds);
 typedef struct stk_dataset_info {
     const char *uri;      /* as given to open (lent: lives with the dataset) */
     const char *format;   /* the reader: "cifar10", "cifar100", "idx" (also for
-                             mnist: and fashion-mnist:), "stk", "npy",
+                             mnist: and fashion-mnist:), "stk", "npy", "tfrecord",
                              "imagefolder", "list", or "memory" for
                              stk_dataset_from_memory (static) */
     uint64_t count;       /* number of samples */

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -288,6 +289,46 @@ void stk_source_close(stk_source *s)
 {
     if (s)
         s->ops->close(s);
+}
+
+int stk_file_write_atomic(const char *path, const void *data, size_t size)
+{
+    char ebuf[128];
+    size_t n = strlen(path);
+    char *tmp = malloc(n + 12);
+    if (!tmp)
+        return stk_fail(STK_ENOMEM, "%s: out of memory", path);
+    memcpy(tmp, path, n);
+    memcpy(tmp + n, ".tmp-XXXXXX", 12);
+    int fd = mkostemp(tmp, O_CLOEXEC), rc = 0;
+    if (fd < 0) {
+        rc = stk_fail(STK_EIO, "%s: cannot write: %s", path, errno_text(errno, ebuf, sizeof ebuf));
+        free(tmp);
+        return rc;
+    }
+    const uint8_t *p = data;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t k = write(fd, p + done, size - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            rc = stk_fail(STK_EIO, "%s: cannot write: %s", path,
+                          k < 0 ? errno_text(errno, ebuf, sizeof ebuf) : "no progress");
+            break;
+        }
+        done += (size_t)k;
+    }
+    if (rc == 0 && fchmod(fd, 0644) != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot write: %s", path, errno_text(errno, ebuf, sizeof ebuf));
+    if (close(fd) != 0 && rc == 0)
+        rc = stk_fail(STK_EIO, "%s: cannot write: %s", path, errno_text(errno, ebuf, sizeof ebuf));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot write: %s", path, errno_text(errno, ebuf, sizeof ebuf));
+    if (rc < 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
 }
 
 int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out)

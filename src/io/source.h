@@ -164,6 +164,16 @@ void stk_mapping_advise(const uint8_t *data, uint64_t offset, uint64_t len, stk_
  * or guard: that part is skipped. */
 void stk_source_unmap(const uint8_t *data, uint64_t size, struct stk_map_guard *guard);
 
+/* Write `size` bytes of `data` as the file `path`, atomically: into a new
+ * temporary file beside it ("PATH.tmp-XXXXXX", mode 0644), then renamed
+ * over `path`, so a reader sees the old file or the whole new one, never a
+ * part (no fsync: the one writer today is an index cache that is checked
+ * before use, so a file lost in a crash is rebuilt, not trusted). The
+ * temporary file is removed on failure. STK_EIO "PATH: cannot write:
+ * REASON", STK_ENOMEM. The one write a reader of src/format/ does (the
+ * TFRecord reader's offset cache); writers of data (.stk) have their own. */
+int stk_file_write_atomic(const char *path, const void *data, size_t size);
+
 /* ------------------------------------------------------------------------ */
 /* A whole file mapped: what the array readers (CIFAR, IDX, npy) use        */
 /* ------------------------------------------------------------------------ */

@@ -1,0 +1,10 @@
+
+4
+
+image/class/label
+
+7
+
+image/encoded
+
+x

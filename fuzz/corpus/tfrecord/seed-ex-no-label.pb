@@ -1,0 +1,6 @@
+
+
+
+image/encoded
+
+x
