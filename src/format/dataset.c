@@ -742,7 +742,7 @@ static const char *stk_reader_list_text(char *buf, size_t n, int which)
 static int stk_open_detect(const char *uri, const char *path, const char *query,
                            const stk_dataset_options *opts, stk_dataset **out)
 {
-    char dirs[768], files[256], prefixes[256];
+    char dirs[1536], files[768], prefixes[512];
     for (size_t i = 0; i < STK_NREADERS; i++) {
         const stk_reader *r = stk_readers[i];
         int hit = r->detect ? r->detect(path) : 0;
@@ -812,7 +812,7 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
     if (stk_path_exists(uri))
         return stk_open_detect(uri, uri, NULL, opts, out);
     if (stk_looks_like_scheme(uri, &slen)) {
-        char prefixes[256];
+        char prefixes[512];
         return stk_fail(STK_EINVAL,
                         "unknown dataset URI prefix '%.*s:' in '%s' (known prefixes: %s; or a "
                         "path to detect)",
