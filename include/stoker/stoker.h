@@ -659,7 +659,8 @@ STK_API int stk_loader_state_set(stk_loader *l, const stk_loader_state *state);
 typedef struct stk_loader_stats {
     uint64_t samples;        /* samples written into batches */
     uint64_t batches;        /* batches delivered to the consumer */
-    uint64_t skipped;        /* samples skipped under the skip policy */
+    uint64_t skipped;        /* samples left out (skip policy) of the batches
+                                delivered: each counted once, like batches */
     double read_s;           /* workers: fetching samples from the dataset */
     double augment_s;        /* workers: pipeline + write into the batch */
     double idle_s;           /* workers: waiting for a free buffer */

@@ -121,7 +121,7 @@ typedef struct worker {
     bool started;
     stk_scratch scratch; /* owned by the worker thread: dataset reads */
     stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
-    _Atomic uint64_t read_ticks, augment_ticks, samples, skipped;
+    _Atomic uint64_t read_ticks, augment_ticks, samples;
     _Atomic double idle_s;
 } worker;
 
@@ -161,6 +161,10 @@ struct stk_loader {
     bool interrupted;
     stk_errbuf error;           /* why it failed */
     uint64_t batches_delivered, pool_exhausted;
+    uint64_t skipped_delivered; /* sum of batch.skipped over the batches lent:
+                                   each skipped sample counted once, however
+                                   often dropped work (set_epoch, state_set,
+                                   read-ahead) read it */
     double wait_s;
 };
 
@@ -409,7 +413,6 @@ static void *worker_main(void *arg)
         uint32_t skipped = 0;
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->skipped, skipped, memory_order_relaxed);
 
         pthread_mutex_lock(&l->mu);
         s->active--;
@@ -672,6 +675,7 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     l->deliver_seq++;
     l->cons_pos++;
     l->batches_delivered++;
+    l->skipped_delivered += s->skipped;
     pthread_cond_broadcast(&l->work_cv); /* prefetch budget freed */
 
     uint32_t n = s->rows - s->skipped;
@@ -935,13 +939,13 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     for (uint32_t i = 0; i < l->opt.threads; i++) {
         worker *w = &ml->workers[i];
         st->samples += atomic_load_explicit(&w->samples, memory_order_relaxed);
-        st->skipped += atomic_load_explicit(&w->skipped, memory_order_relaxed);
         st->read_s += (double)atomic_load_explicit(&w->read_ticks, memory_order_relaxed) * tick;
         st->augment_s += (double)atomic_load_explicit(&w->augment_ticks, memory_order_relaxed) * tick;
         st->idle_s += atomic_load_explicit(&w->idle_s, memory_order_relaxed);
     }
     pthread_mutex_lock(&ml->mu);
     st->batches = l->batches_delivered;
+    st->skipped = l->skipped_delivered;
     st->wait_s = l->wait_s;
     st->batches_allocated = l->nslots;
     st->pool_exhausted = l->pool_exhausted;
