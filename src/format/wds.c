@@ -580,7 +580,8 @@ static int wds_note_skipped(wds_build *b, const char *msg)
 static int wds_parse_label(const uint8_t *d, size_t n, int64_t *out)
 {
     size_t i = 0;
-#define WDS_WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r' || (c) == '\v' || (c) == '\f')
+#define WDS_WS(c)                                                                       \
+    ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r' || (c) == '\v' || (c) == '\f')
     while (i < n && WDS_WS(d[i]))
         i++;
     while (n > i && WDS_WS(d[n - 1]))
@@ -1096,10 +1097,24 @@ static int wds_read(const stk_dataset *ds, uint64_t index, stk_sample *out, stk_
     return 0;
 }
 
+static void wds_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
+
+/* Were the image member's bytes still the tar's after use? The message
+ * names the member as sample_name does. */
 static int wds_read_check(const stk_dataset *ds, uint64_t index)
 {
     const wds_impl *m = ds->impl;
-    return stk_recordset_check(&m->rs, index, 0, m->rs.recs[index].size);
+    const stk_record_ref *r = &m->rs.recs[index];
+    const stk_recfile *f = &m->rs.files[r->file];
+    if (stk_recordset_check(&m->rs, index, 0, r->size) == 0)
+        return 0;
+    char name[1200];
+    wds_sample_name(ds, index, name, sizeof name);
+    return stk_fail(STK_EDATA,
+                    "%s: the tar was truncated while open (only its first %llu of %llu bytes "
+                    "remain); the member's bytes were lost",
+                    name, (unsigned long long)stk_map_guard_valid(f->guard),
+                    (unsigned long long)f->size);
 }
 
 /* "TAR: member NAME (byte O)", NAME re-read from the member's header. */
@@ -1112,7 +1127,8 @@ static void wds_sample_name(const stk_dataset *ds, uint64_t index, char *buf, si
     tar_member mb;
     /* Only from a mapping: a pread's failure would replace the message the
      * caller is composing. */
-    int ok = f->map && (!f->guard || stk_map_guard_intact(f->guard, hdr, 512)) && tar_next(&w, &mb) > 0;
+    int ok = f->map && (!f->guard || stk_map_guard_intact(f->guard, hdr, 512)) &&
+             tar_next(&w, &mb) > 0;
     if (ok)
         snprintf(buf, size, "%s: member %s (byte %llu)", f->path, mb.name,
                  (unsigned long long)hdr);
