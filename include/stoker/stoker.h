@@ -167,6 +167,11 @@ typedef struct stk_dataset_options {
  *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
  *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
  *                                       DIR holds images.npy and labels.npy
+ *   wds:PATH[?image=jpg;png..][&label=cls;txt][&missing=error|skip]
+ *                                       WebDataset tar shards (also webdataset:):
+ *                                       a .tar, a directory of *.tar, a glob or
+ *                                       shard-{000000..000099}.tar; a sample is
+ *                                       the members sharing a key (KEY.jpg, KEY.cls)
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

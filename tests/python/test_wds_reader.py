@@ -285,6 +285,14 @@ def test_module_reports_members(tmp_path):
     with pytest.raises(Exception, match=r"bad\.tar: byte 0: member '000000\.jpg': its size, 21 "
                                         r"bytes, runs past the end of the file \(522 bytes\)"):
         stoker.open("wds:" + path)
+    # Incomplete samples left out with missing=skip are listed.
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        add(t, "a.jpg", b"x")
+        add(t, "b.jpg", b"y")
+        add(t, "b.cls", b"1")
+    ds = stoker.open("wds:%s?missing=skip" % path)
+    assert len(ds) == 1 and ds.skipped_inputs == [
+        "%s: sample 'a' (byte 0): no label member (looked for .cls, .txt; it has .jpg)" % path]
     # A caption where a label was expected.
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
         add(t, "k.jpg", b"x")
