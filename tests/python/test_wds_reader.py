@@ -290,7 +290,8 @@ def test_module_reports_members(tmp_path):
         add(t, "a.jpg", b"x")
         add(t, "b.jpg", b"y")
         add(t, "b.cls", b"1")
-    ds = stoker.open("wds:%s?missing=skip" % path)
+    with pytest.warns(RuntimeWarning, match=r"1 input left out: .*sample 'a' \(byte 0\)"):
+        ds = stoker.open("wds:%s?missing=skip" % path)
     assert len(ds) == 1 and ds.skipped_inputs == [
         "%s: sample 'a' (byte 0): no label member (looked for .cls, .txt; it has .jpg)" % path]
     # A caption where a label was expected.
