@@ -301,3 +301,23 @@ def test_module_reports_members(tmp_path):
     with pytest.raises(Exception, match=r"member k\.txt \(byte \d+\): label 'a cat on a mat' is "
                                         r"not a decimal integer"):
         stoker.open("wds:" + path)
+
+
+def test_corrupt_member_skipped_once_per_epoch(tmp_path):
+    root = os.path.join(need_photos("train"), "train")
+    c = sorted(os.listdir(root))[0]
+    files = sorted(f for f in os.listdir(os.path.join(root, c)) if f.endswith(".jpg"))[:5]
+    path = str(tmp_path / "skip.tar")
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as t:
+        for i, f in enumerate(files):
+            t.add(os.path.join(root, c, f), arcname="%03d.jpg" % i)
+            add(t, "%03d.cls" % i, b"0")
+            if i == 2:
+                add(t, "bad.jpg", b"\xff\xd8\xff not a jpeg")
+                add(t, "bad.cls", b"0")
+    args = ("bench", "wds:" + path, "--pipeline", SPEC, "--batch", 2, "--threads", 2)
+    p = run_stoker(*args, "--epochs", 3, "--on-error", "skip")
+    assert "skipped:    3 corrupt samples" in p.stdout, p.stdout
+    p = run_stoker(*args, "--epochs", 1, check=False)
+    assert p.returncode != 0
+    assert re.search(r"skip\.tar: member bad\.jpg \(byte \d+\): JPEG", p.stderr), p.stderr
