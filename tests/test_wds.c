@@ -499,8 +499,18 @@ static void test_uri_forms(void **state)
     expect_fail(uri, STK_EINVAL, "'jpg' is both an image and a label extension", NULL);
     snprintf(uri, sizeof uri, "wds:%s?missing=maybe", dir);
     expect_fail(uri, STK_EINVAL, "unknown value 'maybe' for query key 'missing'", NULL);
+    snprintf(uri, sizeof uri, "wds:%s?image=jpg&", dir);
+    expect_fail(uri, STK_EINVAL, "empty item at the end of the query", NULL);
     snprintf(uri, sizeof uri, "wds:%s?image", dir);
     expect_fail(uri, STK_EINVAL, "query item 'image' has no '=value'", NULL);
+
+    /* A directory named *.tar does not make a directory WebDataset. */
+    char notar[1024];
+    snprintf(notar, sizeof notar, "%s", tu_path("dir-of-dir"));
+    mkdir(notar, 0755);
+    snprintf(path, sizeof path, "%s/x.tar", notar);
+    mkdir(path, 0755);
+    expect_fail(notar, STK_ENOENT, "no dataset detected in this directory", NULL);
 
     /* An image folder holding a .tar stays an image folder. */
     char folder[1024];

@@ -117,7 +117,7 @@ typedef struct tar_walk {
     uint64_t pos;         /* next header block */
     int quiet;            /* 1: errors are returned without stk_fail */
     uint8_t blk[512];     /* a header read by pread (no mapping) */
-    uint8_t *buf;         /* owned: meta data read by pread */
+    char *buf;            /* owned: meta data read by pread */
     size_t buf_cap;
     char *name; /* owned: the current member's name, NUL-terminated */
     size_t name_cap;
@@ -181,10 +181,10 @@ static int tar_bytes(tar_walk *w, uint64_t off, size_t n, int header, const uint
     }
     uint8_t *dst = w->blk;
     if (!header) {
-        int rc = tar_reserve(w, (char **)&w->buf, &w->buf_cap, n ? n : 1);
+        int rc = tar_reserve(w, &w->buf, &w->buf_cap, n ? n : 1);
         if (rc < 0)
             return rc;
-        dst = w->buf;
+        dst = (uint8_t *)w->buf;
     }
     int rc = stk_source_pread(w->f->src, dst, n, off);
     if (rc < 0)
@@ -898,6 +898,9 @@ static int wds_parse_query(const char *uri, const char *prefix, const char *quer
         }
         if (rc < 0)
             return rc;
+        if (amp && !amp[1])
+            return stk_fail(STK_EINVAL, "%s: empty item at the end of the query of URI '%s'",
+                            prefix, uri);
         p = amp ? amp + 1 : NULL;
     }
     for (uint32_t i = 0; i < s->n[WDS_IMAGE]; i++)
@@ -1253,7 +1256,15 @@ static int wds_detect(const char *path)
             return 0;
         while (!found && (e = readdir(d))) {
             size_t k = strlen(e->d_name);
-            found = k > 4 && !strcmp(e->d_name + k - 4, ".tar");
+            if (k > 4 && !strcmp(e->d_name + k - 4, ".tar")) {
+                char *f = stk_path_join(path, e->d_name);
+                if (!f) {
+                    closedir(d);
+                    return STK_ENOMEM;
+                }
+                found = stk_path_is_file(f);
+                free(f);
+            }
         }
         closedir(d);
         if (!found)
