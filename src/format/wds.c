@@ -658,7 +658,10 @@ static int wds_group_close(wds_build *b, tar_walk *w, wds_group *g)
                  has);
         if (b->spec->skip_missing)
             return wds_note_skipped(b, msg);
-        return stk_fail(STK_EFORMAT, "%s (missing=skip leaves such samples out)", msg);
+        return stk_fail(STK_EFORMAT,
+                        "%s (missing=skip leaves such samples out; the members of a sample "
+                        "must be adjacent in the tar: GNU tar needs --sort=name)",
+                        msg);
     }
     /* The label. */
     const uint8_t *d;
