@@ -321,3 +321,30 @@ def test_corrupt_member_skipped_once_per_epoch(tmp_path):
     p = run_stoker(*args, "--epochs", 1, check=False)
     assert p.returncode != 0
     assert re.search(r"skip\.tar: member bad\.jpg \(byte \d+\): JPEG", p.stderr), p.stderr
+
+
+def test_many_shards_under_a_low_descriptor_limit(tmp_path):
+    """Each open tar holds two descriptors; a set of 200 shards opens with a
+    soft limit of 128 open files (the reader raises it towards the hard
+    limit), and fails naming a tar when the hard limit is that low too."""
+    import resource
+    import subprocess
+    from conftest import STOKER
+    for s in range(200):
+        with tarfile.open(tmp_path / ("shard-%06d.tar" % s), "w") as t:
+            add(t, "k.jpg", b"x%d" % s)
+            add(t, "k.cls", b"%d" % s)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip("hard RLIMIT_NOFILE %d" % hard)
+    uri = "wds:%s/shard-{000000..000199}.tar" % tmp_path
+
+    def inspect(soft, hard_limit):
+        return subprocess.run([STOKER, "inspect", uri], capture_output=True, text=True,
+                              timeout=60, preexec_fn=lambda: resource.setrlimit(
+                                  resource.RLIMIT_NOFILE, (soft, hard_limit)))
+    p = inspect(128, hard)
+    assert p.returncode == 0 and "samples:  200" in p.stdout, p.stderr
+    p = inspect(128, 128)
+    assert p.returncode != 0 and re.search(r"shard-0000\d\d\.tar: .*Too many open files",
+                                           p.stderr), p.stderr
