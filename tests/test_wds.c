@@ -408,6 +408,14 @@ static void test_numbers_and_endings(void **state)
     stk_dataset *ds = open_ok(uri);
     expect_image(ds, 0, img, 800, 1);
     stk_dataset_close(ds);
+    /* The padding, then a short run of zeros (less than a block): the end. */
+    uint8_t z[511] = {0};
+    tb_raw(&t, z, 511);
+    tb_raw(&t, z, 100);
+    tb_save(&t, "numbers.tar");
+    ds = open_ok(uri);
+    expect_image(ds, 0, img, 800, 1);
+    stk_dataset_close(ds);
 }
 
 /* Brace patterns, globs, directories, detection. */

@@ -53,7 +53,7 @@
  * The archive ends at the first all-zero block, after which only zero
  * bytes may follow (a second archive appended after the end marker would
  * otherwise be lost in silence), or at the end of the file right after a
- * member (as Python's tarfile accepts). A header cut short, a member
+ * member or after fewer than 512 zero bytes (as Python's tarfile accepts). A header cut short, a member
  * running past the end, a bad checksum, a compressed tar (gzip, bzip2, xz,
  * zstd magic) are errors naming the tar, the byte offset, the member where
  * known and the reason; they fail the open. Labels are parsed at open
@@ -330,11 +330,19 @@ static int tar_next(tar_walk *w, tar_member *m)
                                path, (unsigned long long)first, pending);
             return 0;
         }
-        if (fsize - pos < 512)
+        if (fsize - pos < 512) {
+            const uint8_t *b;
+            if ((rc = tar_bytes(w, pos, (size_t)(fsize - pos), 1, &b)) < 0)
+                return rc;
+            if (!pending && tar_zero(b, (size_t)(fsize - pos))) { /* a short zero tail */
+                w->pos = fsize;
+                return 0;
+            }
             return tar_err(w, STK_EFORMAT,
                            "%s: byte %llu: truncated header (%llu of its 512 bytes are in the "
                            "file)",
                            path, (unsigned long long)pos, (unsigned long long)(fsize - pos));
+        }
         if ((rc = tar_bytes(w, pos, 512, 1, &h)) < 0)
             return rc;
         /* Both checksums in one pass the compiler vectorises: the signed
