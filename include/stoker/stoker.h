@@ -176,6 +176,11 @@ typedef struct stk_dataset_options {
  *                                       TFRecord files of tf.train.Example: a file,
  *                                       a directory of *.tfrecord, or a glob
  *                                       (docs/datasets.md)
+ *   wds:PATH[?image=jpg;png..][&label=cls;txt][&missing=error|skip]
+ *                                       WebDataset tar shards (also webdataset:):
+ *                                       a .tar, a directory of *.tar, a glob or
+ *                                       shard-{000000..000099}.tar; a sample is
+ *                                       the members sharing a key (KEY.jpg, KEY.cls)
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

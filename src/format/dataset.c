@@ -18,6 +18,8 @@
  *     labels file named by replacing images-idx3 with labels-idx1
  *   a directory holding train- or t10k-images-idx3-ubyte[.gz] -> mnist layout
  *   a directory holding images.npy and labels.npy            -> npy
+ *   a *.tar file, a *.tar pattern, or a directory holding *.tar that
+ *     is not an image folder                                 -> wds
  *   (last) a directory with a subdirectory that directly holds a file
  *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
  *
@@ -679,7 +681,7 @@ static const stk_reader stk_reader_list = {
     stk_filelist_open, NULL, NULL, NULL, NULL};
 
 /* Readers that describe themselves in their own file (one X per reader). */
-#define STK_SELF_DESCRIBED_READERS(X) X(npy) X(zarr) X(tfrecord)
+#define STK_SELF_DESCRIBED_READERS(X) X(npy) X(zarr) X(tfrecord) X(wds) X(webdataset)
 #define STK_DECLARE_READER(name) extern const stk_reader stk_reader_##name;
 STK_SELF_DESCRIBED_READERS(STK_DECLARE_READER)
 #define STK_READER_ROW(name) &stk_reader_##name,
