@@ -167,6 +167,12 @@ typedef struct stk_dataset_options {
  *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
  *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
  *                                       DIR holds images.npy and labels.npy
+ *   lmdb:DIR[?value=datum|encoded&color=bgr|rgb]
+ *                                       LMDB environment: Caffe Datums (encoded,
+ *                                       or raw CHW pixels, BGR read as RGB) or
+ *                                       encoded images with KEY.cls labels
+ *   recordio:FILE.rec[?idx=FILE.idx|none]
+ *                                       MXNet RecordIO (IRHeader + encoded image)
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
