@@ -165,3 +165,22 @@ def test_photos_same_digest_as_stk_pack(tmp_path):
     run_stoker("pack", "-q", "--restart", 4, "lmdb:%s" % (tmp_path / "env"), tmp_path / "rst")
     p = run_stoker("inspect", tmp_path / "rst")
     assert "samples:  %d" % len(photos) in p.stdout
+
+
+def test_loader_skips_each_bad_value_once(tmp_path):
+    import stoker
+    from test_recordio_reader import tiny_jpegs
+    jpegs = tiny_jpegs(10)
+    bad = {1: b"not a datum", 4: Datum(channels=3, height=2, width=2).SerializeToString(),
+           8: encoded_datum(b"", 1)}
+    write_env(tmp_path / "env", [(b"%08d" % i, bad.get(i, encoded_datum(j, i % 4)))
+                                 for i, j in enumerate(jpegs)])
+    loader = stoker.Loader("lmdb:%s" % (tmp_path / "env"), batch_size=3, shuffle=True, seed=2,
+                           transforms=[stoker.RandomResizedCrop(8)], output="numpy",
+                           on_error="skip")
+    seen = []
+    for images, labels, indices in loader.iter_with_indices():
+        seen += [int(i) for i in indices]
+        assert all(int(l) == int(i) % 4 for l, i in zip(labels, indices))
+    assert sorted(seen) == sorted(set(range(10)) - set(bad))
+    assert loader.stats()["skipped"] == len(bad)

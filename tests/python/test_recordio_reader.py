@@ -124,3 +124,33 @@ def test_photos_same_digest_as_stk_pack(tmp_path):
     run_stoker("pack", "-q", "--restart", 4, "recordio:%s" % (tmp_path / "photos.rec"),
                tmp_path / "rst")
     assert "samples:  %d" % len(photos) in run_stoker("inspect", tmp_path / "rst").stdout
+
+
+def tiny_jpegs(n):
+    import io
+    from PIL import Image
+    out = []
+    for i in range(n):
+        im = Image.new("RGB", (20, 16), (i * 20 % 256, 100, 200 - i))
+        b = io.BytesIO()
+        im.save(b, "JPEG", quality=90)
+        out.append(b.getvalue())
+    return out
+
+
+def test_loader_skips_each_damaged_record_once(tmp_path):
+    import stoker
+    jpegs = tiny_jpegs(12)
+    bad = {2: mr.pack(0.5, jpegs[2]), 7: struct.pack("<IfQ", 0, 1.0, 0),
+           9: struct.pack("<IfQQ", 50, 0.0, 0, 0) + b"\0" * 8}
+    recs = [bad.get(i, mr.pack(i % 3, j)) for i, j in enumerate(jpegs)]
+    mr.write_rec(tmp_path / "s.rec", recs)
+    loader = stoker.Loader("recordio:%s" % (tmp_path / "s.rec"), batch_size=4, shuffle=True,
+                           seed=2, transforms=[stoker.RandomResizedCrop(8)], output="numpy",
+                           on_error="skip")
+    seen = []
+    for images, labels, indices in loader.iter_with_indices():
+        seen += [int(i) for i in indices]
+        assert all(int(l) == int(i) % 3 for l, i in zip(labels, indices))
+    assert sorted(seen) == sorted(set(range(12)) - set(bad))
+    assert loader.stats()["skipped"] == len(bad)
