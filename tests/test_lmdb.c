@@ -284,6 +284,11 @@ static void test_nosubdir(void **state)
     char uri[512];
     snprintf(uri, sizeof uri, "lmdb:%s", file);
     stk_dataset *ds = open_ok(uri);
+    stk_dataset_info info;
+    stk_dataset_info_get(ds, &info); /* one raw shape: the set's */
+    assert_int_equal(info.height, 2);
+    assert_int_equal(info.width, 3);
+    assert_int_equal(info.channels, 1);
     uint8_t px[6];
     int64_t l;
     assert_int_equal(stk_dataset_read(ds, 0, px, sizeof px, &l), 6);

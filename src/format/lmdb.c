@@ -70,9 +70,16 @@
  * with liblmdb's words, but a crafted file can crash it; values are what
  * this reader parses, and every Datum is fully checked at every read.
  *
+ * Shape: a set whose raw Datums all have one shape (and that holds no
+ * encoded Datum) reports it as the dataset's height, width and channels,
+ * so consumers such as pack see a fixed-shape raw set; finding it reads
+ * each value's fields but not its data (one page per value, raw sets
+ * only). Otherwise the shape is 0 (varies).
+ *
  * Invariants after open: count records, each with key and value pointers
  * into the map (value < 4 GiB); labels (value=encoded) holds count
- * entries; the transaction is open until close.
+ * entries; the transaction is open until close; when height is not 0
+ * every Datum that reads has that shape.
  */
 #include "core/error.h"
 #include "format/dataset.h"
@@ -261,6 +268,29 @@ static int lmdb_datum(const stk_dataset *ds, uint64_t index, const uint8_t *v, s
         out->image.chan_stride = (ptrdiff_t)plane;
     }
     return 0;
+}
+
+/* The dimensions of a Datum, reading its fields but not its data bytes:
+ * 1 with c/h/w set for a raw Datum whose fields parse, 0 for an encoded
+ * one, -1 when it does not parse (its read will say why). */
+static int lmdb_datum_dims(const uint8_t *v, size_t n, int64_t dims[3])
+{
+    stk_pb c = stk_pb_init(v, n);
+    stk_pb_field f;
+    const char *why;
+    int rc, encoded = 0, have_data = 0;
+    dims[0] = dims[1] = dims[2] = 0;
+    while ((rc = stk_pb_next(&c, &f, &why)) == 1) {
+        if (f.number >= 1 && f.number <= 3 && f.wire == STK_PB_VARINT)
+            dims[f.number - 1] = (int32_t)(uint32_t)f.value;
+        else if (f.number == 7 && f.wire == STK_PB_VARINT)
+            encoded = f.value != 0;
+        else if (f.number == 4 && f.wire == STK_PB_BYTES)
+            have_data = 1;
+    }
+    if (rc < 0 || !have_data)
+        return -1;
+    return encoded ? 0 : 1;
 }
 
 /* --- reader ------------------------------------------------------------- */
@@ -576,6 +606,26 @@ static int stk_lmdb_open(const char *uri, const char *path, const char *query,
         goto fail;
     }
     ds->count = n;
+    if (m->value == LMDB_VALUE_DATUM) {
+        /* Raw Datums: one shape for the whole set when every raw Datum that
+         * parses has the same dims and none is encoded (a Caffe set written
+         * with --resize_height/--resize_width), so that consumers (pack)
+         * see a fixed-shape raw set. Reads only the fields before and after
+         * each value's data: one page per value, for raw sets only. */
+        int64_t first[3], d[3];
+        int kind = lmdb_datum_dims(m->recs[0].val, m->recs[0].val_size, first);
+        for (uint64_t i = 1; kind == 1 && i < n; i++) {
+            int dk = lmdb_datum_dims(m->recs[i].val, m->recs[i].val_size, d);
+            if (dk == 0 || (dk == 1 && memcmp(d, first, sizeof d) != 0))
+                kind = 0;
+        }
+        if (kind == 1 && (first[0] == 1 || first[0] == 3) && first[1] > 0 && first[2] > 0 &&
+            (uint64_t)first[1] * (uint64_t)first[2] <= m->max_pixels) {
+            ds->channels = (uint32_t)first[0];
+            ds->height = (uint32_t)first[1];
+            ds->width = (uint32_t)first[2];
+        }
+    }
     if (m->value == LMDB_VALUE_ENCODED) {
         int64_t maxl = -1;
         int all = 1;

@@ -184,3 +184,23 @@ def test_loader_skips_each_bad_value_once(tmp_path):
         assert all(int(l) == int(i) % 4 for l, i in zip(labels, indices))
     assert sorted(seen) == sorted(set(range(10)) - set(bad))
     assert loader.stats()["skipped"] == len(bad)
+
+
+def test_raw_sets_pack(tmp_path):
+    """A raw set of one shape opens with that shape and packs as raw pixels;
+    one of several shapes needs --raw (pack says so) and then packs too;
+    both packs give the digest of the LMDB set."""
+    rng = np.random.default_rng(9)
+    same = [rng.integers(0, 256, (3, 24, 20), dtype=np.uint8) for _ in range(12)]
+    write_env(tmp_path / "same", [(b"%08d" % i, raw_datum(a, i % 3)) for i, a in enumerate(same)])
+    p = run_stoker("inspect", "lmdb:%s" % (tmp_path / "same"))
+    assert "24x20x3" in p.stdout.replace(" ", "") or "24 x 20 x 3" in p.stdout, p.stdout
+    run_stoker("pack", "-q", "lmdb:%s" % (tmp_path / "same"), tmp_path / "same_out")
+    assert digest(str(tmp_path / "same_out")) == digest("lmdb:%s" % (tmp_path / "same"))
+    mixed = same[:6] + [rng.integers(0, 256, (1, 30, 18), dtype=np.uint8) for _ in range(6)]
+    write_env(tmp_path / "mixed", [(b"%08d" % i, raw_datum(a, 1)) for i, a in enumerate(mixed)])
+    p = run_stoker("pack", "-q", "lmdb:%s" % (tmp_path / "mixed"), tmp_path / "m1", check=False)
+    assert p.returncode != 0
+    assert "source whose shape varies: pack it with --raw" in p.stderr
+    run_stoker("pack", "-q", "--raw", "lmdb:%s" % (tmp_path / "mixed"), tmp_path / "m2")
+    assert digest(str(tmp_path / "m2")) == digest("lmdb:%s" % (tmp_path / "mixed"))
