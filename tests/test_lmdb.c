@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -404,13 +405,41 @@ static void test_open_twice(void **state)
     stk_dataset_close(b);
 }
 
+/* data.mdb cut while open: reads of values past the cut fail with
+ * STK_EDATA saying so, values before it still read. */
+static void test_truncated_while_open(void **state)
+{
+    (void)state;
+    static buf v[40];
+    kv pairs[40];
+    char keys[40][16];
+    for (uint32_t i = 0; i < 40; i++) {
+        raw_datum(&v[i], i, 1, 64, 64, i); /* 4 KiB: overflow pages, in key order */
+        snprintf(keys[i], sizeof keys[i], "k%02u", i);
+        pairs[i] = (kv){keys[i], 0, &v[i]};
+    }
+    const char *dir = write_env("cut", pairs, 40, 0);
+    char uri[512], data[512];
+    snprintf(uri, sizeof uri, "lmdb:%s", dir);
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    stk_dataset *ds = open_ok(uri);
+    assert_int_equal(truncate(data, 16384), 0);
+    static uint8_t px[64 * 64];
+    int64_t l;
+    int64_t rc = stk_dataset_read(ds, 39, px, sizeof px, &l);
+    if (rc != STK_EDATA || !strstr(stk_errmsg(), "key 'k39' (record 39): data.mdb was truncated "
+                                                 "while open"))
+        fail_msg("read after the cut: %lld '%s'", (long long)rc, stk_errmsg());
+    stk_dataset_close(ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_raw_datums),     cmocka_unit_test(test_encoded_datums),
         cmocka_unit_test(test_value_encoded),  cmocka_unit_test(test_nosubdir),
         cmocka_unit_test(test_not_datums),     cmocka_unit_test(test_not_environments),
-        cmocka_unit_test(test_open_twice),
+        cmocka_unit_test(test_open_twice),     cmocka_unit_test(test_truncated_while_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

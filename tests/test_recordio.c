@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -436,6 +437,39 @@ static void test_idx_mismatch(void **state)
     stk_dataset_close(ds);
 }
 
+/* The .rec cut while open: a record past the cut fails with STK_EDATA
+ * naming it, an earlier one still reads. */
+static void test_truncated_while_open(void **state)
+{
+    (void)state;
+    static uint8_t img[3000];
+    buf f = {0}, r = {0};
+    uint64_t off[8];
+    for (int i = 0; i < 8; i++) {
+        fake_image(img, sizeof img, (uint64_t)i);
+        image_record(&r, 0, (float)i, NULL, img, sizeof img);
+        off[i] = f.n;
+        write_record(&f, r.p, (uint32_t)r.n);
+    }
+    const char *rec = tu_path("cut.rec");
+    tu_write_file(rec, f.p, f.n);
+    stk_dataset *ds = open_ok(rec);
+    assert_int_equal(truncate(rec, 8192), 0);
+    fake_image(img, sizeof img, 0);
+    expect_bytes(ds, 0, img, sizeof img, 0);
+    void *d = NULL;
+    size_t sz;
+    int rc = stk_dataset_read_field(ds, 7, NULL, &d, &sz, NULL);
+    char want[256];
+    snprintf(want, sizeof want, "cut.rec: record 7 (byte %llu): the file was truncated while open",
+             (unsigned long long)(off[7] + 8));
+    if (rc != STK_EDATA || !strstr(stk_errmsg(), want))
+        fail_msg("read after the cut: %d '%s'", rc, stk_errmsg());
+    stk_dataset_close(ds);
+    free(f.p);
+    free(r.p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -444,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_damage_at_open),
         cmocka_unit_test(test_damage_at_read),
         cmocka_unit_test(test_idx_mismatch),
+        cmocka_unit_test(test_truncated_while_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

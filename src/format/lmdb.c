@@ -61,7 +61,8 @@
  * being written (a training set is written once, then read).
  *
  * liblmdb, not src/io, maps the file: this is the one reader whose bytes do
- * not come through a stk_source. Its map is registered with the SIGBUS
+ * not come through a stk_source. Its map (found from the page format,
+ * lmdb_find_map: liblmdb does not tell) is registered with the SIGBUS
  * guard (src/io/map_guard.h) over the pages in use, so a data.mdb
  * truncated while open reads as zeros rather than killing the process,
  * and read_check fails the sample with STK_EDATA. liblmdb is not hardened
@@ -92,6 +93,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct lmdb_rec {
     const uint8_t *key; /* into LMDB's map, valid while txn is open */
@@ -107,7 +109,7 @@ typedef struct stk_lmdb_impl {
     MDB_txn *txn;               /* owned read transaction: the snapshot every
                                    pointer below belongs to; aborted at close */
     char *path;                 /* owned: the environment path, for messages */
-    const uint8_t *map;         /* LMDB's map (me_mapaddr) */
+    const uint8_t *map;         /* LMDB's map (lmdb_find_map), or NULL */
     uint64_t map_used;          /* bytes of it in use at open (pages * psize) */
     struct stk_map_guard *guard; /* owned SIGBUS-guard registration, or NULL */
     lmdb_rec *recs;             /* owned, count entries, key order */
@@ -295,6 +297,8 @@ static int lmdb_datum_dims(const uint8_t *v, size_t n, int64_t dims[3])
 
 /* --- reader ------------------------------------------------------------- */
 
+static int stk_lmdb_read_check(const stk_dataset *ds, uint64_t index);
+
 static int stk_lmdb_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
                          stk_scratch *scratch)
 {
@@ -308,7 +312,12 @@ static int stk_lmdb_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
         out->label = m->labels[index];
         return 0;
     }
-    return lmdb_datum(ds, index, r->val, r->val_size, out);
+    int rc = lmdb_datum(ds, index, r->val, r->val_size, out);
+    /* zeros where data.mdb was cut under the map do not parse: say so */
+    if (rc < 0 && m->guard && !stk_map_guard_intact(m->guard, (uint64_t)(r->val - m->map),
+                                                     r->val_size))
+        return stk_lmdb_read_check(ds, index);
+    return rc;
 }
 
 /* vtable.read_check: were the value's bytes still the file's after use? */
@@ -420,6 +429,42 @@ static int lmdb_parse_cls(const char *path, const MDB_val *k, const MDB_val *v, 
     return 0;
 }
 
+/* Where liblmdb mapped data.mdb. The API does not say (me_mapaddr is
+ * only set for MDB_FIXEDMAP environments), so it is derived from the
+ * on-disk page format (lmdb.h's MDB_page, stable since LMDB 0.9): every
+ * page starts with its own page number (a size_t), and page 0 holds the
+ * meta page, whose first word after the page header is MDB_MAGIC
+ * 0xBEEFC0DE. The page holding the first key is found by rounding its
+ * address down to the page size, and base = page - pgno * psize; it is
+ * used only if page 0 there holds the magic and every key and value the
+ * walk recorded lies inside [base, base + map_used). Otherwise (a page
+ * size other than the OS's, an unexpected layout) the map goes unguarded:
+ * NULL. */
+static const uint8_t *lmdb_find_map(const stk_lmdb_impl *m, uint64_t n, uint64_t psize,
+                                    uint64_t last_pgno)
+{
+    long os = sysconf(_SC_PAGESIZE);
+    size_t pgno;
+    if (n == 0 || os <= 0 || psize != (uint64_t)os)
+        return NULL;
+    uintptr_t page = (uintptr_t)m->recs[0].key & ~(uintptr_t)(psize - 1);
+    memcpy(&pgno, (const void *)page, sizeof pgno);
+    if (pgno == 0 || pgno > last_pgno || pgno * psize > page)
+        return NULL;
+    uintptr_t base = page - pgno * psize;
+    uint32_t magic;
+    memcpy(&magic, (const void *)(base + sizeof(size_t) + 8), sizeof magic);
+    if (magic != 0xBEEFC0DEu)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        uintptr_t k = (uintptr_t)m->recs[i].key, v = (uintptr_t)m->recs[i].val;
+        if (k < base || k - base + m->recs[i].key_size > m->map_used || v < base ||
+            v - base + m->recs[i].val_size > m->map_used)
+            return NULL;
+    }
+    return (const uint8_t *)base;
+}
+
 /* --- open --------------------------------------------------------------- */
 
 static int lmdb_fail(int code, const char *path, const char *what, int rc)
@@ -459,6 +504,7 @@ static int stk_lmdb_open(const char *uri, const char *path, const char *query,
     size_t ncls = 0, capcls = 0;
     uint64_t n = 0;
     unsigned flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS | MDB_NORDAHEAD;
+    uint64_t psize = 0, last_pgno = 0;
     int rc;
 
     if ((rc = stk_query_parse(uri, "lmdb", query, keys, 2)) < 0)
@@ -511,16 +557,11 @@ static int stk_lmdb_open(const char *uri, const char *path, const char *query,
         rc = lmdb_fail(STK_EIO, path, "reading the environment's info", rc);
         goto fail;
     }
-    m->map = info.me_mapaddr;
     m->map_used = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
     if (m->map_used > info.me_mapsize)
         m->map_used = info.me_mapsize;
-    {
-        mdb_filehandle_t fd;
-        if (mdb_env_get_fd(m->env, &fd) == 0 && m->map &&
-            (rc = stk_map_guard_add(m->map, (size_t)m->map_used, fd, &m->guard)) < 0)
-            goto fail;
-    }
+    psize = st.ms_psize;
+    last_pgno = info.me_last_pgno;
     if ((rc = mdb_txn_begin(m->env, NULL, MDB_RDONLY, &m->txn)) != 0) {
         m->txn = NULL;
         rc = stk_fail(lmdb_open_code(rc), "%s: beginning a read transaction: %s", path,
@@ -647,6 +688,13 @@ static int stk_lmdb_open(const char *uri, const char *path, const char *query,
                 maxl = m->labels[i];
         }
         ds->num_classes = all && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    }
+    /* The map under the SIGBUS guard (see lmdb_find_map). */
+    if ((m->map = lmdb_find_map(m, n, psize, last_pgno)) != NULL) {
+        mdb_filehandle_t fd;
+        if (mdb_env_get_fd(m->env, &fd) == 0 &&
+            (rc = stk_map_guard_add(m->map, (size_t)m->map_used, fd, &m->guard)) < 0)
+            goto fail;
     }
     if (m->guard && !stk_map_guard_intact(m->guard, 0, m->map_used)) {
         rc = stk_fail(STK_EIO, "%s: data.mdb was truncated while being opened", path);
