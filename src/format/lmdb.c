@@ -29,7 +29,14 @@
  * the planes backwards (chan_stride -H*W), so the sample is RGB like every
  * other reader's; color=rgb takes planes already in R, G, B order as they
  * are. The label is the Datum's int32 label (0 when absent: protobuf's
- * default). float_data Datums (float pixels) are refused.
+ * default). float_data Datums (float pixels) are refused. A Datum with
+ * neither the encoded field nor any dimension can only be an encoded image
+ * and is read as one (caffe.proto's default would say raw, but then it has
+ * no shape; DALI reads it as encoded too).
+ *
+ * DALI's caffe reader, for comparison: it hands raw data out as stored,
+ * shaped H x W x C without reordering the CHW planes or the BGR order,
+ * and reads a Datum as encoded unless the encoded field says false.
  *
  * value=encoded: every value is an encoded image. Labels follow the
  * WebDataset convention: a key ending in ".cls" holds, as ASCII decimal
@@ -170,7 +177,7 @@ static int lmdb_datum(const stk_dataset *ds, uint64_t index, const uint8_t *v, s
     const char *why = NULL;
     int64_t dims[4] = {0, 0, 0, 0}; /* [1..3]: channels, height, width */
     int64_t label = 0;
-    int encoded = 0, have_data = 0, have_float = 0;
+    int encoded = 0, have_encoded = 0, have_data = 0, have_float = 0;
     const uint8_t *data = NULL;
     size_t data_size = 0;
     char name[256];
@@ -207,9 +214,14 @@ static int lmdb_datum(const stk_dataset *ds, uint64_t index, const uint8_t *v, s
             break;
         case 7:
             encoded = f.value != 0;
+            have_encoded = 1;
             break;
         }
     }
+    /* No encoded field and no dimensions: only an encoded image fits (some
+     * writers leave the flag out; DALI reads such Datums as encoded too). */
+    if (!have_encoded && !dims[1] && !dims[2] && !dims[3])
+        encoded = 1;
     if (rc < 0) {
         stk_lmdb_sample_name(ds, index, name, sizeof name);
         return stk_fail(STK_EDATA, "%s: not a Caffe Datum: %s (at byte %zu of the %zu-byte value)",
@@ -280,18 +292,20 @@ static int lmdb_datum_dims(const uint8_t *v, size_t n, int64_t dims[3])
     stk_pb c = stk_pb_init(v, n);
     stk_pb_field f;
     const char *why;
-    int rc, encoded = 0, have_data = 0;
+    int rc, encoded = 0, have_encoded = 0, have_data = 0;
     dims[0] = dims[1] = dims[2] = 0;
     while ((rc = stk_pb_next(&c, &f, &why)) == 1) {
         if (f.number >= 1 && f.number <= 3 && f.wire == STK_PB_VARINT)
             dims[f.number - 1] = (int32_t)(uint32_t)f.value;
         else if (f.number == 7 && f.wire == STK_PB_VARINT)
-            encoded = f.value != 0;
+            encoded = f.value != 0, have_encoded = 1;
         else if (f.number == 4 && f.wire == STK_PB_BYTES)
             have_data = 1;
     }
     if (rc < 0 || !have_data)
         return -1;
+    if (!have_encoded && !dims[0] && !dims[1] && !dims[2])
+        encoded = 1; /* as lmdb_datum decides */
     return encoded ? 0 : 1;
 }
 
