@@ -460,7 +460,7 @@ static int rio_check_idx(const char *idx, const char *rec, const uint64_t *start
     int rc = stk_map_file(idx, max_bytes, &f);
     if (rc < 0)
         return rc;
-    const char *p = (const char *)f.data, *end = p + f.size;
+    const char *p = f.size ? (const char *)f.data : "", *end = p + f.size; /* empty: no map */
     while (p < end) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         const char *e = eol ? eol : end, *q = p;
@@ -495,7 +495,8 @@ static int rio_check_idx(const char *idx, const char *rec, const uint64_t *start
         lines[count++] = (rio_idx_line){off, line};
         p = eol ? eol + 1 : end;
     }
-    qsort(lines, count, sizeof *lines, rio_idx_cmp);
+    if (count)
+        qsort(lines, count, sizeof *lines, rio_idx_cmp);
     for (uint64_t i = 0, r = 0; i < count || r < n;) {
         if (i < count && i > 0 && lines[i].offset == lines[i - 1].offset) {
             rc = stk_fail(STK_EFORMAT, "%s: line %llu: offset %llu is listed twice (also line %llu)",
