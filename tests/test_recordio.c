@@ -470,6 +470,68 @@ static void test_truncated_while_open(void **state)
     free(r.p);
 }
 
+/* Several files: a directory of *.rec or a glob, one index space in name
+ * order, each file's own .idx checked, names per file. */
+static void test_several_files(void **state)
+{
+    (void)state;
+    uint8_t imgs[3][64];
+    size_t sizes[3];
+    uint64_t off[3];
+    char uri[1200], cmd[1024], want[1200];
+    const char *dir = tu_path("multi");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    char a[512], b[512], bidx[512];
+    snprintf(a, sizeof a, "%s/a.rec", dir);
+    snprintf(b, sizeof b, "%s/b.rec", dir);
+    snprintf(bidx, sizeof bidx, "%s/b.idx", dir);
+    write_basic(a, imgs, sizes, off);
+    write_basic(b, imgs, sizes, off);
+    tu_write_file(tu_path("multi/notes.txt"), "x", 1); /* not a .rec: not listed */
+    const int64_t labels[3] = {0, 5, 2};
+    const char *forms[] = {"recordio:%s", "recordio:%s/*.rec", "%s/*.rec"};
+    for (int f = 0; f < 3; f++) {
+        snprintf(uri, sizeof uri, forms[f], dir);
+        stk_dataset *ds = open_ok(uri);
+        stk_dataset_info info;
+        stk_dataset_info_get(ds, &info);
+        assert_int_equal(info.count, 6);
+        for (int i = 0; i < 6; i++)
+            expect_bytes(ds, (uint64_t)i, imgs[i % 3], sizes[i % 3], labels[i % 3]);
+        stk_dataset_close(ds);
+    }
+    /* b's record 1 damaged: named in b, numbered within b */
+    size_t n;
+    uint8_t *bytes = tu_read_file(b, &n);
+    uint32_t half = 0x3f000000; /* record 1's IRHeader label (flag 0): 0.5 */
+    memcpy(bytes + off[1] + 12, &half, 4);
+    tu_write_file(b, bytes, n);
+    free(bytes);
+    snprintf(uri, sizeof uri, "recordio:%s", dir);
+    stk_dataset *ds = open_ok(uri);
+    void *d;
+    size_t sz;
+    assert_int_equal(stk_dataset_read_field(ds, 4, NULL, &d, &sz, NULL), STK_EDATA);
+    snprintf(want, sizeof want, "%s: record 1 (byte %llu): the label 0.5 is not an integer", b,
+             (unsigned long long)off[1]);
+    if (!strstr(stk_errmsg(), want))
+        fail_msg("got '%s', wanted '%s'", stk_errmsg(), want);
+    stk_dataset_close(ds);
+    /* b's stale index fails the open, naming it */
+    tu_write_file(bidx, "0\t0\n1\t4\n", 8);
+    snprintf(want, sizeof want, "%s: line 2: offset 4 is not where a record of %s starts", bidx, b);
+    expect_open_fail(uri, STK_EFORMAT, want);
+    snprintf(uri, sizeof uri, "recordio:%s?idx=none", dir);
+    ds = open_ok(uri);
+    stk_dataset_close(ds);
+    /* idx=PATH names one file's index */
+    snprintf(uri, sizeof uri, "recordio:%s?idx=%s", dir, bidx);
+    expect_open_fail(uri, STK_EINVAL, "idx=PATH names the index of one file");
+    snprintf(uri, sizeof uri, "recordio:%s/*.none.rec", dir);
+    expect_open_fail(uri, STK_ENOENT, "no RecordIO file matches this pattern");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -479,6 +541,7 @@ int main(void)
         cmocka_unit_test(test_damage_at_read),
         cmocka_unit_test(test_idx_mismatch),
         cmocka_unit_test(test_truncated_while_open),
+        cmocka_unit_test(test_several_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

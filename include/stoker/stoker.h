@@ -171,8 +171,8 @@ typedef struct stk_dataset_options {
  *                                       LMDB environment: Caffe Datums (encoded,
  *                                       or raw CHW pixels, BGR read as RGB) or
  *                                       encoded images with KEY.cls labels
- *   recordio:FILE.rec[?idx=FILE.idx|none]
- *                                       MXNet RecordIO (IRHeader + encoded image)
+ *   recordio:PATH[?idx=FILE.idx|none]  MXNet RecordIO (IRHeader + encoded image):
+ *                                       a .rec file, a directory of *.rec, or a glob
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

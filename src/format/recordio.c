@@ -1,10 +1,13 @@
 /*
  * recordio.c — MXNet RecordIO image files (.rec, with or without .idx).
  *
- * URI: "recordio:FILE.rec[?idx=FILE.idx|none]". A bare path naming a file
- * whose name ends in ".rec" is detected. The index defaults to FILE.idx
- * beside FILE.rec (the name with ".rec" replaced by ".idx") when that file
- * exists; idx=PATH names another, idx=none ignores it.
+ * URI: "recordio:PATH[?idx=FILE.idx|none]", PATH one .rec file, a
+ * directory (its *.rec files) or a glob: several files are one index space
+ * in name order, as DALI's mxnet reader takes a list of them. A bare path
+ * naming a file, or a glob, ending in ".rec" is detected. Each file's
+ * index defaults to FILE.idx beside FILE.rec (the name with ".rec"
+ * replaced by ".idx") when that file exists; idx=PATH names another (one
+ * file only), idx=none ignores them.
  *
  * The framing (dmlc-core include/dmlc/recordio.h, src/recordio.cc): a file
  * is a run of frames, each
@@ -58,7 +61,7 @@
  * touches every record's first bytes either way (see docs/datasets.md for
  * its cost).
  *
- * Invariants after open: count records; labels[i] is the label, or
+ * Invariants after open: count records, file by file; labels[i] is the label, or
  * RIO_BAD when the record's header is damaged (read re-parses it to say
  * why); a whole record's range holds >= 24 bytes and its flag's label
  * vector when labels[i] != RIO_BAD; split[i/64] bit i%64 marks split
@@ -84,7 +87,6 @@ typedef struct stk_recordio_impl {
     stk_recordset rs;   /* owned: the file and the record table */
     int64_t *labels;    /* owned, count entries; RIO_BAD: a damaged header */
     uint64_t *split;    /* owned bitmap, (count + 63) / 64 words: split records */
-    char *idx_path;     /* owned, or NULL: the index checked at open */
 } stk_recordio_impl;
 
 static int rio_is_split(const stk_recordio_impl *m, uint64_t i)
@@ -98,9 +100,10 @@ static void stk_recordio_sample_name(const stk_dataset *ds, uint64_t index, char
 {
     const stk_recordio_impl *m = ds->impl;
     const stk_record_ref *r = &m->rs.recs[index];
+    const stk_recfile *f = &m->rs.files[r->file];
     uint64_t off = rio_is_split(m, index) ? r->offset : r->offset - 8;
-    snprintf(buf, size, "%s: record %llu (byte %llu)", m->rs.files[0].path,
-             (unsigned long long)index, (unsigned long long)off);
+    snprintf(buf, size, "%s: record %llu (byte %llu)", f->path,
+             (unsigned long long)(index - f->first), (unsigned long long)off);
 }
 
 static uint32_t rio_pad4(uint32_t n) { return (n + 3u) & ~3u; }
@@ -246,7 +249,6 @@ static void stk_recordio_close(stk_dataset *ds)
     stk_recordset_free(&m->rs);
     free(m->labels);
     free(m->split);
-    free(m->idx_path);
     free(m);
     ds->impl = NULL;
 }
@@ -273,7 +275,7 @@ static int rio_bytes(const stk_recordset *rs, const uint8_t *map, uint64_t off, 
         return 0;
     }
     *out = buf;
-    return stk_source_pread(rs->files[0].src, buf, n, off);
+    return stk_source_pread(rs->files[rs->nfiles - 1].src, buf, n, off);
 }
 
 /* Grow an array of `each`-byte items to hold n + 1. */
@@ -302,8 +304,9 @@ typedef struct rio_walk {
 static int rio_scan(stk_recordio_impl *m, const char *path, uint64_t max_records, rio_walk *w)
 {
     stk_recordset *rs = &m->rs;
-    const uint8_t *map = stk_recordset_file_data(rs, 0);
-    uint64_t size = rs->files[0].size, off = 0, n = 0;
+    uint32_t fi = rs->nfiles - 1; /* the file just added */
+    const uint8_t *map = stk_recordset_file_data(rs, fi);
+    uint64_t size = rs->files[fi].size, off = 0, n = 0; /* n: records of this file */
     uint8_t buf[RIO_HEADER + 8], *joined = NULL;
     size_t joined_cap = 0;
     const uint8_t *h;
@@ -378,9 +381,11 @@ static int rio_scan(stk_recordio_impl *m, const char *path, uint64_t max_records
             }
         }
         if ((rc = rio_grow((void **)&w->starts, &w->cap_starts, n, sizeof *w->starts, path)) < 0 ||
-            (rc = rio_grow((void **)&m->labels, &w->cap_labels, n, sizeof *m->labels, path)) < 0)
+            (rc = rio_grow((void **)&m->labels, &w->cap_labels, rs->count, sizeof *m->labels,
+                           path)) < 0)
             goto out;
         w->starts[n] = start;
+        uint64_t g = rs->count; /* the sample's index */
         /* the header: from the mapping (whole record) or the joined bytes */
         int64_t label = RIO_BAD;
         size_t skip;
@@ -403,18 +408,18 @@ static int rio_scan(stk_recordio_impl *m, const char *path, uint64_t max_records
                 goto out;
             }
             if (framed > joined_cap) {
-                uint8_t *g = realloc(joined, (size_t)framed);
-                if (!g) {
+                uint8_t *grown = realloc(joined, (size_t)framed);
+                if (!grown) {
                     rc = stk_fail(STK_ENOMEM, "%s: out of memory", path);
                     goto out;
                 }
-                joined = g;
+                joined = grown;
                 joined_cap = (size_t)framed;
             }
             const uint8_t *fr = joined;
             if (map)
                 fr = map + start;
-            else if ((rc = stk_source_pread(rs->files[0].src, joined, (size_t)framed, start)) < 0)
+            else if ((rc = stk_source_pread(rs->files[fi].src, joined, (size_t)framed, start)) < 0)
                 goto out;
             size_t jn = rio_join(fr, (size_t)framed, joined);
             if (jn == (size_t)-1 || rio_header(joined, jn, &label, &skip, why, sizeof why) < 0)
@@ -426,9 +431,9 @@ static int rio_scan(stk_recordio_impl *m, const char *path, uint64_t max_records
             if ((rc = rio_grow((void **)&w->splits, &w->cap_split, w->nsplit, sizeof *w->splits,
                                path)) < 0)
                 goto out;
-            w->splits[w->nsplit++] = n;
+            w->splits[w->nsplit++] = g;
         }
-        m->labels[n] = label;
+        m->labels[g] = label;
         n++;
     }
     if (rc == 0 && n == 0)
@@ -557,6 +562,12 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
     int no_idx = 0, explicit_idx = 0;
     int rc;
 
+    static const char *const suffixes[] = {".rec", NULL};
+    static const stk_file_list_words words = {"RecordIO file", "*.rec files",
+                                               "RecordIO file or directory"};
+    char **files = NULL;
+    uint32_t nfiles = 0;
+
     /* The query: only idx=PATH|none (a free value, so parsed here). */
     if (query && *query) {
         const char *q = query;
@@ -565,44 +576,64 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
                             "recordio: URI '%s': the query takes one key, idx=PATH or idx=none "
                             "(got '%s')",
                             uri, query);
-        if (strcmp(q + 4, "none") == 0)
-            no_idx = 1;
-        else if (!(idx = stk_strdup(q + 4)))
-            return STK_ENOMEM;
+        no_idx = strcmp(q + 4, "none") == 0;
         explicit_idx = !no_idx;
     }
-    if (!no_idx && !idx) {
-        if (!(idx = rio_default_idx(path)))
-            return STK_ENOMEM;
-        if (!stk_path_is_file(idx)) {
-            free(idx);
-            idx = NULL;
-        }
-    }
-    if (explicit_idx && !stk_path_is_file(idx)) {
-        rc = stk_fail(STK_ENOENT, "recordio: %s: no such index file (URI '%s')", idx, uri);
-        free(idx);
+    if ((rc = stk_file_list(path, suffixes, &words, &files, &nfiles)) < 0)
         return rc;
+    if (explicit_idx && nfiles != 1) {
+        rc = stk_fail(STK_EINVAL,
+                      "recordio: URI '%s': idx=PATH names the index of one file, and %s names "
+                      "%u (each file's index is found beside it: FILE.idx)",
+                      uri, path, nfiles);
+        goto fail;
     }
-
     if (!(ds = stk_dataset_alloc(&stk_recordio_vt, uri))) {
-        free(idx);
-        return STK_ENOMEM;
+        rc = STK_ENOMEM;
+        goto fail;
     }
     if (!(m = calloc(1, sizeof *m))) {
-        free(idx);
         rc = stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
         goto fail;
     }
     ds->impl = m;
-    m->idx_path = idx;
-    if ((rc = stk_recordset_add_file(&m->rs, path, o.max_bytes, 0)) < 0)
-        goto fail;
-    if ((rc = rio_scan(m, path, o.max_samples, &w)) < 0)
-        goto fail;
-    if (m->rs.files[0].guard && !stk_map_guard_intact(m->rs.files[0].guard, 0, m->rs.files[0].size)) {
-        rc = stk_fail(STK_EIO, "%s: the file was truncated while being opened", path);
-        goto fail;
+    for (uint32_t f = 0; f < nfiles; f++) {
+        const char *file = files[f];
+        /* its index: idx=PATH, FILE.idx when it exists, or none */
+        free(idx);
+        idx = NULL;
+        if (explicit_idx) {
+            if (!(idx = stk_strdup(query + 4))) {
+                rc = STK_ENOMEM;
+                goto fail;
+            }
+            if (!stk_path_is_file(idx)) {
+                rc = stk_fail(STK_ENOENT, "recordio: %s: no such index file (URI '%s')", idx,
+                              uri);
+                goto fail;
+            }
+        } else if (!no_idx) {
+            if (!(idx = rio_default_idx(file))) {
+                rc = STK_ENOMEM;
+                goto fail;
+            }
+            if (!stk_path_is_file(idx)) {
+                free(idx);
+                idx = NULL;
+            }
+        }
+        uint64_t first = m->rs.count;
+        if ((rc = stk_recordset_add_file(&m->rs, file, o.max_bytes, 0)) < 0)
+            goto fail;
+        if ((rc = rio_scan(m, file, o.max_samples, &w)) < 0)
+            goto fail;
+        const stk_recfile *rf = &m->rs.files[f];
+        if (rf->guard && !stk_map_guard_intact(rf->guard, 0, rf->size)) {
+            rc = stk_fail(STK_EIO, "%s: the file was truncated while being opened", file);
+            goto fail;
+        }
+        if (idx && (rc = rio_check_idx(idx, file, w.starts, m->rs.count - first, o.max_bytes)) < 0)
+            goto fail;
     }
     if (w.nsplit) {
         if (!(m->split = calloc((size_t)((m->rs.count + 63) / 64), sizeof *m->split))) {
@@ -612,9 +643,6 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
         for (uint64_t i = 0; i < w.nsplit; i++)
             m->split[w.splits[i] >> 6] |= 1ull << (w.splits[i] & 63);
     }
-    if (m->idx_path &&
-        (rc = rio_check_idx(m->idx_path, path, w.starts, m->rs.count, o.max_bytes)) < 0)
-        goto fail;
     ds->count = m->rs.count;
     int64_t maxl = -1;
     int all = 1;
@@ -627,24 +655,31 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
     ds->num_classes = all && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
     free(w.starts);
     free(w.splits);
+    free(idx);
+    stk_file_list_free(files, nfiles);
     *out = ds;
     return 0;
 
 fail:
     free(w.starts);
     free(w.splits);
+    free(idx);
+    stk_file_list_free(files, nfiles);
     stk_dataset_close(ds);
     return rc;
 }
 
-/* A file whose name ends in ".rec". */
+/* A file whose name ends in ".rec", or a glob pattern ending in ".rec". */
 static int stk_recordio_detect(const char *path)
 {
     size_t n = strlen(path);
-    return n > 4 && strcmp(path + n - 4, ".rec") == 0 && stk_path_is_file(path);
+    if (n <= 4 || strcmp(path + n - 4, ".rec") != 0)
+        return 0;
+    return stk_path_is_file(path) || (!stk_path_exists(path) && strpbrk(path, "*?[") != NULL);
 }
 
 const stk_reader stk_reader_recordio = {
-    "recordio", "recordio:FILE.rec[?idx=FILE.idx|none]",
-    "MXNet RecordIO: IRHeader (flag, label or label vector, id) + encoded image; .idx checked",
+    "recordio", "recordio:PATH[?idx=FILE.idx|none]",
+    "MXNet RecordIO: a .rec file, a directory of *.rec or a glob; IRHeader + encoded image; "
+    "each FILE.idx checked",
     stk_recordio_open, NULL, stk_recordio_detect, NULL, "*.rec (MXNet RecordIO)"};
