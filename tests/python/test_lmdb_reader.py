@@ -7,15 +7,14 @@ Datums equals that of the .stk pack of the same files in the same order, and
 `stoker pack lmdb:...` (also --restart) gives a set with the same samples.
 C-level cases are in tests/test_lmdb.c."""
 import ctypes as C
-import glob
 import os
 
 import lmdb
 import numpy as np
-import pytest
 
 from caffe_datum import Datum, encoded_datum, raw_datum
-from conftest import BUILD, need_photos, run_stoker
+from conftest import BUILD, run_stoker
+from record_sets import digest, photo_subset, tiny_jpegs
 
 lib = C.CDLL(os.path.join(BUILD, "libstoker.so"))
 lib.stk_errmsg.restype = C.c_char_p
@@ -133,20 +132,6 @@ def test_values_that_are_not_datums(tmp_path):
     lib.stk_dataset_close(ds)
 
 
-def photo_subset(n=30):
-    root = need_photos("train")
-    files = sorted(glob.glob(os.path.join(root, "train", "*", "*.jpg")))
-    files = files[::max(1, len(files) // n)][:n]
-    classes = sorted({os.path.basename(os.path.dirname(f)) for f in files})
-    return [(f, classes.index(os.path.basename(os.path.dirname(f)))) for f in files]
-
-
-def digest(uri):
-    p = run_stoker("bench", uri, "--pipeline", "imagenet-train-few", "--digest", "--batch", 8,
-                   "--epochs", 1, "--threads", 2, "--seed", 11)
-    return [l.split()[1] for l in p.stdout.splitlines() if l.startswith("digest: ")][0]
-
-
 def test_photos_same_digest_as_stk_pack(tmp_path):
     photos = photo_subset()
     write_env(tmp_path / "env", [(b"%08d_%s" % (i, os.path.basename(f).encode()),
@@ -169,7 +154,6 @@ def test_photos_same_digest_as_stk_pack(tmp_path):
 
 def test_loader_skips_each_bad_value_once(tmp_path):
     import stoker
-    from test_recordio_reader import tiny_jpegs
     jpegs = tiny_jpegs(10)
     bad = {1: b"not a datum", 4: Datum(channels=3, height=2, width=2).SerializeToString(),
            8: encoded_datum(b"", 1)}

@@ -13,7 +13,7 @@ import numpy as np
 
 import mxnet_recordio as mr
 from conftest import BUILD, run_stoker
-from test_lmdb_reader import digest, photo_subset
+from record_sets import digest, photo_subset, tiny_jpegs
 
 lib = C.CDLL(os.path.join(BUILD, "libstoker.so"))
 lib.stk_errmsg.restype = C.c_char_p
@@ -124,18 +124,6 @@ def test_photos_same_digest_as_stk_pack(tmp_path):
     run_stoker("pack", "-q", "--restart", 4, "recordio:%s" % (tmp_path / "photos.rec"),
                tmp_path / "rst")
     assert "samples:  %d" % len(photos) in run_stoker("inspect", tmp_path / "rst").stdout
-
-
-def tiny_jpegs(n):
-    import io
-    from PIL import Image
-    out = []
-    for i in range(n):
-        im = Image.new("RGB", (20, 16), (i * 20 % 256, 100, 200 - i))
-        b = io.BytesIO()
-        im.save(b, "JPEG", quality=90)
-        out.append(b.getvalue())
-    return out
 
 
 def test_loader_skips_each_damaged_record_once(tmp_path):
