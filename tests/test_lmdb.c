@@ -377,6 +377,23 @@ static void test_not_environments(void **state)
     tu_write_file(data, junk, 10);
     expect_open_fail(uri, STK_EFORMAT, "notenv: not a readable LMDB environment");
     expect_open_fail("lmdb:/nonexistent/env", STK_ENOENT, "/nonexistent/env");
+    /* valid meta pages over B-tree pages whose headers are gone */
+    static buf v;
+    raw_datum(&v, 0, 1, 2, 2, 1);
+    kv pairs[3] = {{"a", 0, &v}, {"b", 0, &v}, {"c", 0, &v}};
+    const char *cor = write_env("corrupt", pairs, 3, 0);
+    snprintf(data, sizeof data, "%s/data.mdb", cor);
+    size_t n;
+    uint8_t *bytes = tu_read_file(data, &n);
+    long page = sysconf(_SC_PAGESIZE);
+    assert_true(n >= 3 * (size_t)page);
+    for (size_t off = 2 * (size_t)page; off + 16 <= n; off += (size_t)page)
+        memset(bytes + off, 0, 16);
+    tu_write_file(data, bytes, n);
+    free(bytes);
+    snprintf(uri, sizeof uri, "lmdb:%s", cor);
+    expect_open_fail(uri, STK_EFORMAT, "corrupt: walking the keys (after record 0): "
+                                       "MDB_CORRUPTED");
     /* an empty environment */
     const char *empty = write_env("empty", NULL, 0, 0);
     snprintf(uri, sizeof uri, "lmdb:%s", empty);
