@@ -66,9 +66,17 @@ static void *worker(void *arg)
         }
         const uint8_t *p = s.encoded;
         size_t n = s.encoded_size;
-        if (s.image.pixels) { /* a raw view: its rows, as they lie */
-            p = s.image.pixels;
-            n = (size_t)s.image.height * s.image.width * s.image.channels;
+        if (s.image.pixels) { /* a raw view: the bytes its strides span, as they lie
+                                 (a stride may be negative: BGR planes read as RGB) */
+            const stk_image_view *v = &s.image;
+            ptrdiff_t lo = 0, hi = 0;
+            const ptrdiff_t ext[3] = {((ptrdiff_t)v->height - 1) * v->row_stride,
+                                      ((ptrdiff_t)v->width - 1) * v->col_stride,
+                                      ((ptrdiff_t)v->channels - 1) * v->chan_stride};
+            for (int d = 0; d < 3; d++)
+                *(ext[d] < 0 ? &lo : &hi) += ext[d];
+            p = v->pixels + lo;
+            n = (size_t)(hi - lo + 1);
         }
         for (size_t b = 0; b < n; b += 64)
             j->sum += p[b];
