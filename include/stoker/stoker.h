@@ -181,6 +181,12 @@ typedef struct stk_dataset_options {
  *                                       a .tar, a directory of *.tar, a glob or
  *                                       shard-{000000..000099}.tar; a sample is
  *                                       the members sharing a key (KEY.jpg, KEY.cls)
+ *   lmdb:DIR[?value=datum|encoded&color=bgr|rgb]
+ *                                       LMDB environment: Caffe Datums (encoded,
+ *                                       or raw CHW pixels, BGR read as RGB) or
+ *                                       encoded images with KEY.cls labels
+ *   recordio:PATH[?idx=FILE.idx|none]  MXNet RecordIO (IRHeader + encoded image):
+ *                                       a .rec file, a directory of *.rec, or a glob
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

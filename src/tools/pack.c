@@ -217,6 +217,19 @@ static void prepare_item(packer *p, pack_worker *w, uint64_t index, item *it)
     }
     it->label = s.label;
     if (s.image.pixels) { /* raw source */
+        if (!p->raw_out && p->opt->mode != STK_PACK_REENCODE) {
+            /* The field was declared encoded because the source's shape
+             * varies (an LMDB set of raw Datums of several sizes): raw
+             * pixels there would be unreadable records. */
+            char name[1024];
+            stk_dataset_sample_name(p->ds, index, name, sizeof name);
+            set_reason(it, stk_fail(STK_EUNSUPPORTED,
+                                    "%s: raw pixels of a %ux%ux%u image in a source whose "
+                                    "shape varies: pack it with --raw (raw images of any "
+                                    "shape) or --reencode",
+                                    name, s.image.height, s.image.width, s.image.channels));
+            return;
+        }
         rc = p->opt->mode == STK_PACK_REENCODE ? store_reencoded(p, w, it, &s.image)
                                                : store_raw(p, w, it, &s.image);
         if (rc < 0)
