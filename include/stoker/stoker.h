@@ -420,7 +420,10 @@ typedef struct stk_verify_result {
  * missing, extra, foreign or out of order); and, where records store
  * source_index (stk_pack), that it rises strictly from record to record.
  * Record damage names the shard, the record in it and the global sample
- * index. Returns 0 when all is well, STK_EDATA when damage was found (each
+ * index. Any other dataset URI is opened and every sample read once through
+ * its reader (and decoded with opts->decode); each damaged sample goes to
+ * on_damage with the dataset URI, its index as the record and the reader's
+ * message; shards stays 0. Returns 0 when all is well, STK_EDATA when damage was found (each
  * case reported through on_damage), or another code if the dataset cannot
  * be listed at all. */
 STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result);
