@@ -10,7 +10,8 @@ Runs, in one go on one machine:
      files, a TFRecord-style file (CRC32C checked in software, with the
      SSE4.2 instruction, and not at all) — 2 threads, random order;
   3. bench/read_hdf5.py: one h5py dataset of variable-length uint8, the same
-     order, 1 and 2 Python threads;
+     order, 1 and 2 Python threads (the file is the one read_formats wrote
+     and read through stoker's hdf5: reader as `stoker_hdf5`);
 
 then prints records/s and MB/s, warm and cold, and the ratios. Every method
 reads every byte of every record (the consumer sums every 64th byte) and
@@ -120,7 +121,11 @@ def main():
             ("stk", "hdf5_1thread", None),
             ("stk", "tfrecord_crc", None), ("stk", "tfrecord_hwcrc", None),
             ("stk", "tfrecord", None), ("stk_always", "tfrecord_hwcrc", None),
-            ("stk_pread", "files", None), ("stk_willneed", "files", None)]
+            ("stk_pread", "files", None), ("stk_willneed", "files", None),
+            # issue 10: the hdf5: reader (2 threads, no HDF5 lock on the hot
+            # path) against h5py with 2 threads on the same file
+            ("stoker_hdf5", "hdf5_2threads", 10.0), ("stoker_hdf5", "hdf5_1thread", None),
+            ("stoker_hdf5", "stk", None)]
     for x, y, goal in rows:
         for kind in ("warm", "cold"):
             r = ratio(x, y, kind)
