@@ -634,8 +634,11 @@ static int h5_open_metadata(stk_dataset *ds, stk_h5_impl *m, const stk_dataset_o
             m->mspace = H5Screate_simple(1, &one, NULL);
             m->memtype = H5Tvlen_create(H5T_NATIVE_UINT8);
         } else {
-            hsize_t bytes = m->sample_bytes;
-            m->mspace = H5Screate_simple(1, &bytes, NULL);
+            /* the selection's own shape (1, H, W[, C]): a flat memory space
+             * makes libhdf5 map the selection element by element (10x
+             * slower, measured) */
+            hsize_t shape[4] = {1, dims[1], dims[2], rank == 4 ? dims[3] : 1};
+            m->mspace = H5Screate_simple(rank, shape, NULL);
         }
         if (m->mspace < 0 || (vlen && m->memtype < 0)) {
             rc = stk_fail(STK_ENOMEM, "%s: libhdf5 cannot create its read buffers: %s", m->path,
