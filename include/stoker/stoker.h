@@ -167,6 +167,9 @@ typedef struct stk_dataset_options {
  *   npy:IMAGES,LABELS  or  npy:DIR      NumPy .npy arrays: uint8 images (N,H,W) or
  *                                       (N,H,W,C) and int64/int32/uint8 labels (N,);
  *                                       DIR holds images.npy and labels.npy
+ *   hdf5:FILE[?images=/DS&labels=/DS]   HDF5: uint8 images (N,H,W[,C]) or vlen uint8
+ *                                       encoded images, integer labels (N,); defaults
+ *                                       /images and /labels; *.h5/*.hdf5 detected
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -213,7 +216,7 @@ STK_API void stk_dataset_close(stk_dataset *ds);
 typedef struct stk_dataset_info {
     const char *uri;      /* as given to open (lent: lives with the dataset) */
     const char *format;   /* the reader: "cifar10", "cifar100", "idx" (also for
-                             mnist: and fashion-mnist:), "stk", "npy",
+                             mnist: and fashion-mnist:), "stk", "npy", "hdf5",
                              "imagefolder", "list", or "memory" for
                              stk_dataset_from_memory (static) */
     uint64_t count;       /* number of samples */
