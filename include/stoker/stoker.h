@@ -169,7 +169,7 @@ typedef struct stk_dataset_options {
  *                                       DIR holds images.npy and labels.npy
  *   hdf5:FILE[?images=/DS&labels=/DS]   HDF5: uint8 images (N,H,W[,C]) or vlen uint8
  *                                       encoded images, integer labels (N,); defaults
- *                                       /images and /labels; *.h5/*.hdf5 detected
+ *                                       /images and /labels; *.h5, *.hdf5 detected
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative

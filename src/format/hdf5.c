@@ -387,7 +387,11 @@ static int h5_lib_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
             out->encoded = scratch->data;
             out->encoded_size = v.len;
         }
+#if H5_VERSION_GE(1, 12, 0)
+        H5Treclaim(m->memtype, m->mspace, H5P_DEFAULT, &v);
+#else
         H5Dvlen_reclaim(m->memtype, m->mspace, H5P_DEFAULT, &v);
+#endif
     }
 out:
     h5_unlock();
