@@ -289,23 +289,24 @@ static void test_reader_table(void **state)
 {
     (void)state;
     static const char *const want[] = {"stk",           "cifar10", "cifar100",    "idx", "mnist",
-                                       "fashion-mnist", "npy",     "imagefolder", "list"};
+                                       "fashion-mnist", "npy",     "hdf5",
+                                       "imagefolder", "list"};
     const char *form = NULL, *desc = NULL;
     uint32_t i = 0;
     for (; stk_dataset_reader(i, &form, &desc); i++) {
-        assert_true(i < 9);
+        assert_true(i < 10);
         assert_string_equal(stk_dataset_reader(i, NULL, NULL), want[i]);
         assert_int_equal(strncmp(form, want[i], strlen(want[i])), 0);
         assert_int_equal(form[strlen(want[i])], ':');
         assert_true(strlen(desc) > 10);
     }
-    assert_int_equal(i, 9);
+    assert_int_equal(i, 10);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open("numpy:x", NULL, &ds), STK_EINVAL);
     assert_non_null(strstr(stk_errmsg(),
                            "unknown dataset URI prefix 'numpy:' in 'numpy:x' (known prefixes: "
                            "stk:, cifar10:, cifar100:, idx:, mnist:, fashion-mnist:, npy:, "
-                           "imagefolder:, list:; or a path to detect)"));
+                           "hdf5:, imagefolder:, list:; or a path to detect)"));
 }
 
 int main(void)
