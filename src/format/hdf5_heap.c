@@ -156,7 +156,8 @@ static int h5_parse_collection(const uint8_t *file, uint64_t file_size, const st
             break; /* the object ends the collection */
         pos = data + padded;
     }
-    qsort(*objs, *nobj, sizeof **objs, cmp_obj);
+    if (*nobj > 1)
+        qsort(*objs, *nobj, sizeof **objs, cmp_obj);
     return 0;
 }
 
@@ -192,7 +193,8 @@ int stk_h5_heap_index(const uint8_t *file, uint64_t file_size, const stk_h5_geom
         }
         refs[nref++] = (h5_ref){addr, index, length, i};
     }
-    qsort(refs, nref, sizeof *refs, cmp_ref);
+    if (nref > 1)
+        qsort(refs, nref, sizeof *refs, cmp_ref);
 
     for (size_t r = 0; r < nref;) {
         uint64_t addr = refs[r].addr, abs_addr;
