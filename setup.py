@@ -11,6 +11,7 @@ go to build-pip/ so they never mix with a CMake build/ directory.
 """
 import glob
 import os
+import subprocess
 
 from setuptools import Extension, setup
 
@@ -19,14 +20,33 @@ os.chdir(HERE)  # the paths below are relative to the repository root
 
 sources = ["python/_stoker.c"] + sorted(glob.glob("src/*/*.c"))
 
+
+def pkg_config(name):
+    """(include dirs, library dirs, libraries) of a pkg-config package, or None."""
+    try:
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", name], check=True,
+                             capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return ([f[2:] for f in out if f.startswith("-I")], [f[2:] for f in out if f.startswith("-L")],
+            [f[2:] for f in out if f.startswith("-l")])
+
+
+# libhdf5 for the hdf5: reader, as CMakeLists.txt finds it (Debian: libhdf5-dev,
+# whose serial build lives in /usr/include/hdf5/serial); without it the reader
+# refuses hdf5: URIs with a message.
+hdf5 = pkg_config("hdf5")
+
 extension = Extension(
     "stoker._stoker",
     sources=sources,
-    include_dirs=["include", "src"],
+    include_dirs=["include", "src"] + (hdf5[0] if hdf5 else []),
+    library_dirs=hdf5[1] if hdf5 else [],
     # a changed header rebuilds the module too (setuptools compares times)
     depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h")),
-    define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)],
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"],
+    define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)]
+    + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"] + (hdf5[2] if hdf5 else []),
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
     # module's output is bit-identical to the CMake build's with any compiler.
     extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-ffp-contract=off",

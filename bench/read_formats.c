@@ -49,6 +49,12 @@
  *                  CRC checked on first read (verify=first, the default);
  *                  the index from its cache WORK/photos-example.tfrecord.stkidx
  *   stoker_tfrecord_always the same, ?verify=always (CRC-32C at every read)
+ *   stoker_hdf5    the library's hdf5: reader, ds->vt->read, on WORK/photos.h5
+ *                  (one contiguous vlen uint8 dataset "images", h5py's
+ *                  layout, and int64 "labels"; the file bench/read_hdf5.py
+ *                  reads with h5py, written here with libhdf5 when absent
+ *                  or without labels): a pointer lent into the mapping,
+ *                  found through the global heap table built at open
  *
  * Every figure is the median of R runs (--reps, default 3; each run's time
  * is listed too: the machine is shared), taken in rounds — every method
@@ -253,6 +259,8 @@ typedef struct corpus {
     char tfr_path[1024];
     uint64_t *tfr_offset, *tfr_size; /* whole record: 12 + len + 4 */
     char tfx_path[1024]; /* the same records as tf.train.Example messages */
+    /* HDF5 (stoker_hdf5) */
+    char h5_path[1024];
     /* .stk */
     char stk_dir[1024];
     char **shards;
@@ -510,6 +518,62 @@ static void prepare_tfrecord_examples(corpus *c, const char *work)
     }
     if (fclose(f) != 0)
         die("cannot write %s", c->tfx_path);
+#ifdef STK_HAVE_HDF5
+#include <hdf5.h>
+#endif
+
+/* WORK/photos.h5 for stoker_hdf5 (and read_hdf5.py): kept when the hdf5:
+ * reader opens it with one record per image (the bytes are checked by the
+ * touch sums), else written here record by record, as h5py's d[i] = ...
+ * does. Without libhdf5 in the build the method is left out. */
+static int in_list(const char *list, const char *name);
+static void prepare_hdf5(corpus *c, const char *work, const char *only)
+{
+    char uri[1200];
+    stk_dataset *ds = NULL;
+    if (only && !in_list(only, "stoker_hdf5"))
+        return;
+#ifdef STK_HAVE_HDF5
+    snprintf(c->h5_path, sizeof c->h5_path, "%s/photos.h5", work);
+    snprintf(uri, sizeof uri, "hdf5:%s", c->h5_path);
+    if (stk_dataset_open(uri, NULL, &ds) == 0) {
+        stk_dataset_info info;
+        stk_dataset_info_get(ds, &info);
+        stk_dataset_close(ds);
+        if (info.count == c->n)
+            return;
+    }
+    fprintf(stderr, "writing %s (%llu records)\n", c->h5_path, (unsigned long long)c->n);
+    hsize_t n = c->n, one = 1;
+    hid_t f = H5Fcreate(c->h5_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t fs = H5Screate_simple(1, &n, NULL), ms = H5Screate_simple(1, &one, NULL);
+    hid_t t = H5Tvlen_create(H5T_NATIVE_UINT8);
+    hid_t d = f < 0 ? -1 : H5Dcreate2(f, "images", t, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0)
+        die("cannot write %s", c->h5_path);
+    for (uint64_t i = 0; i < c->n; i++) {
+        hsize_t start = i;
+        hvl_t v = {c->sizes[i], read_file(c->paths[i], c->sizes[i])};
+        if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &one, NULL) < 0 ||
+            H5Dwrite(d, t, ms, fs, H5P_DEFAULT, &v) < 0)
+            die("cannot write %s", c->h5_path);
+        free(v.p);
+    }
+    H5Dclose(d);
+    H5Sselect_all(fs);
+    d = H5Dcreate2(f, "labels", H5T_STD_I64LE, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0 || H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, c->labels) < 0)
+        die("cannot write %s", c->h5_path);
+    H5Dclose(d);
+    H5Tclose(t);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    if (H5Fclose(f) < 0)
+        die("cannot write %s", c->h5_path);
+#else
+    (void)c, (void)work, (void)uri, (void)ds;
+    fprintf(stderr, "stoker_hdf5: built without libhdf5, left out\n");
+#endif
 }
 
 #include "format/stk_writer.h"
@@ -581,12 +645,12 @@ static void prepare_stk(corpus *c, const char *dir)
 
 enum method {
     M_STK, M_STK_ALWAYS, M_STK_PREAD, M_STK_OFF, M_STK_WILLNEED, M_FILES, M_TFR_CRC, M_TFR_HWCRC,
-    M_TFR, M_STOKER_TFR, M_STOKER_TFR_ALWAYS, M_COUNT
+    M_TFR, M_STOKER_TFR, M_STOKER_TFR_ALWAYS, M_HDF5, M_COUNT
 };
 static const char *const method_name[M_COUNT] = {
     "stk",          "stk_always",   "stk_pread",      "stk_verify_off", "stk_willneed",
     "files",        "tfrecord_crc", "tfrecord_hwcrc", "tfrecord",
-    "stoker_tfrecord", "stoker_tfrecord_always"};
+    "stoker_tfrecord", "stoker_tfrecord_always", "stoker_hdf5"};
 
 typedef struct run_ctx {
     const corpus *c;
@@ -617,6 +681,7 @@ static void *worker_main(void *arg)
         const uint8_t *p = NULL;
         size_t n = 0;
         switch (x->m) {
+        case M_HDF5:
         case M_STK_WILLNEED:
         case M_STK_OFF:
         case M_STK:
@@ -723,7 +788,7 @@ static int is_stk(enum method m)
 /* Methods reading through a dataset of the library. */
 static int is_ds(enum method m)
 {
-    return is_stk(m) || m == M_STOKER_TFR || m == M_STOKER_TFR_ALWAYS;
+    return is_stk(m) || m == M_STOKER_TFR || m == M_STOKER_TFR_ALWAYS || m == M_HDF5;
 }
 
 static void method_open(run_ctx *x)
@@ -732,6 +797,11 @@ static void method_open(run_ctx *x)
         char uri[1200];
         snprintf(uri, sizeof uri, "tfrecord:%s%s", x->c->tfx_path,
                  x->m == M_STOKER_TFR_ALWAYS ? "?verify=always" : "");
+        if (stk_dataset_open(uri, NULL, &x->ds) < 0)
+            die("%s", stk_errmsg());
+    } else if (x->m == M_HDF5) {
+        char uri[1200];
+        snprintf(uri, sizeof uri, "hdf5:%s", x->c->h5_path);
         if (stk_dataset_open(uri, NULL, &x->ds) < 0)
             die("%s", stk_errmsg());
     } else if (is_stk(x->m)) {
@@ -850,6 +920,9 @@ static double drop_caches(const corpus *c, enum method m)
         drop_file(idx);
         drop_file(c->tfx_path);
         residency(c->tfx_path, &resident, &pages);
+    } else if (m == M_HDF5) {
+        drop_file(c->h5_path);
+        residency(c->h5_path, &resident, &pages);
     } else if (m == M_FILES) {
         for (uint64_t i = 0; i < c->n; i++)
             drop_file(c->paths[i]);
@@ -952,6 +1025,7 @@ int main(int argc, char **argv)
     prepare_stk(&c, stk);
     prepare_tfrecord(&c, work);
     prepare_tfrecord_examples(&c, work);
+    prepare_hdf5(&c, work, only);
     int hw = have_sse42();
 
     printf("{\n  \"records\": %llu,\n  \"bytes\": %llu,\n  \"threads\": %u,\n  \"seed\": %llu,\n",
@@ -970,7 +1044,8 @@ int main(int argc, char **argv)
     static result warm[M_COUNT][16], again[M_COUNT][16], cold_runs[M_COUNT][16];
     double resident[M_COUNT] = {0};
     for (int m = 0; m < M_COUNT; m++) {
-        on[m] = (!only || in_list(only, method_name[m])) && (m != M_TFR_HWCRC || hw);
+        on[m] = (!only || in_list(only, method_name[m])) && (m != M_TFR_HWCRC || hw) &&
+                (m != M_HDF5 || c.h5_path[0]);
         memset(&xs[m], 0, sizeof xs[m]);
         xs[m].c = &c;
         xs[m].m = (enum method)m;

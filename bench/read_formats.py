@@ -10,7 +10,8 @@ Runs, in one go on one machine:
      files, a TFRecord-style file (CRC32C checked in software, with the
      SSE4.2 instruction, and not at all) — 2 threads, random order;
   3. bench/read_hdf5.py: one h5py dataset of variable-length uint8, the same
-     order, 1 and 2 Python threads;
+     order, 1 and 2 Python threads (the file is the one read_formats wrote
+     and read through stoker's hdf5: reader as `stoker_hdf5`);
 
 then prints records/s and MB/s, warm and cold, and the ratios. Every method
 reads every byte of every record (the consumer sums every 64th byte) and
@@ -124,7 +125,11 @@ def main():
             # the tfrecord: reader against .stk (issue 10: raw reads >= 0.8x .stk)
             ("stoker_tfrecord", "stk", 0.8), ("stoker_tfrecord@epoch2", "stk@epoch2", 0.8),
             ("stoker_tfrecord_always", "stk_always", None),
-            ("stoker_tfrecord", "tfrecord_hwcrc", None)]
+            ("stoker_tfrecord", "tfrecord_hwcrc", None),
+            # issue 10: the hdf5: reader (2 threads, no HDF5 lock on the hot
+            # path) against h5py with 2 threads on the same file
+            ("stoker_hdf5", "hdf5_2threads", 10.0), ("stoker_hdf5", "hdf5_1thread", None),
+            ("stoker_hdf5", "stk", None)]
     for x, y, goal in rows:
         for kind in ("warm", "cold"):
             r = ratio(x, y, kind)

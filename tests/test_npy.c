@@ -293,7 +293,7 @@ static void test_reader_table(void **state)
     static const char *const want[] = {"stk",       "cifar10",  "cifar100", "idx",
                                        "mnist",     "fashion-mnist", "npy", "zarr",
                                        "tfrecord",  "wds",      "webdataset", "lmdb",
-                                       "recordio",  "imagefolder", "list"};
+                                       "recordio",  "hdf5",     "imagefolder", "list"};
     const size_t nwant = sizeof want / sizeof want[0];
     const char *form = NULL, *desc = NULL;
     uint32_t i = 0;

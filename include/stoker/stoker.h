@@ -187,6 +187,9 @@ typedef struct stk_dataset_options {
  *                                       encoded images with KEY.cls labels
  *   recordio:PATH[?idx=FILE.idx|none]  MXNet RecordIO (IRHeader + encoded image):
  *                                       a .rec file, a directory of *.rec, or a glob
+ *   hdf5:FILE[?images=/DS&labels=/DS]   HDF5: uint8 images (N,H,W[,C]) or vlen uint8
+ *                                       encoded images, integer labels (N,); defaults
+ *                                       /images and /labels; *.h5, *.hdf5 detected
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -234,6 +237,7 @@ typedef struct stk_dataset_info {
     const char *uri;      /* as given to open (lent: lives with the dataset) */
     const char *format;   /* the reader: "cifar10", "cifar100", "idx" (also for
                              mnist: and fashion-mnist:), "stk", "npy", "tfrecord",
+                             mnist: and fashion-mnist:), "stk", "npy", "hdf5",
                              "imagefolder", "list", or "memory" for
                              stk_dataset_from_memory (static) */
     uint64_t count;       /* number of samples */
