@@ -518,6 +518,8 @@ static void prepare_tfrecord_examples(corpus *c, const char *work)
     }
     if (fclose(f) != 0)
         die("cannot write %s", c->tfx_path);
+}
+
 #ifdef STK_HAVE_HDF5
 #include <hdf5.h>
 #endif
