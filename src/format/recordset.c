@@ -14,18 +14,19 @@
 #include <string.h>
 #include <sys/resource.h>
 
-/* Each file holds two descriptors while the set is open (its source and the
- * SIGBUS guard's copy), so a set of a few hundred files reaches the usual
- * soft limit of 1024 open files: ImageNet as WebDataset is 1,282 shards,
- * LAION-400M 41,000. As the set grows, raise the soft limit towards the
- * hard one (never lowering it), as Go's runtime does at start; past the
- * hard limit the open fails with the system's "Too many open files". */
+/* Each file holds one descriptor while the set is open (a mapped file: the
+ * SIGBUS guard's copy, its source is closed once mapped; a pread file: its
+ * source), so a set of about a thousand files reaches the usual soft limit
+ * of 1024 open files: ImageNet as WebDataset is 1,282 shards, LAION-400M
+ * 41,000. As the set grows, raise the soft limit towards the hard one
+ * (never lowering it), as Go's runtime does at start; past the hard limit
+ * the open fails with the system's "Too many open files". */
 static void stk_recordset_fd_room(uint32_t nfiles)
 {
     struct rlimit rl;
     if (nfiles % 64 || getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
-    rlim_t want = (rlim_t)nfiles * 2 + 256;
+    rlim_t want = (rlim_t)nfiles + 256;
     if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
         return;
     want *= 2; /* room for the next 64 files and more */
@@ -60,6 +61,9 @@ int stk_recordset_add_file(stk_recordset *rs, const char *path, uint64_t max_byt
             f->map = NULL;
         } else if (rc < 0) {
             return rc;
+        } else {
+            stk_source_close(f->src); /* the mapping (and its guard) keep the file */
+            f->src = NULL;
         }
     }
     return 0;
@@ -143,8 +147,12 @@ void stk_recordset_advise(const stk_recordset *rs, stk_access how)
 {
     for (uint32_t i = 0; i < rs->nfiles; i++) {
         const stk_recfile *f = &rs->files[i];
-        if (f->src)
-            stk_source_advise(f->src, f->map, 0, f->size,
+        if (f->map)
+            stk_mapping_advise(f->map, 0, f->size,
+                               how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL
+                                                            : STK_ADVISE_RANDOM);
+        else if (f->src)
+            stk_source_advise(f->src, NULL, 0, f->size,
                               how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL
                                                            : STK_ADVISE_RANDOM);
     }

@@ -40,7 +40,8 @@ struct stk_source;
 
 typedef struct stk_recfile {
     char *path;                  /* owned */
-    struct stk_source *src;      /* owned; open for the set's life (pread mode) */
+    struct stk_source *src;      /* owned; open for the set's life in pread mode,
+                                    closed (NULL) once the file is mapped */
     const uint8_t *map;          /* owned mapping of the whole file, or NULL */
     struct stk_map_guard *guard; /* owned SIGBUS-guard registration, or NULL */
     uint64_t size;               /* bytes at open */
