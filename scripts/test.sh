@@ -75,11 +75,11 @@ scripts/build.sh asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2
 
-step "ThreadSanitizer (engine, shards, datasets, pack)"
+step "ThreadSanitizer (engine, shards, datasets, readers, pack)"
 scripts/build.sh tsan
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
 ctest --test-dir build-tsan --output-on-failure -j2 \
-  -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy)$'
+  -R '^(test_loader|test_sampler|test_rng|test_stk|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy|test_wire|test_tfrecord|test_wds|test_lmdb|test_recordio|test_hdf5|test_zarr)$'
 tsan_tmp=$(mktemp -d)
 trap 'rm -rf "$tsan_tmp"' EXIT
 build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/keep" --jobs 4 --shard-size 2M -q
@@ -88,6 +88,22 @@ build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/restart" --jobs 4 --ree
 build-tsan/stoker verify "$tsan_tmp/keep" --decode
 build-tsan/stoker bench "$tsan_tmp/restart" --pipeline imagenet-train-extensive --threads 4 \
   --batch 16 --epochs 2 --digest > /dev/null
+# The readers of other containers under 4 loader threads, on photos written by
+# independent writers (bench/write_formats.py: protobuf + crc32c, tarfile,
+# python-lmdb, h5py, struct): every one must give the digest of the .stk pack
+# of the same files in the same order.
+/usr/bin/python3 bench/write_formats.py --images "$STOKER_PHOTOS/train" --out "$tsan_tmp/fmt" \
+  --limit 48 --shards 3 --formats tfrecord,recordio,lmdb,wds,h5 > /dev/null
+build-tsan/stoker pack "list:$tsan_tmp/fmt/list.txt" "$tsan_tmp/fmt/stk" --jobs 4 -q
+want=""
+for uri in "$tsan_tmp/fmt/stk" "tfrecord:$tsan_tmp/fmt/tfrecord" "recordio:$tsan_tmp/fmt/recordio/photos.rec" \
+    "lmdb:$tsan_tmp/fmt/lmdb" "wds:$tsan_tmp/fmt/wds" "hdf5:$tsan_tmp/fmt/h5/photos.h5"; do
+  got=$(build-tsan/stoker bench "$uri" --pipeline imagenet-train-few --threads 4 --batch 8 \
+    --epochs 2 --shuffle block --block-size 4 --shuffle-window 3 --digest | grep '^digest:')
+  want=${want:-$got}
+  if [ "$got" != "$want" ]; then echo "$uri: $got, the .stk pack gives $want" >&2; exit 1; fi
+  echo "$uri: $got"
+done
 unset TSAN_OPTIONS
 
 step "coverage (gcov)"
