@@ -255,7 +255,7 @@ static void stk_h5_access_hint(const stk_dataset *ds, stk_access how)
     if (m->map.data)
         stk_mapping_advise(m->map.data, 0, m->map.size,
                            how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL
-                                                        : STK_ADVISE_RANDOM);
+                                                        : stk_random_map_advice(m->map.size));
 }
 
 /* --- libhdf5 -------------------------------------------------------------- */
@@ -770,7 +770,7 @@ static int stk_h5_open(const char *uri, const char *path, const char *query,
     if (m->kind == H5K_FIXED_LIB || m->kind == H5K_VLEN_LIB)
         stk_unmap_file(&m->map); /* libhdf5 reads those: the mapping is not used */
     else
-        stk_mapping_advise(m->map.data, 0, m->map.size, STK_ADVISE_RANDOM);
+        stk_mapping_advise(m->map.data, 0, m->map.size, stk_random_map_advice(m->map.size));
     *out = ds;
     return 0;
 #else

@@ -566,6 +566,8 @@ static int stk_npy_open_arrays(const char *uri, const char *npz_path, const char
             goto fail;
         iv = m->images;
     }
+    /* Read in random order by views: the .stk reader's mapping advice. */
+    stk_mapping_advise(m->images.data, 0, m->images.size, stk_random_map_advice(m->images.size));
 
     /* Images. */
     if (iv.size == 0) {

@@ -145,12 +145,15 @@ void stk_recordset_name(const stk_recordset *rs, uint64_t i, char *buf, size_t s
 
 void stk_recordset_advise(const stk_recordset *rs, stk_access how)
 {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < rs->nfiles; i++)
+        total += rs->files[i].size;
+    stk_advice random = stk_random_map_advice(total);
     for (uint32_t i = 0; i < rs->nfiles; i++) {
         const stk_recfile *f = &rs->files[i];
         if (f->map)
             stk_mapping_advise(f->map, 0, f->size,
-                               how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL
-                                                            : STK_ADVISE_RANDOM);
+                               how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL : random);
         else if (f->src)
             stk_source_advise(f->src, NULL, 0, f->size,
                               how == STK_ACCESS_SEQUENTIAL ? STK_ADVISE_SEQUENTIAL

@@ -18,7 +18,9 @@
  *   - stk_recordset_name names a record "FILE: record R (byte O)", R
  *     counted within its file, for every message.
  *   - stk_recordset_advise passes the dataset's access hint to every
- *     mapping (sequential: generous readahead; random: none).
+ *     mapping (sequential: generous readahead; random: the .stk reader's
+ *     rule, stk_random_map_advice: huge pages when the whole set fits in
+ *     half of RAM, else no readahead).
  *
  * The table costs 16 bytes per record (a 1 M-record set: 16 MB). Records
  * are pushed in order, file by file; `first` of each file is the index of

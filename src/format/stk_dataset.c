@@ -350,8 +350,7 @@ int stk_shardset_open(const char *uri, char **paths, uint32_t n, const char *que
         for (uint32_t i = 0; i < n; i++)
             if (stat(paths[i], &st) == 0)
                 bytes += (uint64_t)st.st_size;
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        set->huge_pages = pages > 0 && page > 0 && bytes <= (uint64_t)pages * (uint64_t)page / 2;
+        set->huge_pages = stk_random_map_advice(bytes) == STK_ADVISE_HUGEPAGE;
     }
     set->shards = calloc(n, sizeof *set->shards);
     if (!set->shards) {

@@ -993,6 +993,9 @@ static int zarr_map_chunks(stk_zarr_impl *m, const char *uri)
     m->map_state = malloc(a->nchunks);
     if (!m->maps || !m->map_state)
         return stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
+    /* Read in random order by views: the .stk reader's mapping advice,
+     * for the whole array (it matters for chunks of 2 MiB and more). */
+    stk_advice advice = stk_random_map_advice(a->chunk_bytes * a->nchunks);
     for (uint64_t c = 0; c < a->nchunks; c++) {
         char key[96];
         stk_file_source fs;
@@ -1005,6 +1008,7 @@ static int zarr_map_chunks(stk_zarr_impl *m, const char *uri)
             m->maps[c].data = data;
             m->maps[c].size = a->chunk_bytes;
             m->map_state[c] = ZARR_MAPPED;
+            stk_mapping_advise(data, 0, a->chunk_bytes, advice);
         }
         stk_source_close(&fs.base);
         if (rc == STK_ENOMEM)

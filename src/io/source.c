@@ -152,6 +152,14 @@ static void file_advise(const stk_source *s, const uint8_t *data, uint64_t offse
     (void)posix_fadvise(f->fd, (off_t)offset, (off_t)len, fadv[advice]);
 }
 
+stk_advice stk_random_map_advice(uint64_t dataset_bytes)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && dataset_bytes <= (uint64_t)pages * (uint64_t)page / 2
+               ? STK_ADVISE_HUGEPAGE
+               : STK_ADVISE_RANDOM;
+}
+
 void stk_source_unmap(const uint8_t *data, uint64_t size, stk_map_guard *guard)
 {
     stk_map_guard_remove(guard);

@@ -160,6 +160,15 @@ void stk_source_close(stk_source *s);
  * its source is still open (offset is rounded down to a page). Advisory:
  * a failure costs speed only and is ignored. */
 void stk_mapping_advise(const uint8_t *data, uint64_t offset, uint64_t len, stk_advice advice);
+/* The advice for mappings read in random order, given the bytes of the
+ * whole dataset they belong to: STK_ADVISE_HUGEPAGE when the dataset fits
+ * in half of RAM (a page cache filled through such a mapping holds it in
+ * 2 MiB folios, so one fault maps 2 MiB instead of 4 KiB: docs/format.md,
+ * bench/mmap_floor.c), else STK_ADVISE_RANDOM (no readahead around a fault:
+ * a record's neighbours are not wanted). The .stk reader's rule
+ * (?hugepages=auto), shared by every reader that lends views into
+ * mappings. */
+stk_advice stk_random_map_advice(uint64_t dataset_bytes);
 /* Forget the guard registration, then unmap [data, data + size). NULL data
  * or guard: that part is skipped. */
 void stk_source_unmap(const uint8_t *data, uint64_t size, struct stk_map_guard *guard);
