@@ -644,6 +644,7 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
             m->split[w.splits[i] >> 6] |= 1ull << (w.splits[i] & 63);
     }
     ds->count = m->rs.count;
+    stk_recordset_advise(&m->rs, STK_ACCESS_RANDOM); /* until a hint says otherwise */
     int64_t maxl = -1;
     int all = 1;
     for (uint64_t i = 0; i < ds->count; i++) {

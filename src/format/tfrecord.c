@@ -1010,6 +1010,7 @@ static int tfr_open(const char *uri, const char *path, const char *query,
         }
     }
     ds->count = m->rs.count;
+    stk_recordset_advise(&m->rs, STK_ACCESS_RANDOM); /* until a hint says otherwise */
     *out = ds;
     ds = NULL;
 out:

@@ -1219,6 +1219,7 @@ static int wds_open_as(const char *prefix, const char *uri, const char *path, co
         goto fail;
     }
     ds->count = b.m->rs.count;
+    stk_recordset_advise(&b.m->rs, STK_ACCESS_RANDOM); /* until a hint says otherwise */
     ds->num_classes = b.min_label >= 0 && b.max_label < (int64_t)UINT32_MAX
                           ? (uint32_t)(b.max_label + 1)
                           : 0;
