@@ -23,7 +23,9 @@ when other work shares the machine. Configurations run in rounds (--rounds), med
            [--formats tfrecord,recordio,lmdb,wds,npy,folder,stk] [--epochs 2] [--rounds 3]
 
 WORK is bench/write_formats.py's --out (written first when WORK/list.txt is missing, from
---images).
+--images). With --crosscheck it only reads each container with DALI's own reader, in order,
+and compares every sample's label and encoded bytes with list.txt: the writers (and so the
+data every stoker reader is measured and tested on) checked by a reader that is not stoker's.
 """
 import argparse
 import glob
@@ -138,6 +140,72 @@ def child_dali(work, fmt, epochs, batch, threads):
     return n, time.perf_counter() - t0, cpu_now() - c0
 
 
+def child_crosscheck(work, fmt):
+    """DALI's own reader over the files bench/write_formats.py wrote, in file
+    order, no shuffle: the (label, MD5 of the encoded bytes) of every sample,
+    to compare with list.txt — the writers checked by a reader that is not
+    stoker's."""
+    import hashlib
+    from nvidia.dali import fn, pipeline_def
+    import nvidia.dali.tfrecord as tfrec
+
+    @pipeline_def(batch_size=64, num_threads=2, device_id=None)
+    def pipe():
+        if fmt == "tfrecord":
+            files = sorted(glob.glob(work + "/tfrecord/*.tfrecord"))
+            inp = fn.readers.tfrecord(
+                path=files, index_path=[f[:-len(".tfrecord")] + ".idx" for f in files],
+                features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                          "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)},
+                name="r")
+            return inp["image/encoded"], inp["image/class/label"]
+        if fmt == "recordio":
+            return tuple(fn.readers.mxnet(path=[work + "/recordio/photos.rec"],
+                                          index_path=[work + "/recordio/photos.idx"], name="r"))
+        if fmt == "lmdb":
+            return tuple(fn.readers.caffe(path=work + "/lmdb", name="r"))
+        return tuple(fn.readers.webdataset(paths=sorted(glob.glob(work + "/wds/*.tar")),
+                                           ext=["jpg", "cls"],
+                                           missing_component_behavior="error", name="r"))
+    p = pipe()
+    p.build()
+    size = p.reader_meta("r")["epoch_size"]
+    got = []
+    while len(got) < size:
+        jpegs, labels = p.run()
+        for i in range(len(jpegs)):
+            lab = np.array(labels.at(i)).reshape(-1)
+            if lab.dtype.kind == "f":  # RecordIO: the IRHeader's float label
+                lab = int(lab[0])
+            elif lab.dtype == np.uint8 and fmt == "wds":  # the .cls member's text
+                lab = int(bytes(lab).decode())
+            else:
+                lab = int(lab[0])
+            got.append((lab, hashlib.md5(np.array(jpegs.at(i)).tobytes()).hexdigest()))
+    return got[:size]
+
+
+def crosscheck(work, dali_python, formats):
+    import hashlib
+    want = []
+    with open(os.path.join(work, "list.txt")) as f:
+        for line in f:
+            path, label = line.rstrip("\n").split("\t")
+            with open(path, "rb") as g:
+                want.append((int(label), hashlib.md5(g.read()).hexdigest()))
+    me = os.path.abspath(__file__)
+    for fmt in formats:
+        r = subprocess.run([dali_python, me, "--work", work, "--child", "crosscheck", fmt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print("%-9s DALI failed: %s" % (fmt, r.stderr[-500:]))
+            continue
+        got = [tuple(x) for x in json.loads(r.stdout.strip().splitlines()[-1])]
+        same = got == want
+        print("%-9s DALI's reader: %d samples, labels and bytes %s list.txt" % (
+            fmt, len(got), "identical to" if same else "DIFFERENT from"))
+
+
 def run(cmd, env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -157,8 +225,20 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-dali", action="store_true", help="stoker's readers only")
+    ap.add_argument("--crosscheck", action="store_true",
+                    help="only check that DALI's readers see list.txt's labels and bytes")
     ap.add_argument("--child", nargs=2, metavar=("LIB", "FORMAT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child and a.child[0] == "crosscheck":
+        import numpy as np  # noqa: F401 (used by child_crosscheck)
+        globals()["np"] = np
+        print(json.dumps(child_crosscheck(a.work, a.child[1])))
+        return
+    if a.crosscheck:
+        crosscheck(os.path.abspath(a.work), a.dali_python,
+                   [f for f in a.formats.split(",") if f in ("tfrecord", "recordio", "lmdb",
+                                                               "wds")])
+        return
     if a.child:
         lib, fmt = a.child
         n, wall, cpu = (child_stoker if lib == "stoker" else child_dali)(
