@@ -43,12 +43,22 @@ static void test_crc32c_check_value(void **state)
 static void test_crc32c_paths_agree(void **state)
 {
     (void)state;
-    uint8_t buf[4099];
+    /* Past 3 x 8192 bytes: the hardware path's interleaved long and short
+     * parts and their joins, at every alignment of the tail. */
+    static uint8_t buf[3 * 8192 * 2 + 3 * 256 * 3 + 41];
     tu_fill_random(buf, sizeof buf, 7);
-    for (size_t n = 0; n <= sizeof buf; n += n < 40 ? 1 : 97)
+    for (size_t n = 0; n <= sizeof buf; n += n < 40 ? 1 : n < 5000 ? 97 : 1531)
         for (size_t off = 0; off < 8; off += 3)
             if (off + n <= sizeof buf)
                 assert_int_equal(stk_crc32c(0, buf + off, n), stk_crc32c_sw(0, buf + off, n));
+    /* The exact boundaries of the parts, and a continued CRC across them. */
+    static const size_t edges[] = {767, 768, 769, 24575, 24576, 24577, 24576 + 768, sizeof buf};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        assert_int_equal(stk_crc32c(0, buf, edges[i]), stk_crc32c_sw(0, buf, edges[i]));
+        if (edges[i] > 1000)
+            assert_int_equal(stk_crc32c(stk_crc32c(0, buf, 1000), buf + 1000, edges[i] - 1000),
+                             stk_crc32c_sw(0, buf, edges[i]));
+    }
 }
 
 static void test_crc32c_masked(void **state)
