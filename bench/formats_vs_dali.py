@@ -2,7 +2,8 @@
 """Each container format: stoker's reader vs NVIDIA DALI's own reader, same files, same work.
 
 For every format both read (TFRecord, MXNet RecordIO, Caffe LMDB, WebDataset tar, NumPy),
-plus the plain image folder and stoker's .stk shards for reference, this runs the same
+plus the plain image folder and stoker's .stk shards for reference (stk-restart: packed with
+`--restart 4`, the same pixels; DALI reads the original files there), this runs the same
 augmentation over the same files (bench/write_formats.py writes them, in one order):
 
   encoded JPEGs   stoker `imagenet-train-few` (random_resized_crop 224 | flip 0.5 |
@@ -52,6 +53,7 @@ def stoker_uri(work, fmt):
         "npy": "npy:%s/raw/images.npy,%s/raw/labels.npy" % (work, work),
         "folder": "list:%s/list.txt" % work,
         "stk": "stk:%s/stk" % work,
+        "stk-restart": "stk:%s/stk-restart" % work,
         "h5": "hdf5:%s/h5/photos.h5?images=/images&labels=/labels" % work,
     }[fmt]
 
@@ -104,7 +106,7 @@ def child_dali(work, fmt, epochs, batch, threads):
             jpegs, labels = fn.readers.webdataset(
                 paths=sorted(glob.glob(work + "/wds/*.tar")), ext=["jpg", "cls"],
                 missing_component_behavior="error", random_shuffle=True, name="r")
-        elif fmt in ("folder", "stk"):
+        elif fmt in ("folder", "stk", "stk-restart"):
             jpegs, labels = fn.readers.file(file_list=work + "/list.dali.txt",
                                             random_shuffle=True, name="r")
         elif fmt == "npy":
@@ -252,9 +254,10 @@ def main():
     with open(os.path.join(work, "list.txt")) as f, \
             open(os.path.join(work, "list.dali.txt"), "w") as g:
         g.writelines(line.replace("\t", " ") for line in f)
-    if "stk" in a.formats and not os.path.isdir(os.path.join(work, "stk")):
-        subprocess.run([os.path.join(a.build, "stoker"), "pack", "list:%s/list.txt" % work,
-                        os.path.join(work, "stk"), "--quiet"], check=True)
+    for name, extra in (("stk", []), ("stk-restart", ["--restart", "4"])):
+        if name in a.formats.split(",") and not os.path.isdir(os.path.join(work, name)):
+            subprocess.run([os.path.join(a.build, "stoker"), "pack", "list:%s/list.txt" % work,
+                            os.path.join(work, name), "--quiet"] + extra, check=True)
     env = dict(os.environ, PYTHONPATH=os.path.join(a.build, "python"))
     base = ["--work", work, "--epochs", str(a.epochs), "--batch", str(a.batch), "--threads",
             str(a.threads)]
