@@ -31,19 +31,28 @@ import stoker
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+def torchvision_transforms(size):
+    """The torchvision pipeline (the DataLoader's)."""
+    from torchvision import transforms
+    return transforms.Compose([transforms.RandomResizedCrop(size),
+                               transforms.RandomHorizontalFlip(),
+                               transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+
+
 def stoker_loader(args, size):
-    return stoker.Loader(args.data, batch_size=args.batch, shuffle=True, seed=0,
-                         transforms=[stoker.RandomResizedCrop(size),
-                                     stoker.RandomHorizontalFlip(),
-                                     stoker.Normalize(MEAN, STD)],
+    # --port: the torchvision Compose itself, translated by stoker into the
+    # same pipeline as the native spelling below (same batches).
+    if getattr(args, "port", False):
+        tf = torchvision_transforms(size)
+    else:
+        tf = [stoker.RandomResizedCrop(size), stoker.RandomHorizontalFlip(),
+              stoker.Normalize(MEAN, STD)]
+    return stoker.Loader(args.data, batch_size=args.batch, shuffle=True, seed=0, transforms=tf,
                          num_threads=args.workers, prefetch=4, drop_last=True, output="torch")
 
 
 def torch_loader(args, size):
-    from torchvision import transforms
-    tf = transforms.Compose([transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
-                             transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
-    ds = torchvision.datasets.ImageFolder(args.data, tf)
+    ds = torchvision.datasets.ImageFolder(args.data, torchvision_transforms(size))
     return torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
                                        num_workers=args.workers, drop_last=True,
                                        persistent_workers=args.workers > 0)
@@ -98,6 +107,8 @@ def main():
                     help="stoker threads / DataLoader worker processes")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--print-freq", type=int, default=5)
+    ap.add_argument("--port", action="store_true",
+                    help="give stoker the torchvision Compose object unchanged")
     args = ap.parse_args()
     classes = len(torchvision.datasets.folder.find_classes(args.data)[0])
     print("ResNet-18, %d classes, batch %d, %d px crops, %d loader workers/threads, "

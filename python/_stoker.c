@@ -766,7 +766,38 @@ static PyObject *dataset_get_skipped(DatasetObject *self, void *c)
     return list;
 }
 
+/* path(index): the sample's source name (stk_dataset_sample_path), decoded
+ * as os.fsdecode does (a file name that is not UTF-8 comes back as
+ * os.listdir gives it), or None when the format does not name samples. */
+static PyObject *dataset_path(DatasetObject *self, PyObject *arg)
+{
+    uint64_t index;
+    if (!conv_u64(arg, &index))
+        return NULL;
+    if (index >= self->info.count) {
+        PyErr_Format(PyExc_IndexError, "dataset index %llu out of range (%llu samples)",
+                     (unsigned long long)index, (unsigned long long)self->info.count);
+        return NULL;
+    }
+    char *path = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_dataset_sample_path(self->ds, index, &path);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    if (!path)
+        Py_RETURN_NONE;
+    PyObject *u = PyUnicode_DecodeFSDefault(path);
+    stk_free(path);
+    return u;
+}
+
 static PyMethodDef dataset_methods[] = {
+    {"path", (PyCFunction)dataset_path, METH_O,
+     "path(index)\n--\n\nThe source name of sample `index`: its file path (image folder, list, "
+     "shards packed from them), the reader's name for it (a TFRecord record, a tar member...), "
+     "or None for formats whose samples have no name (CIFAR, IDX, NumPy, memory)."},
     {"read", (PyCFunction)dataset_read, METH_O,
      "read(index)\n--\n\nSample `index` as (an H x W x C uint8 _Array, its label). Thread-safe; "
      "the GIL is released while reading."},

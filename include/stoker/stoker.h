@@ -326,6 +326,17 @@ STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label
 STK_API uint64_t stk_dataset_skipped_count(const stk_dataset *ds);
 STK_API const char *stk_dataset_skipped(const stk_dataset *ds, uint64_t i);
 
+/* The source name of sample `index`: the path of its file for an image
+ * folder or a list (ROOT/REL as opened), the "source_name" field of .stk
+ * shards packed from such a source (docs/format.md), else the reader's name
+ * for the sample (a tar member, an LMDB key, a TFRecord/RecordIO/HDF5
+ * record, as messages name it). *path gets a new NUL-terminated string the caller
+ * frees with stk_free(), or NULL (return 0) for formats whose samples have
+ * no name of their own (CIFAR, IDX, NumPy arrays, memory). STK_EINVAL for
+ * an index out of range; STK_EDATA naming the record for a source_name
+ * value that cannot be read or holds a NUL. Thread-safe. */
+STK_API int stk_dataset_sample_path(const stk_dataset *ds, uint64_t index, char **path);
+
 /* Shards of a .stk dataset (0 for other formats). Thread-safe. */
 typedef struct stk_shard_info {
     const char *path;     /* lent */

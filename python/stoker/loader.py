@@ -5,7 +5,7 @@ import operator
 import os
 import sys
 
-from . import _stoker
+from . import _stoker, _torchvision
 from .transforms import ToTensor, to_spec
 
 __all__ = ["Loader", "Dataset", "open", "from_numpy", "pack"]
@@ -30,6 +30,10 @@ class Dataset(_stoker.Dataset):
     differ in size (encoded images: look at ``ds[i][0].shape``).
     ``ds.num_classes`` is the class count (0 if unknown), ``ds.classes``
     the class names (label -> name, ``None`` without a label map),
+    ``ds.class_to_idx`` the dict name -> label (as torchvision's
+    ImageFolder), ``ds.path(i)`` the sample's source name (its file path;
+    ``None`` for formats without names: CIFAR, IDX, NumPy, memory) and
+    ``ds.paths(indices)`` those of several (a batch's ``indices``),
     ``ds.skipped_inputs`` the messages for inputs the open left out (an
     image folder's unreadable directories and symlink loops), ``ds.format``
     and ``ds.uri`` say what was opened. Immutable: safe from any thread,
@@ -51,11 +55,47 @@ class Dataset(_stoker.Dataset):
         for i in range(len(self)):
             yield self[i]
 
+    def path(self, index):
+        """The source name of sample ``index`` (negative counts from the end):
+        its file path for an image folder, a list, or shards packed from them;
+        the reader's name for it for tar, LMDB, TFRecord, RecordIO, HDF5, Zarr;
+        ``None`` for formats whose samples have no name (CIFAR, IDX, NumPy,
+        memory). See docs/python.md."""
+        n = len(self)
+        i = operator.index(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("dataset index %d out of range (%d samples)" % (index, n))
+        return super().path(i)
+
+    @property
+    def class_to_idx(self):
+        """``{class name: label}`` like torchvision's ``ImageFolder.class_to_idx``
+        (``None`` when the dataset has no label map)."""
+        names = self.classes
+        return None if names is None else {name: i for i, name in enumerate(names)}
+
+    def paths(self, indices):
+        """``[self.path(i) for i in indices]``: the source names of a batch's
+        dataset indices (``Loader.iter_with_indices``), any int sequence or
+        int64 array."""
+        if hasattr(indices, "tolist"):
+            indices = indices.tolist()
+        return [self.path(operator.index(i)) for i in indices]
+
     def __repr__(self):
         shape = self.shape
-        return "<stoker.Dataset %s %r: %d samples of %s>" % (
+        s = "<stoker.Dataset %s %r: %d samples of %s" % (
             self.format, self.uri, len(self),
             "x".join(map(str, shape)) if shape is not None else "varying size")
+        names = self.classes
+        if names is not None:
+            shown = ", ".join(repr(n) for n in names[:5])
+            s += ", %d classes [%s%s]" % (len(names), shown, ", ..." if len(names) > 5 else "")
+        elif self.num_classes:
+            s += ", %d classes" % self.num_classes
+        return s + ">"
 
     def __reduce__(self):
         # Re-opened by URI in the unpickling process (files are read again).
@@ -228,12 +268,23 @@ def build_spec(transforms=None, pipeline=None, dtype=None, layout=None):
     else:
         if isinstance(transforms, (str, bytes)):
             raise TypeError("transforms must be a list; pass spec text as pipeline=")
-        transforms = list(transforms or [])
+        # A torchvision Compose or torchvision objects: their stoker transforms.
+        transforms = list(_torchvision.translate(transforms) if transforms is not None else [])
         stages = to_spec(transforms)
         if any(isinstance(t, ToTensor) for t in transforms) and dtype is not None \
                 and _norm_dtype(dtype) == "u8":
             raise ValueError("ToTensor() gives float output; it cannot be combined with "
                              "dtype='uint8'")
+        # torchvision's PILToTensor / ConvertImageDtype choose the output type
+        # (the last conversion wins, as in torchvision).
+        chosen = [t for t in transforms if isinstance(t, (ToTensor, _torchvision.OutputDtype))]
+        if chosen and isinstance(chosen[-1], _torchvision.OutputDtype):
+            want = chosen[-1]
+            if dtype is None:
+                dtype = want.dtype
+            elif _norm_dtype(dtype) != _norm_dtype(want.dtype):
+                raise ValueError("%s gives %s output; it cannot be combined with dtype=%r"
+                                 % (want.source, want.dtype, dtype))
     d = _norm_dtype(dtype if dtype is not None else "float32")
     l = _norm_layout(layout if layout is not None else "NCHW")
     to = "to %s %s" % (d, l)
@@ -414,6 +465,14 @@ class Loader:
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
         the dataset index of every row, an int64 array (a copy)."""
         return self._core.iter(with_indices=True)
+
+    def iter_with_paths(self):
+        """Like ``iter(loader)`` but yields ``(images, labels, paths)``: the
+        source name of every row (``dataset.path(i)``: the file path of an
+        image folder's sample, ``None`` for formats without names)."""
+        ds = self._dataset
+        for images, labels, indices in self.iter_with_indices():
+            yield images, labels, ds.paths(indices)
 
     def __len__(self):
         """Batches per epoch for this rank (of the epoch the loader is in: after

@@ -440,21 +440,19 @@ class ToTensor(Transform):
 
 
 def to_spec(transforms):
-    """Join transforms (Transform objects or raw stage strings) with ' | '."""
+    """Join transforms (Transform objects, torchvision transforms or a
+    torchvision Compose, translated by stoker._torchvision, or raw stage
+    strings) with ' | '."""
+    from ._torchvision import translate  # torchvision objects -> stoker transforms
     stages = []
-    for t in transforms:
+    for t in translate(transforms):
         if isinstance(t, str):
             s = t.strip()
         elif isinstance(t, Transform):
             s = t.spec()
         else:
-            mod = type(t).__module__ or ""
-            hint = ""
-            if mod.startswith("torchvision"):
-                hint = (" (use stoker.%s, which takes the same arguments, instead of the "
-                        "torchvision object)" % type(t).__name__)
-            raise TypeError("transforms must be stoker transforms or spec strings, got %r%s"
-                            % (t, hint))
+            raise TypeError("transforms must be stoker transforms, torchvision transforms or "
+                            "spec strings, got %r" % (t,))
         if s:
             stages.append(s)
     return " | ".join(stages)

@@ -113,6 +113,15 @@ static inline void stk_dataset_access_hint(const stk_dataset *ds, stk_access how
 /* The name of sample `index` for messages (see vtable.sample_name). */
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
 
+/* The string field stk_pack writes with each record's source name (the
+ * sample's file path, escaped as one line of a label map: docs/format.md);
+ * stk_dataset_sample_path returns it decoded. */
+#define STK_SOURCE_NAME_FIELD "source_name"
+
+/* Whether stk_dataset_sample_path gives names for this dataset (a reader
+ * that names its samples, or a source_name field). */
+bool stk_dataset_has_sample_names(const stk_dataset *ds);
+
 /* Defaults for stk_dataset_options fields left zero. */
 #define STK_DEFAULT_MAX_BYTES (16ull << 30)
 #define STK_DEFAULT_MAX_SAMPLES (1ull << 40)

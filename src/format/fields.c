@@ -9,6 +9,7 @@
 #include "codec/codec.h"
 #include "core/error.h"
 #include "core/image.h"
+#include "format/class_names.h"
 #include "format/dataset.h"
 
 #include <stdio.h>
@@ -189,4 +190,79 @@ int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *in
         return stk_fail(STK_EINVAL, "%s: not a .stk dataset (it has no shards)",
                         ds ? ds->uri : "(null)");
     return ds->vt->shard_info(ds, i, info);
+}
+
+/* The index of the string field "source_name" (written by stk_pack), or -1;
+ * silent (no stk_fail) when there is none. */
+static int source_name_field(const stk_dataset *ds)
+{
+    uint32_t n = stk_dataset_field_count(ds);
+    stk_field_info info;
+    for (uint32_t i = 0; i < n; i++)
+        if (stk_dataset_field_info(ds, i, &info) == 0 && info.type == STK_FIELD_STRING &&
+            !strcmp(info.name, STK_SOURCE_NAME_FIELD))
+            return (int)i;
+    return -1;
+}
+
+bool stk_dataset_has_sample_names(const stk_dataset *ds)
+{
+    return ds->vt->sample_name || source_name_field(ds) >= 0;
+}
+
+int stk_dataset_sample_path(const stk_dataset *ds, uint64_t index, char **path)
+{
+    if (!ds || !path)
+        return stk_fail(STK_EINVAL, "stk_dataset_sample_path: NULL argument");
+    *path = NULL;
+    if (index >= ds->count)
+        return stk_fail(STK_EINVAL, "%s: sample %llu is out of range (%llu samples)", ds->uri,
+                        (unsigned long long)index, (unsigned long long)ds->count);
+    if (source_name_field(ds) >= 0) {
+        /* Escaped as one line of a label map (docs/format.md), so that any
+         * file name survives as UTF-8 text. */
+        void *data;
+        size_t size;
+        int rc = stk_dataset_read_field(ds, index, STK_SOURCE_NAME_FIELD, &data, &size, NULL);
+        if (rc < 0)
+            return rc;
+        char *text = malloc(size + 1);
+        if (!text) {
+            free(data);
+            return stk_fail(STK_ENOMEM, "out of memory");
+        }
+        memcpy(text, data, size);
+        text[size] = '\0';
+        free(data);
+        char name[512];
+        char **names = NULL;
+        uint32_t count = 0;
+        if (memchr(text, '\0', size) || memchr(text, '\n', size)) {
+            stk_dataset_sample_name(ds, index, name, sizeof name);
+            free(text);
+            return stk_fail(STK_EDATA, "%s: the %s field holds a NUL or a line break (it must "
+                                       "be one escaped name, docs/format.md)",
+                            name, STK_SOURCE_NAME_FIELD);
+        }
+        rc = stk_class_names_decode(text, &names, &count);
+        free(text);
+        if (rc < 0)
+            return rc;
+        for (uint32_t i = 1; i < count; i++)
+            free(names[i]);
+        *path = count ? names[0] : stk_strdup("");
+        free(names);
+        if (!*path)
+            return stk_fail(STK_ENOMEM, "out of memory");
+        /* "\\x00" is not an escape (docs/format.md): a decoded name is
+         * never cut short by a NUL. */
+        return 0;
+    }
+    if (!ds->vt->sample_name)
+        return 0;
+    char buf[8192];
+    ds->vt->sample_name(ds, index, buf, sizeof buf);
+    if (!(*path = stk_strdup(buf)))
+        return stk_fail(STK_ENOMEM, "out of memory");
+    return 0;
 }

@@ -20,7 +20,11 @@
  * when the next has begun claims nothing, rather than filling the new
  * block with the old block's samples (issue 9: tests/test_pack_stall.c
  * injects exactly that stall). Each record also stores the source index it
- * was read from (field source_index), which `stoker verify` checks.
+ * was read from (field source_index), which `stoker verify` checks, and,
+ * when the source names its samples (an image folder's file paths, a
+ * TFRecord's records, shards packed with names...), that name (field
+ * source_name, escaped as one line of a label map: docs/format.md), so that
+ * ds.path(i) on the shards names the input as it did on the source.
  *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
@@ -64,6 +68,7 @@ typedef struct item {
     int64_t label;
     int64_t source;        /* the source index this item was read from */
     bool restarted;        /* payload is a restart-marker rewrite of the source */
+    char *name;            /* owned: the escaped source name (packer.named), or NULL */
     int rc;                /* 0 ok, < 0 failed */
     char *reason;          /* owned when rc < 0 */
 } item;
@@ -73,6 +78,7 @@ typedef struct packer {
     const stk_pack_options *opt;
     bool raw_out;          /* the image field stores raw pixels */
     bool encoded_src;      /* the source yields encoded images */
+    bool named;            /* the source names its samples: write source_name */
     int zstd_level;
     item *items;           /* block_cap, owned */
     uint32_t block_cap;
@@ -317,6 +323,19 @@ static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
     int lost = stk_dataset_check(p->ds, index);
     if (lost < 0)
         set_reason(it, lost);
+    free(it->name);
+    it->name = NULL;
+    if (it->rc == 0 && p->named) {
+        /* The source name, escaped so that any file name is one line of
+         * UTF-8 text (class_names.c). */
+        char *path;
+        int rc = stk_dataset_sample_path(p->ds, index, &path);
+        if (rc == 0 && !(it->name = stk_class_names_encode(&path, 1)))
+            rc = STK_ENOMEM;
+        stk_free(path);
+        if (rc < 0)
+            set_reason(it, rc);
+    }
 }
 
 static void *pack_worker_main(void *arg)
@@ -529,9 +548,14 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
      * be traced to its input and `stoker verify` can check that record i
      * comes after record i - 1 in the source (no sample twice, none out of
      * order). */
-    stk_field_def fields[3] = {{.name = "image"},
+    stk_field_def fields[4] = {{.name = "image"},
                                {.name = "label", .type = STK_FIELD_INT64},
-                               {.name = "source_index", .type = STK_FIELD_INT64}};
+                               {.name = "source_index", .type = STK_FIELD_INT64},
+                               {.name = STK_SOURCE_NAME_FIELD, .type = STK_FIELD_STRING}};
+    /* source_name: the sample's name in the source (its file path), for
+     * sources that name their samples (stk_dataset_sample_path). */
+    p.named = stk_dataset_has_sample_names(p.ds);
+    uint32_t nfields = p.named ? 4 : 3;
     fields[0].type = p.raw_out ? STK_FIELD_RAW_IMAGE : STK_FIELD_IMAGE;
     fields[0].compression = p.zstd_level ? 1 : 0;
     if (p.raw_out && !p.encoded_src) {
@@ -631,11 +655,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                     goto done;
                 }
                 nwritten++;
-                if ((rc = stk_shard_writer_open(path, fields, 3, meta, nmeta, &w)) < 0)
+                if ((rc = stk_shard_writer_open(path, fields, nfields, meta, nmeta, &w)) < 0)
                     goto done;
             }
-            stk_field_value values[3] = {
-                {it->payload.data, it->size}, {&it->label, 8}, {&it->source, 8}};
+            stk_field_value values[4] = {
+                {it->payload.data, it->size}, {&it->label, 8}, {&it->source, 8},
+                {it->name, it->name ? strlen(it->name) : 0}};
             if ((rc = stk_shard_writer_add(w, values)) < 0)
                 goto done;
             res.records++;
@@ -703,6 +728,7 @@ done:
         for (uint32_t i = 0; i < p.block_cap; i++) {
             stk_scratch_free(&p.items[i].payload);
             free(p.items[i].reason);
+            free(p.items[i].name);
         }
     free(p.items);
     free(workers);
