@@ -378,6 +378,11 @@ class Loader:
         per epoch (docs/sampler.md).
       transforms: stoker transforms (RandomCrop, Normalize, ...) or raw
         stage strings, joined with ' | ', then ``to DTYPE LAYOUT`` appended.
+        A torchvision ``Compose`` or torchvision transform objects are
+        accepted too: each is translated into the stoker transform of the
+        same name (the same spec and batches), or refused with a ValueError
+        naming it and the argument stoker cannot honour; ``PILToTensor`` /
+        ``ConvertImageDtype`` set the output dtype (docs/python.md).
       pipeline: the spec text instead of ``transforms`` (docs/pipeline.md);
         used as given unless dtype/layout are set (then ``to`` is appended).
       num_threads, prefetch: worker threads; batches filled ahead.
