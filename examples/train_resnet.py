@@ -16,6 +16,10 @@ RandomResizedCrop(224) + flip + normalize) and prints both shares.
     PYTHONPATH=build/python /usr/bin/python3 examples/train_resnet.py \\
         --data /work/data/photos/train --loader both --batches 20
 
+With --port the stoker loader is given the torchvision Compose of the
+DataLoader unchanged (stoker translates it into the same pipeline, so its
+batches equal the native spelling's: tests/python/test_torchvision_port.py).
+
 On a CPU-only machine the model step dominates (ResNet-18 forward+backward on
 224x224 is ~5 GFLOP per image) and the loaders share the cores with it, so
 --batches limits the epoch to a few batches; --image-size shrinks the crops.

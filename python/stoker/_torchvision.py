@@ -187,10 +187,18 @@ def _one(obj):
         raise ValueError("%s has no stoker equivalent: %s" % (_name(obj), why))
     try:
         return build(obj)
+    except AttributeError as e:
+        # an object of another torchvision version that keeps other attributes
+        raise ValueError("%s cannot be translated: the object has no attribute %r that "
+                         "stoker reads (another torchvision version?); write the stoker "
+                         "transform instead" % (_name(obj), getattr(e, "name", None) or str(e))
+                         ) from None
     except (ValueError, TypeError) as e:
         # The stoker class names the argument; say which torchvision object
         # it was (the same exception, SpecError with its .code included).
-        e.args = ("%s: %s" % (_name(obj), e.args[0] if e.args else e),) + tuple(e.args[1:])
+        msg = str(e.args[0]) if e.args else str(e)
+        if not msg.startswith(_name(obj)):
+            e.args = ("%s: %s" % (_name(obj), msg),) + tuple(e.args[1:])
         raise
 
 

@@ -222,3 +222,45 @@ def test_stoker_does_not_import_torchvision():
                        env=dict(os.environ), timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "False"
+
+
+def test_object_missing_an_attribute_is_refused_by_name():
+    """An object that lacks an attribute stoker reads (another torchvision
+    version) is a ValueError naming it, not an AttributeError."""
+    tv = T.RandomCrop(32, padding=2)
+    del tv.padding_mode
+    with pytest.raises(ValueError, match=r"^torchvision.transforms.RandomCrop cannot be "
+                                         r"translated: the object has no attribute "
+                                         r"'padding_mode' that stoker reads"):
+        stoker.build_spec([tv])
+
+
+def test_other_stoker_classes_are_built_from_same_named_attributes(monkeypatch):
+    """A stoker class of the torchvision name without a written translation
+    is built from the attributes named as its parameters; a torchvision
+    argument it does not take is refused, never dropped."""
+    made = []
+
+    class RandomPerspective(stoker.Transform):
+        op = "vflip"  # any op: only the argument passing is under test
+
+        def __init__(self, distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0):
+            made.append((distortion_scale, p, interpolation, fill))
+
+        def spec(self):
+            return "vflip 0.5"
+
+    monkeypatch.setattr(stoker.transforms, "RandomPerspective", RandomPerspective, raising=False)
+    tv = T.RandomPerspective(0.3, p=0.8, interpolation=IM.BILINEAR, fill=5)
+    assert stoker.build_spec([tv]) == "vflip 0.5 | to f32 chw"
+    assert made == [(0.3, 0.8, "bilinear", 5)]
+
+    class Narrow(RandomPerspective):
+        def __init__(self, distortion_scale=0.5, p=0.5):
+            made.append((distortion_scale, p))
+
+    monkeypatch.setattr(stoker.transforms, "RandomPerspective", Narrow)
+    with pytest.raises(ValueError, match=r"^torchvision.transforms.RandomPerspective cannot be "
+                                         r"translated: stoker.Narrow takes no 'interpolation', "
+                                         r"'fill' argument"):
+        stoker.build_spec([tv])
