@@ -212,6 +212,18 @@ static void read_record(stk_dataset *a, stk_dataset *b, uint64_t r, uint32_t nfi
     if (cls)
         touch(cls, strlen(cls));
 
+    /* The source name (a source_name field, escaped): the same from both. */
+    char *pa_name = NULL, *pb_name = NULL;
+    int na_rc = stk_dataset_sample_path(a, r, &pa_name);
+    int nb_rc = stk_dataset_sample_path(b, r, &pb_name);
+    check(na_rc == nb_rc, "sample_path: mmap and pread return different codes");
+    if (na_rc == 0) {
+        check(pa_name && pb_name && !strcmp(pa_name, pb_name), "sample_path: mmap and pread differ");
+        touch(pa_name, strlen(pa_name));
+    }
+    stk_free(pa_name);
+    stk_free(pb_name);
+
     /* The pixel copy of the public read (raw images; encoded ones copy 0). */
     static uint8_t pa[1 << 16], pb[1 << 16];
     int64_t ka = stk_dataset_read(a, r, pa, sizeof pa, &la);

@@ -187,6 +187,32 @@ static void encoded_shard(const char *name, const uint8_t *img, size_t size, uin
         die(path);
 }
 
+/* image + label + source_name (as stk_pack writes it: one escaped name a
+ * record; record 2's holds a raw LF, which stk_dataset_sample_path refuses). */
+static void named_shard(const char *name, const uint8_t *img, size_t size)
+{
+    char path[1024];
+    shard_path(path, sizeof path, name);
+    stk_field_def f[4] = {field("image", STK_FIELD_IMAGE, 0, 0, 0, 0, 0),
+                          field("label", STK_FIELD_INT64, 0, 0, 0, 0, 0),
+                          field("source_index", STK_FIELD_INT64, 0, 0, 0, 0, 0),
+                          field("source_name", STK_FIELD_STRING, 0, 0, 0, 0, 0)};
+    static const char *const names[3] = {"train/a/x\\y.jpg", "train/b/\\xff\\n.jpg",
+                                         "raw\nbreak"};
+    stk_shard_writer *w;
+    if (stk_shard_writer_open(path, f, 4, NULL, 0, &w) < 0)
+        die(path);
+    for (uint64_t r = 0; r < 3; r++) {
+        int64_t label = (int64_t)(r % 2), src = (int64_t)r;
+        stk_field_value v[4] = {{img, size}, {&label, 8}, {&src, 8},
+                                {names[r], strlen(names[r])}};
+        if (stk_shard_writer_add(w, v) < 0)
+            die(path);
+    }
+    if (stk_shard_writer_finish(w) < 0)
+        die(path);
+}
+
 /* Every field type: encoded image, raw image of varying shape (zstd),
  * bytes, string, int64 scalar and array, float32 array. */
 static void multi_shard(const char *name, const uint8_t *jpg, size_t jpg_size, uint64_t count)
@@ -403,6 +429,7 @@ int main(int argc, char **argv)
     encoded_shard("jpeg-2.stk", jpg, jn, 2);
     encoded_shard("png-1.stk", png, pn, 1);
     multi_shard("multi-3.stk", jpg, jn, 3);
+    named_shard("named-3.stk", jpg, jn);
     bytes_shard("bytes-3.stk", 3);
     fixed_shard("fixed-2.stk", 2);
     damaged("raw-3.stk");
