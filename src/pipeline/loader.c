@@ -1035,8 +1035,10 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
     if (rc < 0)
         return rc;
     if (st->spec_hash != l->spec_hash)
-        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec (hash "
-                                    "%016llx, this loader's is %016llx)",
+        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec or "
+                                    "sampling options (indices, weights, class balance, "
+                                    "num_samples, aug_seed, views) (hash %016llx, this "
+                                    "loader's is %016llx)",
                         (unsigned long long)st->spec_hash, (unsigned long long)l->spec_hash);
     uint64_t bs = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.block_size : 0;
     uint64_t win = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.shuffle_window : 0;
