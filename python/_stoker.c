@@ -899,23 +899,71 @@ static int loader_check(LoaderObject *self)
     return 0;
 }
 
+static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
+                             stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
+                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
+                             int shuffle, int drop_last, int on_error, int mode,
+                             PyObject *convert, int block);
+
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"dataset", "spec", "batch_size", "threads", "prefetch",
                              "max_batches", "seed", "shuffle", "drop_last", "rank",
                              "world_size", "on_error", "output", "convert", "block",
-                             "block_size", "shuffle_window", NULL};
-    PyObject *dataset, *convert = Py_None;
+                             "block_size", "shuffle_window", "indices", "weights",
+                             "num_samples", "balance_classes", "aug_seed", "views", "eager",
+                             NULL};
+    PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
     const char *spec;
     stk_loader_options o = {0};
+    stk_sampling sg = {0};
+    /* indices: native uint64, weights: native float64 (loader.py packs them) */
+    Py_buffer indices = {0}, weights = {0};
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
+    int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&:_Loader", kwlist, &DatasetType,
-            &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads, conv_u32,
-            &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle, &drop_last,
-            conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert, &block,
-            conv_u64, &o.block_size, conv_u32, &o.shuffle_window))
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&p:_Loader", kwlist,
+            &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
+            conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
+            &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
+            &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
+            conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager))
         return NULL;
+    PyObject *made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance,
+                                 aug_seed, eager, shuffle, drop_last, on_error, mode, convert,
+                                 block);
+    if (indices.obj)
+        PyBuffer_Release(&indices);
+    if (weights.obj)
+        PyBuffer_Release(&weights);
+    return made;
+}
+
+static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
+                             stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
+                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
+                             int shuffle, int drop_last, int on_error, int mode,
+                             PyObject *convert, int block)
+{
+    stk_loader_options o = *op;
+    if (indices->obj) {
+        sg->indices = indices->buf;
+        sg->num_indices = (uint64_t)indices->len / sizeof(uint64_t);
+    }
+    if (weights->obj) {
+        sg->weights = weights->buf;
+        sg->num_weights = (uint64_t)weights->len / sizeof(double);
+    }
+    sg->balance_classes = balance;
+    if (sg->indices || sg->weights || sg->num_samples || sg->balance_classes)
+        o.sampling = sg;
+    if (aug_seed != Py_None) {
+        if (conv_u64(aug_seed, &o.aug_seed) == 0)
+            return NULL;
+        o.flags |= STK_LOADER_AUG_SEED;
+    }
+    if (eager)
+        o.flags |= STK_LOADER_EAGER;
     if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
         return NULL;
@@ -928,6 +976,10 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_ValueError, "block shuffle needs shuffle");
         return NULL;
     }
+    /* Weights and class balance draw at random whatever `shuffle` says
+     * (as torch's WeightedRandomSampler, used with shuffle=False). */
+    if (!shuffle && (sg->weights || sg->balance_classes))
+        shuffle = 1;
     o.no_shuffle = !shuffle;
     o.shuffle = block ? STK_SHUFFLE_BLOCK : STK_SHUFFLE_GLOBAL;
     o.drop_last = drop_last;
@@ -1389,6 +1441,20 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     Py_RETURN_NONE;
 }
 
+static PyObject *loader_warmup(LoaderObject *self, PyObject *u)
+{
+    (void)u;
+    if (loader_check(self) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_start(self->l);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *loader_stats(LoaderObject *self, PyObject *u)
 {
     if (loader_alive(self) < 0)
@@ -1462,6 +1528,9 @@ static PyMethodDef loader_methods[] = {
     {"set_state", (PyCFunction)loader_set_state, METH_O,
      "set_state(dict)\n--\n\nRestore a state(); the next iter() continues from it."},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
+    {"warmup", (PyCFunction)loader_warmup, METH_NOARGS,
+     "warmup()\n--\n\nStart the workers and the batch pool now (a Loader is lazy: it "
+     "starts them at the first iteration otherwise)."},
     {"close", (PyCFunction)loader_close, METH_NOARGS,
      "Stop the workers; the buffers are freed when the last batch dies."},
     {"__reduce_ex__", (PyCFunction)loader_reduce, METH_VARARGS, "Loaders cannot be pickled."},

@@ -278,6 +278,34 @@ def _optional_count(name, v):
     return v
 
 
+def _pack_array(name, values, code):
+    """indices ('Q') or weights ('d') as native bytes for the C loader;
+    None stays None. Accepts sequences, numpy arrays and torch tensors."""
+    if values is None:
+        return None
+    import array
+    if hasattr(values, "detach"):  # a torch tensor
+        values = values.detach().cpu().tolist()
+    elif hasattr(values, "tolist") and not isinstance(values, array.array):
+        values = values.tolist()  # numpy: exact ints / floats
+    try:
+        if code == "Q":
+            values = [operator.index(v) for v in values]
+            if any(v < 0 for v in values):
+                raise ValueError("%s must not be negative" % name)
+        else:
+            values = [float(v) for v in values]
+        packed = array.array(code, values)
+    except OverflowError:
+        raise ValueError("%s: a value is out of range" % name) from None
+    except TypeError as e:
+        raise TypeError("%s must be a sequence of %s: %s"
+                        % (name, "ints" if code == "Q" else "numbers", e)) from None
+    if len(packed) == 0:
+        raise ValueError("%s is empty" % name)
+    return packed.tobytes()
+
+
 def _converter(output):
     if output == "torch":
         try:
@@ -344,6 +372,28 @@ class Loader:
         A state_dict taken with another world size (or batch size) is
         accepted: the epoch continues where the old ranks together stopped.
       on_error: 'raise' (default) or 'skip' corrupt samples (counted in stats()).
+      indices: a subset, a sequence of dataset indices (duplicates allowed):
+        each epoch permutes this list (as SubsetRandomSampler) and reads
+        nothing else.
+      weights: one weight per sample (of ``indices`` when given): each
+        epoch draws ``num_samples`` samples with replacement, sample i with
+        probability weights[i] / sum (as WeightedRandomSampler). Draws at
+        random whatever ``shuffle`` says.
+      balance_classes: True: weights 1 / (samples of the sample's class),
+        from the dataset's labels, so every class is drawn equally often.
+      num_samples: samples per epoch (default: the dataset's or the
+        subset's size). Without weights: fewer is a different subset of the
+        epoch's permutation each epoch, more adds further independent
+        permutations.
+      aug_seed: the seed of the random augmentations (default: ``seed``), so
+        the order and the augmentations can be varied separately.
+      views: K > 1 gives K independently augmented views of every sample;
+        a batch then has K * batch_size rows, sample-major (rows i*K ..
+        i*K+K-1 are sample i's views, its label repeated): ``images.view(B,
+        K, ...)`` is the (B, K, C, H, W) layout.
+      eager: start the worker threads and the batch pool at creation. By
+        default a Loader is lazy: nothing runs or is allocated until the
+        first iteration (or ``warmup()``).
 
     Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
     Each pass starts the loader's current epoch at position 0; finishing a
@@ -361,7 +411,9 @@ class Loader:
     def __init__(self, dataset, batch_size=256, shuffle=False, seed=0, transforms=None,
                  pipeline=None, num_threads=2, prefetch=4, max_batches=None, drop_last=False,
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
-                 on_error="raise", block_size=None, shuffle_window=None):
+                 on_error="raise", block_size=None, shuffle_window=None, indices=None,
+                 weights=None, balance_classes=False, num_samples=None, aug_seed=None,
+                 views=1, eager=False):
         if not isinstance(dataset, _stoker.Dataset):
             dataset = open(dataset)
         spec = build_spec(transforms, pipeline, dtype, layout)
@@ -387,12 +439,23 @@ class Loader:
         if max_batches < prefetch + 1:
             raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
                              % (max_batches, prefetch + 1))
+        packed_indices = _pack_array("indices", indices, "Q")
+        packed_weights = _pack_array("weights", weights, "d")
+        num_samples = _optional_count("num_samples", num_samples)
+        views = operator.index(views)
+        if views < 1:
+            raise ValueError("views must be >= 1, got %d" % views)
+        if aug_seed is not None:
+            aug_seed = operator.index(aug_seed)
         self._core = _stoker._Loader(
             dataset, spec, batch_size=batch_size, threads=num_threads, prefetch=prefetch,
             max_batches=max_batches, seed=operator.index(seed), shuffle=shuffle,
             drop_last=bool(drop_last), rank=rank, world_size=world_size,
             on_error=_ON_ERROR[on_error], output=mode, convert=convert, block=block,
-            block_size=block_size, shuffle_window=shuffle_window)
+            block_size=block_size, shuffle_window=shuffle_window, indices=packed_indices,
+            weights=packed_weights, num_samples=num_samples,
+            balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
+            eager=bool(eager))
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
@@ -402,7 +465,9 @@ class Loader:
                              seed=operator.index(seed), num_threads=num_threads,
                              prefetch=prefetch, max_batches=max_batches,
                              drop_last=bool(drop_last), rank=rank, world_size=world_size,
-                             on_error=on_error)
+                             on_error=on_error, num_samples=num_samples or None,
+                             balance_classes=bool(balance_classes), aug_seed=aug_seed,
+                             views=views, eager=bool(eager))
 
     # -- iteration ---------------------------------------------------------
 
@@ -471,6 +536,12 @@ class Loader:
         self._core.set_state(state)
 
     # -- introspection --------------------------------------------------------
+
+    def warmup(self):
+        """Start the worker threads and the batch pool now, so the first
+        batches are being made before the first iteration. A no-op when
+        started (iteration starts a lazy Loader by itself)."""
+        self._core.warmup()
 
     def stats(self):
         """Counters and times since creation, a dict:
