@@ -166,3 +166,37 @@ def test_weighted_views_resume(cifar_dir):
     other = make(cifar_dir, weights=w, num_samples=100, views=2, aug_seed=4)
     with pytest.raises(stoker.InvalidArgument, match="sampling options"):
         other.load_state_dict(state)
+
+
+def test_cli_order_and_bench_match_the_loader(cifar_dir, tmp_path):
+    from module_util import cli_digest, loader_digest, run_stoker
+    uri = "cifar10:" + cifar_dir[0]
+    idx = tmp_path / "idx.txt"
+    idx.write_text("# a subset\n3 180 7\n50,51\n99\n")
+    w = tmp_path / "w.txt"
+    w.write_text("\n".join(str(1 + i % 4) for i in range(6)) + "\n")
+    want = drawn(make(cifar_dir, indices=[3, 180, 7, 50, 51, 99], weights=[1, 2, 3, 4, 1, 2],
+                      num_samples=40))
+    got = run_stoker("order", uri, "--seed", 11, "--indices", idx, "--weights", w,
+                     "--num-samples", 40).stdout.split()
+    assert [int(x) for x in got] == want.tolist()
+    want = drawn(make(cifar_dir, balance_classes=True, num_samples=64))
+    got = run_stoker("order", uri, "--seed", 11, "--balance-classes", "--num-samples",
+                     64).stdout.split()
+    assert [int(x) for x in got] == want.tolist()
+    digest = loader_digest(make(cifar_dir, seed=4, aug_seed=9, views=3, indices=list(range(40)),
+                                num_samples=50))
+    assert cli_digest(uri, CIFAR_SPEC, 8, 4, 1, "--aug-seed", 9, "--views", 3, "--indices", idx,
+                      "--num-samples", 50) != digest  # another subset
+    full = tmp_path / "full.txt"
+    full.write_text(" ".join(map(str, range(40))))
+    assert cli_digest(uri, CIFAR_SPEC, 8, 4, 1, "--aug-seed", 9, "--views", 3, "--indices",
+                      full, "--num-samples", 50) == digest
+    assert loader_digest(make(cifar_dir, seed=4, balance_classes=True)) == cli_digest(
+        uri, CIFAR_SPEC, 8, 4, 1, "--balance-classes")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1\n2\n-3\n")
+    p = run_stoker("order", uri, "--indices", bad, check=False)
+    assert p.returncode == 2 and "line 3: '-3' is not a non-negative integer" in p.stderr
+    p = run_stoker("order", 10, "--balance-classes", check=False)
+    assert p.returncode == 2 and "--balance-classes needs a DATASET" in p.stderr
