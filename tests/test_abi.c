@@ -56,11 +56,14 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_sampler_options, shuffle_window), 60);
     assert_int_equal(offsetof(stk_sampler_options, sampling), 64);
     /* 7 words of arrays, counts and num_samples, balance_classes +
-     * reserved32_, 4 reserved */
+     * reserved32_, then in the 4 words reserved: mix_sizes, mix_weights,
+     * num_mix, 1 reserved */
     assert_int_equal(sizeof(stk_sampling), 56 + 8 + 32);
     assert_int_equal(offsetof(stk_sampling, num_samples), 48);
     assert_int_equal(offsetof(stk_sampling, balance_classes), 56);
-    assert_int_equal(offsetof(stk_sampling, reserved_), 64);
+    assert_int_equal(offsetof(stk_sampling, mix_sizes), 64);
+    assert_int_equal(offsetof(stk_sampling, num_mix), 80);
+    assert_int_equal(offsetof(stk_sampling, reserved_), 88);
     /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
      * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
      * sampling, aug_seed, views + flags, 3 reserved */
@@ -135,7 +138,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     assert_null(d2);
 
     stk_sampling sg = {0};
-    sg.reserved_[3] = 1;
+    sg.reserved_[0] = 1;
     stk_sampler_options so = {.dataset_size = 10, .sampling = &sg};
     stk_sampler *s = NULL;
     expect_reserved_error(stk_sampler_create(&so, &s), "stk_sampling");

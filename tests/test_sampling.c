@@ -332,6 +332,81 @@ static void test_num_samples(void **state)
     }
 }
 
+static void test_mixing(void **state)
+{
+    (void)state;
+    const uint64_t sizes[3] = {50, 200, 13};
+    const double w[3] = {0.5, 0.3, 0.2};
+    stk_sampling sg = {.mix_sizes = sizes, .mix_weights = w, .num_mix = 3, .num_samples = 1000};
+    stk_sampler_options o = {.dataset_size = 263, .seed = 8, .sampling = &sg};
+    for (uint64_t e = 0; e < 2; e++) {
+        uint64_t m;
+        uint64_t *l = one_rank_list(o, e, &m);
+        assert_int_equal(m, 1000);
+        unsigned count[263] = {0}, per[3] = {0}, half[3] = {0};
+        for (uint64_t p = 0; p < m; p++) {
+            int g = l[p] < 50 ? 0 : l[p] < 250 ? 1 : 2;
+            count[l[p]]++;
+            per[g]++;
+            if (p < 500)
+                half[g]++;
+        }
+        /* Exactly the proportions each epoch: 500, 300, 200. */
+        assert_int_equal(per[0], 500);
+        assert_int_equal(per[1], 300);
+        assert_int_equal(per[2], 200);
+        /* Each source walks whole passes of its own permutation: 10 of
+         * source 0, 1.5 of source 1, 15 and 5/13 of source 2. */
+        for (int i = 0; i < 50; i++)
+            assert_int_equal(count[i], 10);
+        unsigned twice = 0;
+        for (int i = 50; i < 250; i++) {
+            assert_true(count[i] == 1 || count[i] == 2);
+            twice += count[i] == 2;
+        }
+        assert_int_equal(twice, 100);
+        for (int i = 250; i < 263; i++)
+            assert_true(count[i] == 15 || count[i] == 16);
+        /* Interleaved, not in runs: the first half holds about half of each
+         * (hypergeometric: within 3 binomial sigmas). */
+        for (int g = 0; g < 3; g++) {
+            double mean = per[g] / 2.0, sigma = sqrt(500 * (per[g] / 1000.0) * (1 - per[g] / 1000.0));
+            if (fabs(half[g] - mean) > 3 * sigma)
+                fail_msg("source %d: %u of %u in the first half", g, half[g], per[g]);
+        }
+        free(l);
+    }
+    check_layouts(o);
+
+    /* Defaults: proportional to the sizes, M = N: every sample exactly once
+     * (a shuffled concatenation). Largest remainder: 10 of sizes 1, 1, 1
+     * weights 1, 1, 1 is 4, 3, 3. */
+    stk_sampling dg = {.mix_sizes = sizes, .num_mix = 3};
+    stk_sampler_options d = {.dataset_size = 263, .seed = 8, .sampling = &dg};
+    uint64_t m;
+    uint64_t *l = one_rank_list(d, 0, &m);
+    assert_int_equal(m, 263);
+    unsigned seen[263] = {0};
+    for (uint64_t p = 0; p < m; p++)
+        assert_int_equal(seen[l[p]]++, 0);
+    free(l);
+    check_layouts(d);
+    const uint64_t ones[3] = {1, 1, 1};
+    stk_sampling tg = {.mix_sizes = ones, .num_mix = 3, .num_samples = 10};
+    stk_sampler_options t = {.dataset_size = 3, .shuffle = STK_SHUFFLE_NONE, .sampling = &tg};
+    l = one_rank_list(t, 0, &m);
+    const uint64_t want[10] = {0, 0, 0, 0, 1, 1, 1, 2, 2, 2};
+    assert_memory_equal(l, want, sizeof want);
+    free(l);
+    /* A zero weight: that source is never read. */
+    const double wz[3] = {1, 0, 3};
+    sg.mix_weights = wz;
+    l = one_rank_list(o, 0, &m);
+    for (uint64_t p = 0; p < m; p++)
+        assert_true(l[p] < 50 || l[p] >= 250);
+    free(l);
+}
+
 static void expect_einval(const stk_sampler_options *o, const char *text)
 {
     stk_sampler *s = NULL;
@@ -376,7 +451,27 @@ static void test_invalid_sampling(void **state)
     sg = (stk_sampling){.num_samples = 5};
     o.start_slot = 5;
     expect_einval(&o, "start_slot 5 is not below the epoch's list size 5");
+    const uint64_t sizes[2] = {4, 5};
+    const double mw[2] = {1, -2};
+    sg = (stk_sampling){.mix_sizes = sizes, .num_mix = 2};
+    o = (stk_sampler_options){.dataset_size = 10, .sampling = &sg};
+    expect_einval(&o, "the sources' sizes sum to 9, not the dataset size 10");
+    o.dataset_size = 9;
+    sg.mix_weights = mw;
+    expect_einval(&o, "mix weight 1 is -2");
+    sg.mix_weights = NULL;
+    o.shuffle = STK_SHUFFLE_BLOCK;
+    expect_einval(&o, "mixing sources takes shuffle=global or none, not block");
+    o.shuffle = STK_SHUFFLE_GLOBAL;
+    sg.indices = idx;
+    sg.num_indices = 1;
+    expect_einval(&o, "mixing sources excludes indices, weights and class balance");
+    sg = (stk_sampling){.mix_sizes = sizes, .num_mix = 2};
+    stk_sampler *ok = NULL;
+    assert_int_equal(stk_sampler_create(&o, &ok), 0);
+    stk_sampler_destroy(ok);
     /* drop_last on the list's size, not the dataset's. */
+    sg = (stk_sampling){.num_samples = 5};
     o = (stk_sampler_options){.dataset_size = 100, .world_size = 4, .batch_size = 2,
                               .drop_last = 1, .sampling = &sg};
     expect_einval(&o, "5 samples over 4 ranks leave 1 per rank");
@@ -390,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_weights_layouts_and_epochs),
         cmocka_unit_test(test_class_balanced),
         cmocka_unit_test(test_num_samples),
+        cmocka_unit_test(test_mixing),
         cmocka_unit_test(test_invalid_sampling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -487,7 +487,18 @@ typedef struct stk_sampling {
      * (stk_dataset_label of every population entry, read at create). */
     int32_t balance_classes;
     int32_t reserved32_;     /* must be zero */
-    uint64_t reserved_[4];   /* must be zero (ABI: see the top of this file) */
+    /* Mixing (docs/sampler.md, "Mixing datasets"): [0, N) is num_mix
+     * consecutive sources of mix_sizes[g] samples (summing to N, e.g. the
+     * parts of stk_dataset_concat), drawn in the proportions mix_weights
+     * (NULL: proportional to the sizes). Each epoch holds exactly q_g entries
+     * of source g (M * w_g / sum(w) rounded by largest remainder), in a
+     * random interleave; source g's entries walk its own permutation (and
+     * further passes of new ones when q_g exceeds its size). Excludes
+     * indices, weights and labels; shuffle global or none. */
+    const uint64_t *mix_sizes;
+    const double *mix_weights;
+    uint64_t num_mix;
+    uint64_t reserved_[1];   /* must be zero (ABI: see the top of this file) */
 } stk_sampling;
 
 typedef struct stk_sampler_options {

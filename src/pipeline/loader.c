@@ -549,7 +549,7 @@ static uint64_t order_digest(const stk_loader_options *o, const int64_t *labels)
     const stk_sampling *sp = o->sampling;
     bool any = (o->flags & STK_LOADER_AUG_SEED) || o->views > 1 ||
                (sp && (sp->indices || sp->weights || sp->labels || sp->num_samples ||
-                       sp->balance_classes));
+                       sp->balance_classes || sp->num_mix));
     if (!any)
         return 0;
     XXH3_state_t *st = XXH3_createState();
@@ -565,6 +565,12 @@ static uint64_t order_digest(const stk_loader_options *o, const int64_t *labels)
         XXH3_64bits_update(st, sp->indices, sp->num_indices * sizeof *sp->indices);
     if (sp && sp->weights)
         XXH3_64bits_update(st, sp->weights, sp->num_weights * sizeof *sp->weights);
+    if (sp && sp->mix_sizes && sp->num_mix) {
+        XXH3_64bits_update(st, &sp->num_mix, sizeof sp->num_mix);
+        XXH3_64bits_update(st, sp->mix_sizes, sp->num_mix * sizeof *sp->mix_sizes);
+        if (sp->mix_weights)
+            XXH3_64bits_update(st, sp->mix_weights, sp->num_mix * sizeof *sp->mix_weights);
+    }
     if (labels) {
         uint64_t tag = 0x4c41424cu;
         XXH3_64bits_update(st, &tag, sizeof tag);

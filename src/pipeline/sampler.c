@@ -79,6 +79,13 @@ struct stk_sampler {
     uint32_t *prob;     /* weights: P alias thresholds (of 2^32), owned, or NULL */
     uint32_t *alias;    /* weights: P alias columns (owned) */
     bool replacement;   /* weights, or M > P: an index may repeat in an epoch */
+    /* mixing: num_mix sources, each with its first index, size, quota per
+     * epoch, cumulative quota (its first slot in the interleave) and half
+     * width; owned arrays, or mix_n = 0 */
+    uint64_t mix_n;
+    uint64_t *mix_off, *mix_size, *mix_quota, *mix_first;
+    unsigned *mix_half;
+    unsigned list_half; /* half width over [0, M): the interleave */
     uint64_t seed;
     uint32_t batch_size, rank, world_size;
     stk_shuffle mode;   /* resolved: no_shuffle folded in */
@@ -300,6 +307,115 @@ static int build_alias(stk_sampler *s, const double *w, uint64_t p)
     return 0;
 }
 
+/* Mixing: sources, their quotas by largest remainder, their half widths. */
+static int apply_mix(stk_sampler *s, const stk_sampling *sp, stk_shuffle mode)
+{
+    uint64_t g = sp->num_mix, total = 0;
+    if (!sp->mix_sizes || !g)
+        return stk_fail(STK_EINVAL, "sampler: mixing needs mix_sizes and num_mix");
+    if (sp->indices || sp->weights || sp->labels || sp->balance_classes)
+        return stk_fail(STK_EINVAL, "sampler: mixing sources excludes indices, weights and "
+                                    "class balance");
+    if (mode == STK_SHUFFLE_BLOCK)
+        return stk_fail(STK_EINVAL, "sampler: mixing sources takes shuffle=global or none, "
+                                    "not block");
+    s->mix_off = calloc(g, sizeof *s->mix_off);
+    s->mix_size = calloc(g, sizeof *s->mix_size);
+    s->mix_quota = calloc(g, sizeof *s->mix_quota);
+    s->mix_first = calloc(g, sizeof *s->mix_first);
+    s->mix_half = calloc(g, sizeof *s->mix_half);
+    double *rem = calloc(g, sizeof *rem);
+    if (!s->mix_off || !s->mix_size || !s->mix_quota || !s->mix_first || !s->mix_half || !rem) {
+        free(rem);
+        return stk_fail(STK_ENOMEM, "sampler: out of memory for %llu sources",
+                        (unsigned long long)g);
+    }
+    s->mix_n = g;
+    double wsum = 0;
+    for (uint64_t i = 0; i < g; i++) {
+        if (sp->mix_sizes[i] == 0 || sp->mix_sizes[i] > s->dataset_size - total) {
+            free(rem);
+            return stk_fail(STK_EINVAL, "sampler: source %llu has %llu samples: sources must "
+                                        "be non-empty and sum to the dataset size %llu",
+                            (unsigned long long)i, (unsigned long long)sp->mix_sizes[i],
+                            (unsigned long long)s->dataset_size);
+        }
+        s->mix_off[i] = total;
+        s->mix_size[i] = sp->mix_sizes[i];
+        s->mix_half[i] = half_bits_for(sp->mix_sizes[i]);
+        total += sp->mix_sizes[i];
+        double w = sp->mix_weights ? sp->mix_weights[i] : (double)sp->mix_sizes[i];
+        if (!isfinite(w) || w < 0) {
+            free(rem);
+            return stk_fail(STK_EINVAL, "sampler: mix weight %llu is %g: weights must be "
+                                        "finite and not negative",
+                            (unsigned long long)i, w);
+        }
+        wsum += w;
+    }
+    if (total != s->dataset_size) {
+        free(rem);
+        return stk_fail(STK_EINVAL, "sampler: the sources' sizes sum to %llu, not the dataset "
+                                    "size %llu",
+                        (unsigned long long)total, (unsigned long long)s->dataset_size);
+    }
+    if (!(wsum > 0) || !isfinite(wsum)) {
+        free(rem);
+        return stk_fail(STK_EINVAL, "sampler: the mix weights sum to %g: at least one must be "
+                                    "positive",
+                        wsum);
+    }
+    /* Quotas of M by largest remainder: floor(M * w / sum) each (a product
+     * then a quotient: nothing to fuse), the rest one each to the largest
+     * remainders, ties to the earlier source. */
+    uint64_t m = s->n, given = 0;
+    for (uint64_t i = 0; i < g; i++) {
+        double w = sp->mix_weights ? sp->mix_weights[i] : (double)sp->mix_sizes[i];
+        double exact = (double)m * w;
+        exact = exact / wsum;
+        double fl = floor(exact);
+        uint64_t q = fl >= (double)m ? m : (uint64_t)fl;
+        s->mix_quota[i] = q;
+        rem[i] = exact - fl;
+        given += q;
+    }
+    while (given > m) { /* rounding only: take from the largest quota */
+        uint64_t big = 0;
+        for (uint64_t i = 1; i < g; i++)
+            if (s->mix_quota[i] > s->mix_quota[big])
+                big = i;
+        s->mix_quota[big]--;
+        given--;
+    }
+    while (given < m) {
+        uint64_t best = g;
+        for (uint64_t i = 0; i < g; i++) {
+            double w = sp->mix_weights ? sp->mix_weights[i] : 1;
+            if (w > 0 && (best == g || rem[i] > rem[best]))
+                best = i;
+        }
+        s->mix_quota[best]++;
+        rem[best] = -1; /* one each, then round again if still short */
+        given++;
+        bool any = false;
+        for (uint64_t i = 0; i < g; i++)
+            any |= rem[i] >= 0;
+        if (!any)
+            for (uint64_t i = 0; i < g; i++)
+                rem[i] = 0;
+    }
+    free(rem);
+    uint64_t first = 0;
+    for (uint64_t i = 0; i < g; i++) {
+        s->mix_first[i] = first;
+        first += s->mix_quota[i];
+        if (s->mix_quota[i] > s->mix_size[i])
+            s->replacement = true;
+    }
+    s->list_half = half_bits_for(m);
+    return 0;
+}
+
 /* The population, weights and list length from o->sampling. */
 static int apply_sampling(stk_sampler *s, const stk_sampler_options *o, stk_shuffle mode)
 {
@@ -366,6 +482,8 @@ static int apply_sampling(stk_sampler *s, const stk_sampler_options *o, stk_shuf
         s->replacement = true;
     }
     s->n = sp->num_samples ? sp->num_samples : s->pop;
+    if (sp->mix_sizes || sp->num_mix || sp->mix_weights)
+        return apply_mix(s, sp, mode);
     if (s->n > s->pop)
         s->replacement = true;
     return 0;
@@ -451,6 +569,11 @@ void stk_sampler_destroy(stk_sampler *s)
     free(s->indices);
     free(s->prob);
     free(s->alias);
+    free(s->mix_off);
+    free(s->mix_size);
+    free(s->mix_quota);
+    free(s->mix_first);
+    free(s->mix_half);
     free(s);
 }
 
@@ -532,10 +655,43 @@ static uint64_t permute(const stk_sampler *s, const stk_epoch_key *key, uint64_t
     }
 }
 
+/* Mixing: entry x -> its slot y of the epoch's interleave (the epoch's
+ * permutation of [0, M)), the source g whose quota run holds y, the k-th
+ * entry of g -> pass k / n_g of g's own permutation (keyed by (epoch, g,
+ * pass)) at k mod n_g. */
+static uint64_t mix_entry(const stk_sampler *s, const stk_epoch_key *key, uint64_t x)
+{
+    uint64_t y = s->mode == STK_SHUFFLE_NONE ? x : walk(key->round, s->list_half, s->n, x);
+    uint64_t lo = 0, hi = s->mix_n - 1; /* last source with first <= y */
+    while (lo < hi) {
+        uint64_t mid = (lo + hi + 1) / 2;
+        if (s->mix_first[mid] <= y)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    /* zero-quota sources share their first slot with the next: skip them */
+    while (s->mix_quota[lo] == 0)
+        lo++;
+    uint64_t k = y - s->mix_first[lo], n = s->mix_size[lo];
+    uint64_t r = k % n;
+    if (s->mode != STK_SHUFFLE_NONE) {
+        uint32_t rk[STK_FEISTEL_ROUNDS];
+        stk_rng rng;
+        stk_rng_init(&rng, s->seed, STK_RNG_DOMAIN_MIX, key->epoch, lo << 32 | k / n);
+        for (int i = 0; i < STK_FEISTEL_ROUNDS; i++)
+            rk[i] = stk_rng_u32(&rng);
+        r = walk(rk, s->mix_half[lo], n, r);
+    }
+    return s->mix_off[lo] + r;
+}
+
 /* Entry x of the epoch's list: a population position, or an alias draw. */
 static uint64_t entry(const stk_sampler *s, const stk_epoch_key *key, uint64_t x)
 {
     uint64_t p;
+    if (s->mix_n)
+        return mix_entry(s, key, x);
     if (s->prob) {
         stk_rng r;
         stk_rng_init(&r, s->seed, STK_RNG_DOMAIN_WEIGHTS, key->epoch, x);
