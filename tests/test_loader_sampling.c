@@ -455,6 +455,67 @@ static void test_balance_classes_from_dataset(void **state)
     fixture_close(&f);
 }
 
+static void test_mixing_concatenated_datasets(void **state)
+{
+    (void)state;
+    /* Two parts, and one memory dataset holding the same samples in the
+     * same order: the concatenation must read exactly what it reads. */
+    fixture whole;
+    fixture_open(&whole, 100);
+    stk_dataset *a = NULL, *b = NULL, *ab = NULL;
+    assert_int_equal(stk_dataset_from_memory(whole.pixels, whole.labels, 30, H, W, C, 0, &a), 0);
+    assert_int_equal(stk_dataset_from_memory(whole.pixels + 30 * H * W * C, whole.labels + 30, 70,
+                                             H, W, C, 0, &b),
+                     0);
+    stk_dataset *parts[2] = {a, b};
+    assert_int_equal(stk_dataset_concat(parts, 2, &ab), 0);
+    stk_dataset_info info;
+    stk_dataset_info_get(ab, &info);
+    assert_int_equal(info.count, 100);
+    assert_int_equal(info.height, H);
+    int64_t label;
+    assert_int_equal(stk_dataset_label(ab, 42, &label), 0);
+    assert_int_equal(label, whole.labels[42]);
+
+    const uint64_t sizes[2] = {30, 70};
+    const double w[2] = {3, 1};
+    stk_sampling sg = {.mix_sizes = sizes, .mix_weights = w, .num_mix = 2, .num_samples = 200};
+    stk_loader_options o = {.batch_size = 16, .threads = 2, .seed = 4, .sampling = &sg};
+    stk_loader *lm = make_loader(ab, o), *lw = make_loader(whole.ds, o);
+    for (uint64_t e = 0; e < 2; e++) {
+        run rm = {0}, rw = {0};
+        assert_int_equal(drain(lm, &rm, 0), 0);
+        assert_int_equal(drain(lw, &rw, 0), 0);
+        assert_int_equal(rm.rows, 200);
+        assert_memory_equal(rm.indices, rw.indices, 200 * 8);
+        assert_memory_equal(rm.labels, rw.labels, 200 * 8);
+        assert_memory_equal(rm.data, rw.data, 200 * ROW);
+        unsigned from_a = 0;
+        for (int i = 0; i < 200; i++)
+            from_a += rm.indices[i] < 30;
+        assert_int_equal(from_a, 150); /* 3 : 1, exactly, every epoch */
+        /* a repeats (150 draws of 30): augmented by list position */
+        uint64_t pos[200];
+        for (int i = 0; i < 200; i++)
+            pos[i] = (uint64_t)i;
+        check_rows(&whole, &rm, 4, e, 1, pos, STK_RNG_DOMAIN_SAMPLE_POS);
+        run_free(&rm);
+        run_free(&rw);
+    }
+    stk_loader_destroy(lm);
+    stk_loader_destroy(lw);
+    stk_dataset *bad = NULL;
+    assert_int_equal(stk_dataset_concat(parts, 0, &bad), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "no datasets"));
+    stk_dataset *holes[2] = {a, NULL};
+    assert_int_equal(stk_dataset_concat(holes, 2, &bad), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "dataset 1 is NULL"));
+    stk_dataset_close(ab);
+    stk_dataset_close(a);
+    stk_dataset_close(b);
+    fixture_close(&whole);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -462,6 +523,7 @@ int main(void)
         cmocka_unit_test(test_aug_seed_and_views),
         cmocka_unit_test(test_sampling_through_loader),
         cmocka_unit_test(test_balance_classes_from_dataset),
+        cmocka_unit_test(test_mixing_concatenated_datasets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -229,6 +229,15 @@ STK_API int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels
                                     uint64_t count, uint32_t height, uint32_t width,
                                     uint32_t channels, int copy, stk_dataset **out);
 
+/* `count` opened datasets seen as one: the samples of parts[0], then those of
+ * parts[1], ... (index i of part g is first_g + i). The parts are borrowed:
+ * they must outlive it, and be closed after it. Labels, reads and sample
+ * names are the parts' own; the sample shape is theirs when they all agree,
+ * else 0 (any size); class names are kept when all parts have the same.
+ * What a loader mixing datasets reads (stk_sampling.mix_sizes = the parts'
+ * sizes). STK_EINVAL for no parts, a NULL part, or no samples at all. */
+STK_API int stk_dataset_concat(stk_dataset *const *parts, uint32_t count, stk_dataset **out);
+
 /* Destroys the dataset. NULL is a no-op. Every loader using it must have been
  * destroyed first, and no other call on it may be in flight. */
 STK_API void stk_dataset_close(stk_dataset *ds);
