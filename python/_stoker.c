@@ -580,6 +580,7 @@ typedef struct {
     stk_dataset *ds; /* owned */
     stk_dataset_info info;
     size_t sample_bytes;
+    PyObject *parts; /* a concatenation's datasets (a tuple it borrows from), or NULL */
 } DatasetObject;
 
 static PyTypeObject DatasetType;
@@ -661,9 +662,47 @@ done:
     return res;
 }
 
+/* _concat(parts): the datasets of the tuple `parts` as one
+ * (stk_dataset_concat); the result keeps the tuple, whose datasets it
+ * borrows. */
+static PyObject *dataset_concat(PyObject *cls, PyObject *args)
+{
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "O!:_concat", &PyTuple_Type, &parts))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(parts);
+    if (n < 1 || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "concatenate at least one dataset");
+        return NULL;
+    }
+    stk_dataset **ds = PyMem_Malloc((size_t)n * sizeof *ds);
+    if (!ds)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, i);
+        if (!PyObject_TypeCheck(p, &DatasetType)) {
+            PyMem_Free(ds);
+            PyErr_Format(PyExc_TypeError, "dataset %zd is a %s, not a stoker Dataset", i,
+                         Py_TYPE(p)->tp_name);
+            return NULL;
+        }
+        ds[i] = ((DatasetObject *)p)->ds;
+    }
+    stk_dataset *out = NULL;
+    int rc = stk_dataset_concat(ds, (uint32_t)n, &out);
+    PyMem_Free(ds);
+    if (rc < 0)
+        return raise_last(rc);
+    DatasetObject *self = dataset_wrap((PyTypeObject *)cls, out);
+    if (self)
+        self->parts = Py_NewRef(parts);
+    return (PyObject *)self;
+}
+
 static void dataset_dealloc(DatasetObject *self)
 {
-    stk_dataset_close(self->ds);
+    stk_dataset_close(self->ds); /* before the parts it borrows */
+    Py_XDECREF(self->parts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -770,6 +809,9 @@ static PyMethodDef dataset_methods[] = {
     {"read", (PyCFunction)dataset_read, METH_O,
      "read(index)\n--\n\nSample `index` as (an H x W x C uint8 _Array, its label). Thread-safe; "
      "the GIL is released while reading."},
+    {"_concat", dataset_concat, METH_VARARGS | METH_CLASS,
+     "_concat(parts)\n--\n\nThe datasets of the tuple `parts` as one (their samples in "
+     "order). Use stoker.Loader([ds, ...]) or stoker.concat()."},
     {"_from_buffers", dataset_from_buffers, METH_VARARGS | METH_CLASS,
      "_from_buffers(pixels, labels, count, height, width, channels)\n--\n\n"
      "An in-memory dataset copied from C-contiguous buffers: uint8 N,H,W,C pixels and int64 "
@@ -912,23 +954,42 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                              "world_size", "on_error", "output", "convert", "block",
                              "block_size", "shuffle_window", "indices", "weights",
                              "num_samples", "balance_classes", "aug_seed", "views", "eager",
-                             NULL};
+                             "mix_sizes", "mix_weights", NULL};
     PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
     const char *spec;
     stk_loader_options o = {0};
     stk_sampling sg = {0};
     /* indices: native uint64, weights: native float64 (loader.py packs them) */
-    Py_buffer indices = {0}, weights = {0};
+    Py_buffer indices = {0}, weights = {0}, mix_sizes = {0}, mix_weights = {0};
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&p:_Loader", kwlist,
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*:_Loader", kwlist,
             &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
             conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
             &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
             &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
-            conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager))
+            conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
+            &mix_sizes, &mix_weights))
         return NULL;
+    if (mix_sizes.obj) {
+        sg.mix_sizes = mix_sizes.buf;
+        sg.num_mix = (uint64_t)mix_sizes.len / sizeof(uint64_t);
+    }
+    if (mix_weights.obj) {
+        sg.mix_weights = mix_weights.buf;
+        if ((uint64_t)mix_weights.len / sizeof(double) != sg.num_mix) {
+            PyErr_SetString(PyExc_ValueError, "mix_weights: one per dataset");
+            PyBuffer_Release(&mix_weights);
+            if (mix_sizes.obj)
+                PyBuffer_Release(&mix_sizes);
+            if (indices.obj)
+                PyBuffer_Release(&indices);
+            if (weights.obj)
+                PyBuffer_Release(&weights);
+            return NULL;
+        }
+    }
     PyObject *made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance,
                                  aug_seed, eager, shuffle, drop_last, on_error, mode, convert,
                                  block);
@@ -936,6 +997,10 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyBuffer_Release(&indices);
     if (weights.obj)
         PyBuffer_Release(&weights);
+    if (mix_sizes.obj)
+        PyBuffer_Release(&mix_sizes);
+    if (mix_weights.obj)
+        PyBuffer_Release(&mix_weights);
     return made;
 }
 
@@ -955,7 +1020,7 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         sg->num_weights = (uint64_t)weights->len / sizeof(double);
     }
     sg->balance_classes = balance;
-    if (sg->indices || sg->weights || sg->num_samples || sg->balance_classes)
+    if (sg->indices || sg->weights || sg->num_samples || sg->balance_classes || sg->num_mix)
         o.sampling = sg;
     if (aug_seed != Py_None) {
         if (conv_u64(aug_seed, &o.aug_seed) == 0)

@@ -8,7 +8,7 @@ import sys
 from . import _stoker
 from .transforms import ToTensor, to_spec
 
-__all__ = ["Loader", "Dataset", "open", "from_numpy", "pack"]
+__all__ = ["Loader", "Dataset", "open", "from_numpy", "pack", "concat"]
 
 _builtin_open = open
 
@@ -59,10 +59,25 @@ class Dataset(_stoker.Dataset):
 
     def __reduce__(self):
         # Re-opened by URI in the unpickling process (files are read again).
+        if self.format == "concat":
+            return (concat, (list(self._parts),), None)
         if self.format == "memory":
             raise TypeError("an in-memory stoker Dataset (from_numpy) cannot be pickled; "
                             "pickle the arrays and call stoker.from_numpy again")
         return (open, (self.uri,), None)
+
+
+def concat(datasets):
+    """Several datasets as one: the samples of ``datasets[0]``, then those of
+    ``datasets[1]``, ... (URIs are opened). Labels are each dataset's own;
+    ``shape`` is theirs when they agree (else ``None``: any size). What
+    ``Loader([a, b], proportions=...)`` reads."""
+    parts = tuple(d if isinstance(d, _stoker.Dataset) else open(d) for d in datasets)
+    if not parts:
+        raise ValueError("concat needs at least one dataset")
+    ds = Dataset._concat(parts)
+    ds._parts = parts
+    return ds
 
 
 def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
@@ -341,7 +356,8 @@ class Loader:
                 ...
 
     Arguments:
-      dataset: a dataset URI or path (see :func:`stoker.open`) or a Dataset.
+      dataset: a dataset URI or path (see :func:`stoker.open`) or a Dataset;
+        or a list of them to mix (see ``proportions``).
       batch_size: samples per batch (the last batch of an epoch may be short
         unless ``drop_last``).
       shuffle, seed: a seeded permutation per epoch; every random
@@ -391,6 +407,13 @@ class Loader:
         a batch then has K * batch_size rows, sample-major (rows i*K ..
         i*K+K-1 are sample i's views, its label repeated): ``images.view(B,
         K, ...)`` is the (B, K, C, H, W) layout.
+      proportions: with a list of datasets, the share of each in every
+        epoch (default: their sizes, i.e. a shuffled concatenation). Each
+        epoch holds exactly round(num_samples * p_i / sum p) samples of
+        dataset i (largest remainder), randomly interleaved; each dataset
+        walks its own permutation, starting a new one when its share
+        exceeds its size (docs/sampler.md, "Mixing datasets"). The indices
+        of ``iter_with_indices`` count through the datasets in order.
       eager: start the worker threads and the batch pool at creation. By
         default a Loader is lazy: nothing runs or is allocated until the
         first iteration (or ``warmup()``).
@@ -413,7 +436,18 @@ class Loader:
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
                  on_error="raise", block_size=None, shuffle_window=None, indices=None,
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
-                 views=1, eager=False):
+                 views=1, eager=False, proportions=None):
+        mix_sizes = mix_weights = None
+        if isinstance(dataset, (list, tuple)):
+            dataset = concat(dataset)
+            mix_sizes = _pack_array("dataset sizes", [len(p) for p in dataset._parts], "Q")
+            if proportions is not None:
+                if len(proportions) != len(dataset._parts):
+                    raise ValueError("proportions: %d for %d datasets"
+                                     % (len(proportions), len(dataset._parts)))
+                mix_weights = _pack_array("proportions", proportions, "d")
+        elif proportions is not None:
+            raise ValueError("proportions need a list of datasets")
         if not isinstance(dataset, _stoker.Dataset):
             dataset = open(dataset)
         spec = build_spec(transforms, pipeline, dtype, layout)
@@ -455,7 +489,7 @@ class Loader:
             block_size=block_size, shuffle_window=shuffle_window, indices=packed_indices,
             weights=packed_weights, num_samples=num_samples,
             balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
-            eager=bool(eager))
+            eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights)
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
@@ -467,7 +501,8 @@ class Loader:
                              drop_last=bool(drop_last), rank=rank, world_size=world_size,
                              on_error=on_error, num_samples=num_samples or None,
                              balance_classes=bool(balance_classes), aug_seed=aug_seed,
-                             views=views, eager=bool(eager))
+                             views=views, eager=bool(eager),
+                             proportions=list(proportions) if proportions is not None else None)
 
     # -- iteration ---------------------------------------------------------
 

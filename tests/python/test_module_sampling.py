@@ -200,3 +200,48 @@ def test_cli_order_and_bench_match_the_loader(cifar_dir, tmp_path):
     assert p.returncode == 2 and "line 3: '-3' is not a non-negative integer" in p.stderr
     p = run_stoker("order", 10, "--balance-classes", check=False)
     assert p.returncode == 2 and "--balance-classes needs a DATASET" in p.stderr
+
+
+def test_mixing_datasets_with_proportions(cifar_dir, tmp_path):
+    from conftest import write_cifar10
+    other_dir = str(tmp_path / "other")
+    other_images, other_labels = write_cifar10(other_dir, per_file=4, files=5, seed=5)
+    a = stoker.open("cifar10:" + cifar_dir[0])
+    both = stoker.concat([a, "cifar10:" + other_dir])
+    assert len(both) == N + 20 and both.format == "concat"
+    img, lab = both[N + 3]
+    assert lab == other_labels[3] and np.array_equal(img, other_images[3].transpose(1, 2, 0))
+    loader = stoker.Loader([a, "cifar10:" + other_dir], proportions=[0.5, 0.5], batch_size=10,
+                           num_samples=400, pipeline="to u8 chw", shuffle=True, seed=2,
+                           output="numpy")
+    assert len(loader) == 40
+    for e in range(2):
+        loader.set_epoch(e)
+        batches = epoch_copies(loader, True)
+        idx = np.concatenate([b[2] for b in batches])
+        labels = np.concatenate([b[1] for b in batches])
+        images = np.concatenate([b[0] for b in batches])
+        small = idx >= N
+        assert small.sum() == 200  # exactly half of the epoch from each
+        # the 20 samples of the small set: 10 passes of its own permutation
+        assert np.all(np.bincount(idx[small] - N, minlength=20) == 10)
+        # ... interleaved: about half of them in the first half of the epoch
+        assert 200 / 2 - 3 * np.sqrt(50) <= small[:200].sum() <= 200 / 2 + 3 * np.sqrt(50)
+        want_labels = np.where(small, other_labels[np.clip(idx - N, 0, 19)],
+                               cifar_dir[2][np.minimum(idx, N - 1)])
+        assert np.array_equal(labels, want_labels)
+        want_images = np.where(small[:, None, None, None],
+                               other_images[np.clip(idx - N, 0, 19)],
+                               cifar_dir[1][np.minimum(idx, N - 1)])
+        assert np.array_equal(images, want_images)
+    # Default proportions: the sizes (a shuffled concatenation, each sample once).
+    plain = stoker.Loader([a, "cifar10:" + other_dir], batch_size=10, pipeline="to u8 chw",
+                          shuffle=True, output="numpy")
+    assert sorted(drawn(plain).tolist()) == list(range(N + 20))
+    with pytest.raises(ValueError, match="proportions: 1 for 2 datasets"):
+        stoker.Loader([a, a], proportions=[1])
+    with pytest.raises(stoker.InvalidArgument, match="mix weight 1 is -1"):
+        stoker.Loader([a, a], proportions=[1, -1])
+    import pickle
+    again = pickle.loads(pickle.dumps(both))
+    assert len(again) == len(both) and again.format == "concat"
