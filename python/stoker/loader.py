@@ -300,9 +300,23 @@ def _pack_array(name, values, code):
         return None
     import array
     if hasattr(values, "detach"):  # a torch tensor
-        values = values.detach().cpu().tolist()
-    elif hasattr(values, "tolist") and not isinstance(values, array.array):
-        values = values.tolist()  # numpy: exact ints / floats
+        values = values.detach().cpu().numpy()
+    if type(values).__module__ == "numpy" and hasattr(values, "dtype"):
+        import numpy  # fast path: no per-element Python objects
+        kind = values.dtype.kind
+        if code == "Q" and kind in "iu":
+            if kind == "i" and values.size and values.min() < 0:
+                raise ValueError("%s must not be negative" % name)
+            out = numpy.ascontiguousarray(values, dtype=numpy.uint64).reshape(-1)
+        elif code == "d" and kind in "iuf":
+            out = numpy.ascontiguousarray(values, dtype=numpy.float64).reshape(-1)
+        else:
+            out = None
+        if out is not None:
+            if out.size == 0:
+                raise ValueError("%s is empty" % name)
+            return out.tobytes()
+        values = values.tolist()
     try:
         if code == "Q":
             values = [operator.index(v) for v in values]

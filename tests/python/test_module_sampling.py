@@ -70,6 +70,10 @@ def test_indices_subset_once_per_epoch(cifar_dir):
         make(cifar_dir, indices=[0, 185])
     with pytest.raises(ValueError, match="indices must not be negative"):
         make(cifar_dir, indices=[0, -1])
+    with pytest.raises(ValueError, match="indices must not be negative"):
+        make(cifar_dir, indices=np.array([0, -1]))
+    with pytest.raises(ValueError, match="indices is empty"):
+        make(cifar_dir, indices=np.array([], dtype=np.int64))
 
 
 def test_weights_frequencies_within_3_sigma(cifar_dir):
