@@ -18,7 +18,7 @@ static const char order_usage[] =
     "                    [--no-shuffle | --shuffle global|block|none [--block-size N]\n"
     "                    [--shuffle-window K]] [--batch N --drop-last] [--start-slot S]\n"
     "                    [--indices FILE] [--weights FILE | --balance-classes]\n"
-    "                    [--num-samples N]\n"
+    "                    [--num-samples N] [--mix-sizes A,B,... [--mix-weights X,Y,...]]\n"
     "\n"
     "Print the dataset indices rank R sees in epoch E, in order, one per line.\n"
     "The first argument is a dataset URI or a plain sample count.\n"
@@ -29,10 +29,13 @@ static const char order_usage[] =
     "--indices FILE: only these dataset indices (white-space separated), permuted\n"
     "each epoch. --weights FILE: one weight per sample (of --indices if given),\n"
     "drawn with replacement; --balance-classes: weights 1/class count from the\n"
-    "dataset's labels (needs a DATASET). --num-samples N: entries per epoch.\n";
+    "dataset's labels (needs a DATASET). --num-samples N: entries per epoch.\n"
+    "--mix-sizes: the sources of a mix (consecutive parts of the dataset, summing\n"
+    "to its size), in the proportions --mix-weights (default: the sizes).\n";
 
 enum { OPT_RANK = 256, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_SHUFFLE, OPT_BLOCK_SIZE,
-       OPT_WINDOW, OPT_START_SLOT, OPT_INDICES, OPT_WEIGHTS, OPT_NUM_SAMPLES, OPT_BALANCE };
+       OPT_WINDOW, OPT_START_SLOT, OPT_INDICES, OPT_WEIGHTS, OPT_NUM_SAMPLES, OPT_BALANCE,
+       OPT_MIX_SIZES, OPT_MIX_WEIGHTS };
 
 static const struct option order_options[] = {
     {"seed", required_argument, NULL, 's'},
@@ -49,6 +52,8 @@ static const struct option order_options[] = {
     {"weights", required_argument, NULL, OPT_WEIGHTS},
     {"num-samples", required_argument, NULL, OPT_NUM_SAMPLES},
     {"balance-classes", no_argument, NULL, OPT_BALANCE},
+    {"mix-sizes", required_argument, NULL, OPT_MIX_SIZES},
+    {"mix-weights", required_argument, NULL, OPT_MIX_WEIGHTS},
     {"batch", required_argument, NULL, 'b'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -106,6 +111,7 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
 {
     stk_sampler_options so = {0};
     bool balance = false;
+    uint64_t nweights = 0;
     uint64_t epoch = 0;
     optind = 1;
     opterr = 0;
@@ -132,6 +138,8 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
         case OPT_WEIGHTS: if (!cli_read_weights(optarg, sg)) return EXIT_USAGE; break;
         case OPT_NUM_SAMPLES: if (!cli_parse_u64(optarg, "--num-samples", &sg->num_samples)) return EXIT_USAGE; break;
         case OPT_BALANCE: balance = true; break;
+        case OPT_MIX_SIZES: if (!cli_parse_mix_sizes(optarg, sg)) return EXIT_USAGE; break;
+        case OPT_MIX_WEIGHTS: if (!cli_parse_mix_weights(optarg, sg, &nweights)) return EXIT_USAGE; break;
         case 'h': fputs(order_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
         default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
@@ -141,6 +149,11 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
         return EXIT_USAGE;
     if (optind + 1 != argc) {
         cli_error("order: expected one DATASET-or-SIZE argument (see 'stoker order --help')");
+        return EXIT_USAGE;
+    }
+    if (sg->mix_weights && nweights != sg->num_mix) {
+        cli_error("--mix-weights: %llu weights for %llu --mix-sizes", (unsigned long long)nweights,
+                  (unsigned long long)sg->num_mix);
         return EXIT_USAGE;
     }
     if (balance && sg->weights) {

@@ -2,7 +2,8 @@
  * sampling.c — the sampling options shared by `stoker order` and `stoker
  * bench` (docs/sampler.md): --indices FILE and --weights FILE read a list of
  * numbers separated by white space (one per line is usual; '#' starts a
- * comment to the end of the line), --num-samples N, --balance-classes.
+ * comment to the end of the line), --num-samples N, --balance-classes;
+ * --mix-sizes A,B,... and --mix-weights X,Y,... (mixing sources, inline).
  * The arrays are owned by the stk_sampling they fill (cli_sampling_free).
  */
 #include "cli.h"
@@ -140,7 +141,8 @@ bool cli_read_weights(const char *path, stk_sampling *sg)
 
 bool cli_sampling_set(const stk_sampling *sg)
 {
-    return sg->indices || sg->weights || sg->labels || sg->num_samples || sg->balance_classes;
+    return sg->indices || sg->weights || sg->labels || sg->num_samples || sg->balance_classes ||
+           sg->mix_sizes || sg->mix_weights;
 }
 
 void cli_sampling_free(stk_sampling *sg)
@@ -148,5 +150,71 @@ void cli_sampling_free(stk_sampling *sg)
     free((void *)sg->indices);
     free((void *)sg->weights);
     free((void *)sg->labels);
+    free((void *)sg->mix_sizes);
+    free((void *)sg->mix_weights);
     memset(sg, 0, sizeof *sg);
+}
+
+/* A comma-separated list given inline: integers into *u or reals into *d. */
+static bool parse_list(const char *text, const char *what, bool integers, uint64_t **u,
+                       double **d, uint64_t *count)
+{
+    uint64_t n = 1;
+    for (const char *c = text; *c; c++)
+        n += *c == ',';
+    void *arr = malloc(n * (integers ? sizeof(uint64_t) : sizeof(double)));
+    if (!arr) {
+        cli_error("%s: out of memory", what);
+        return false;
+    }
+    const char *at = text;
+    for (uint64_t i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        bool ok;
+        if (integers) {
+            unsigned long long v = strtoull(at, &end, 10);
+            ok = *at >= '0' && *at <= '9' && !errno;
+            ((uint64_t *)arr)[i] = v;
+        } else {
+            double v = strtod(at, &end);
+            ok = end != at && !errno && isfinite(v) && v >= 0;
+            ((double *)arr)[i] = v;
+        }
+        if (!ok || (*end != ',' && *end != '\0')) {
+            cli_error("%s: item %llu of '%s' is not a %s", what, (unsigned long long)i + 1, text,
+                      integers ? "non-negative integer" : "finite non-negative number");
+            free(arr);
+            return false;
+        }
+        at = end + 1;
+    }
+    if (integers)
+        *u = arr;
+    else
+        *d = arr;
+    *count = n;
+    return true;
+}
+
+bool cli_parse_mix_sizes(const char *text, stk_sampling *sg)
+{
+    uint64_t *u = NULL;
+    free((void *)sg->mix_sizes);
+    sg->mix_sizes = NULL;
+    if (!parse_list(text, "--mix-sizes", true, &u, NULL, &sg->num_mix))
+        return false;
+    sg->mix_sizes = u;
+    return true;
+}
+
+bool cli_parse_mix_weights(const char *text, stk_sampling *sg, uint64_t *count)
+{
+    double *d = NULL;
+    free((void *)sg->mix_weights);
+    sg->mix_weights = NULL;
+    if (!parse_list(text, "--mix-weights", false, NULL, &d, count))
+        return false;
+    sg->mix_weights = d;
+    return true;
 }

@@ -238,6 +238,11 @@ def test_mixing_datasets_with_proportions(cifar_dir, tmp_path):
                                other_images[np.clip(idx - N, 0, 19)],
                                cifar_dir[1][np.minimum(idx, N - 1)])
         assert np.array_equal(images, want_images)
+    # `stoker order` prints the mixing loader's order (epoch 1 here).
+    from module_util import run_stoker
+    cli = run_stoker("order", N + 20, "--seed", 2, "--epoch", 1, "--mix-sizes", "%d,20" % N,
+                     "--mix-weights", "0.5,0.5", "--num-samples", 400).stdout.split()
+    assert [int(x) for x in cli] == idx.tolist()
     # Default proportions: the sizes (a shuffled concatenation, each sample once).
     plain = stoker.Loader([a, "cifar10:" + other_dir], batch_size=10, pipeline="to u8 chw",
                           shuffle=True, output="numpy")
