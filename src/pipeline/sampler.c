@@ -55,6 +55,11 @@
  *     32 more bits the coin against the column's threshold. The table is
  *     built in integers (weights scaled to P * 2^32 in total, the rounding
  *     remainder given to the largest), so it is the same on every compiler.
+ *   - mixing (mix_sizes: [0, N) as consecutive sources): source g owns q_g
+ *     entries per epoch (M * w_g / sum w by largest remainder), laid end to
+ *     end and scattered by the epoch's permutation of [0, M); the k-th entry
+ *     of g is pass k / n_g of g's own permutation (keyed by (epoch, g, pass))
+ *     at k mod n_g, offset by g's first index.
  *
  * Invariant: for fixed (seed, epoch), positions 0..N-1 of world_size 1 visit
  * every index in [0, N) exactly once (tests/test_sampler.c checks it for
