@@ -42,6 +42,18 @@ bool cli_parse_shuffle(const char *text, stk_shuffle *out);
  * contradicts. Prints the usage error and returns false. */
 bool cli_check_order(int no_shuffle, stk_shuffle mode, uint64_t block_size, uint32_t window);
 
+/* --indices FILE / --weights FILE (cli/sampling.c): white-space separated
+ * numbers, '#' comments; the arrays are owned by *sg (cli_sampling_free).
+ * Print the usage error (file, line, token) and return false on failure. */
+bool cli_read_indices(const char *path, stk_sampling *sg);
+bool cli_read_weights(const char *path, stk_sampling *sg);
+/* --mix-sizes A,B,... / --mix-weights X,Y,... (inline lists); the weights'
+ * count goes to *count, checked against num_mix by the caller. */
+bool cli_parse_mix_sizes(const char *text, stk_sampling *sg);
+bool cli_parse_mix_weights(const char *text, stk_sampling *sg, uint64_t *count);
+bool cli_sampling_set(const stk_sampling *sg);
+void cli_sampling_free(stk_sampling *sg);
+
 /* "stoker: " + formatted message on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -48,6 +48,12 @@ static const char bench_usage[] =
     "      --block-size N     --shuffle block: records per block (64)\n"
     "      --shuffle-window K --shuffle block: blocks mixed together (16)\n"
     "      --drop-last        drop each rank's last incomplete batch\n"
+    "      --indices FILE     only these dataset indices (a subset, permuted)\n"
+    "      --weights FILE     one weight per sample: draws with replacement\n"
+    "      --balance-classes  weights 1/class count, from the dataset's labels\n"
+    "      --num-samples N    samples per epoch (default: the dataset or subset)\n"
+    "      --aug-seed S       seed of the augmentations (default: --seed)\n"
+    "      --views K          K augmented views of each sample per batch (1)\n"
     "      --on-error POLICY  raise (default) or skip corrupt samples\n"
     "      --digest           print 'digest: HEX', a hash of every batch and label\n"
     "      --json             print one JSON object instead of text\n"
@@ -65,6 +71,7 @@ typedef struct bench_args {
     const char *dataset;
     const char *pipeline;
     stk_loader_options opt;
+    stk_sampling sampling; /* arrays owned, freed by cli_sampling_free */
     uint64_t epochs;
     bool digest, json;
 } bench_args;
@@ -215,7 +222,8 @@ done:
 }
 
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
-       OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW };
+       OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW, OPT_INDICES,
+       OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS };
 
 static const struct option bench_options[] = {
     {"pipeline", required_argument, NULL, 'p'},
@@ -232,6 +240,12 @@ static const struct option bench_options[] = {
     {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
     {"shuffle-window", required_argument, NULL, OPT_WINDOW},
     {"on-error", required_argument, NULL, OPT_ON_ERROR},
+    {"indices", required_argument, NULL, OPT_INDICES},
+    {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"balance-classes", no_argument, NULL, OPT_BALANCE},
+    {"num-samples", required_argument, NULL, OPT_NUM_SAMPLES},
+    {"aug-seed", required_argument, NULL, OPT_AUG_SEED},
+    {"views", required_argument, NULL, OPT_VIEWS},
     {"digest", no_argument, NULL, OPT_DIGEST},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},
@@ -264,6 +278,15 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
             break;
         }
         case OPT_WINDOW: if (!cli_parse_count(optarg, "--shuffle-window", &a->opt.shuffle_window)) return EXIT_USAGE; break;
+        case OPT_INDICES: if (!cli_read_indices(optarg, &a->sampling)) return EXIT_USAGE; break;
+        case OPT_WEIGHTS: if (!cli_read_weights(optarg, &a->sampling)) return EXIT_USAGE; break;
+        case OPT_BALANCE: a->sampling.balance_classes = 1; break;
+        case OPT_NUM_SAMPLES: if (!cli_parse_u64(optarg, "--num-samples", &a->sampling.num_samples)) return EXIT_USAGE; break;
+        case OPT_AUG_SEED:
+            if (!cli_parse_u64(optarg, "--aug-seed", &a->opt.aug_seed)) return EXIT_USAGE;
+            a->opt.flags |= STK_LOADER_AUG_SEED;
+            break;
+        case OPT_VIEWS: if (!cli_parse_count(optarg, "--views", &a->opt.views)) return EXIT_USAGE; break;
         case OPT_DIGEST: a->digest = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_ON_ERROR:
@@ -292,13 +315,18 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         cli_error("--epochs must be at least 1");
         return EXIT_USAGE;
     }
+    if (cli_sampling_set(&a->sampling))
+        a->opt.sampling = &a->sampling;
     return -1;
 }
 
-int cmd_bench(int argc, char **argv)
+static int bench_main(int argc, char **argv, bench_args *ap)
 {
-    bench_args a = {.epochs = 1};
+    bench_args a = *ap; /* the sampling arrays stay owned by *ap */
     int status = parse_bench(argc, argv, &a, bench_usage);
+    ap->sampling = a.sampling;
+    if (a.opt.sampling)
+        a.opt.sampling = &ap->sampling;
     if (status >= 0)
         return status;
     if (optind >= argc) {
@@ -317,10 +345,21 @@ int cmd_bench(int argc, char **argv)
     return run_bench(&a);
 }
 
-int cmd_demo(int argc, char **argv)
+int cmd_bench(int argc, char **argv)
 {
-    bench_args a = {.epochs = 3, .dataset = DEMO_DATASET, .pipeline = DEMO_PIPELINE};
+    bench_args a = {.epochs = 1};
+    int status = bench_main(argc, argv, &a);
+    cli_sampling_free(&a.sampling);
+    return status;
+}
+
+static int demo_main(int argc, char **argv, bench_args *ap)
+{
+    bench_args a = *ap;
     int status = parse_bench(argc, argv, &a, demo_usage);
+    ap->sampling = a.sampling;
+    if (a.opt.sampling)
+        a.opt.sampling = &ap->sampling;
     if (status >= 0)
         return status;
     if (optind < argc) {
@@ -331,4 +370,12 @@ int cmd_demo(int argc, char **argv)
         printf("stoker %s demo: Fashion-MNIST, %llu epochs\n", stk_version_string(),
                (unsigned long long)a.epochs);
     return run_bench(&a);
+}
+
+int cmd_demo(int argc, char **argv)
+{
+    bench_args a = {.epochs = 3, .dataset = DEMO_DATASET, .pipeline = DEMO_PIPELINE};
+    int status = demo_main(argc, argv, &a);
+    cli_sampling_free(&a.sampling);
+    return status;
 }

@@ -580,6 +580,7 @@ typedef struct {
     stk_dataset *ds; /* owned */
     stk_dataset_info info;
     size_t sample_bytes;
+    PyObject *parts; /* a concatenation's datasets (a tuple it borrows from), or NULL */
 } DatasetObject;
 
 static PyTypeObject DatasetType;
@@ -661,9 +662,47 @@ done:
     return res;
 }
 
+/* _concat(parts): the datasets of the tuple `parts` as one
+ * (stk_dataset_concat); the result keeps the tuple, whose datasets it
+ * borrows. */
+static PyObject *dataset_concat(PyObject *cls, PyObject *args)
+{
+    PyObject *parts;
+    if (!PyArg_ParseTuple(args, "O!:_concat", &PyTuple_Type, &parts))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(parts);
+    if (n < 1 || n > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "concatenate at least one dataset");
+        return NULL;
+    }
+    stk_dataset **ds = PyMem_Malloc((size_t)n * sizeof *ds);
+    if (!ds)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, i);
+        if (!PyObject_TypeCheck(p, &DatasetType)) {
+            PyMem_Free(ds);
+            PyErr_Format(PyExc_TypeError, "dataset %zd is a %s, not a stoker Dataset", i,
+                         Py_TYPE(p)->tp_name);
+            return NULL;
+        }
+        ds[i] = ((DatasetObject *)p)->ds;
+    }
+    stk_dataset *out = NULL;
+    int rc = stk_dataset_concat(ds, (uint32_t)n, &out);
+    PyMem_Free(ds);
+    if (rc < 0)
+        return raise_last(rc);
+    DatasetObject *self = dataset_wrap((PyTypeObject *)cls, out);
+    if (self)
+        self->parts = Py_NewRef(parts);
+    return (PyObject *)self;
+}
+
 static void dataset_dealloc(DatasetObject *self)
 {
-    stk_dataset_close(self->ds);
+    stk_dataset_close(self->ds); /* before the parts it borrows */
+    Py_XDECREF(self->parts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -801,6 +840,9 @@ static PyMethodDef dataset_methods[] = {
     {"read", (PyCFunction)dataset_read, METH_O,
      "read(index)\n--\n\nSample `index` as (an H x W x C uint8 _Array, its label). Thread-safe; "
      "the GIL is released while reading."},
+    {"_concat", dataset_concat, METH_VARARGS | METH_CLASS,
+     "_concat(parts)\n--\n\nThe datasets of the tuple `parts` as one (their samples in "
+     "order). Use stoker.Loader([ds, ...]) or stoker.concat()."},
     {"_from_buffers", dataset_from_buffers, METH_VARARGS | METH_CLASS,
      "_from_buffers(pixels, labels, count, height, width, channels)\n--\n\n"
      "An in-memory dataset copied from C-contiguous buffers: uint8 N,H,W,C pixels and int64 "
@@ -930,23 +972,94 @@ static int loader_check(LoaderObject *self)
     return 0;
 }
 
+static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
+                             stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
+                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
+                             int shuffle, int drop_last, int on_error, int mode,
+                             PyObject *convert, int block);
+
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"dataset", "spec", "batch_size", "threads", "prefetch",
                              "max_batches", "seed", "shuffle", "drop_last", "rank",
                              "world_size", "on_error", "output", "convert", "block",
-                             "block_size", "shuffle_window", NULL};
-    PyObject *dataset, *convert = Py_None;
+                             "block_size", "shuffle_window", "indices", "weights",
+                             "num_samples", "balance_classes", "aug_seed", "views", "eager",
+                             "mix_sizes", "mix_weights", NULL};
+    PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
     const char *spec;
     stk_loader_options o = {0};
+    stk_sampling sg = {0};
+    /* indices: native uint64, weights: native float64 (loader.py packs them) */
+    Py_buffer indices = {0}, weights = {0}, mix_sizes = {0}, mix_weights = {0};
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
+    int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&:_Loader", kwlist, &DatasetType,
-            &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads, conv_u32,
-            &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle, &drop_last,
-            conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert, &block,
-            conv_u64, &o.block_size, conv_u32, &o.shuffle_window))
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*:_Loader", kwlist,
+            &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
+            conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
+            &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
+            &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
+            conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
+            &mix_sizes, &mix_weights))
         return NULL;
+    if (mix_sizes.obj) {
+        sg.mix_sizes = mix_sizes.buf;
+        sg.num_mix = (uint64_t)mix_sizes.len / sizeof(uint64_t);
+    }
+    if (mix_weights.obj) {
+        sg.mix_weights = mix_weights.buf;
+        if ((uint64_t)mix_weights.len / sizeof(double) != sg.num_mix) {
+            PyErr_SetString(PyExc_ValueError, "mix_weights: one per dataset");
+            PyBuffer_Release(&mix_weights);
+            if (mix_sizes.obj)
+                PyBuffer_Release(&mix_sizes);
+            if (indices.obj)
+                PyBuffer_Release(&indices);
+            if (weights.obj)
+                PyBuffer_Release(&weights);
+            return NULL;
+        }
+    }
+    PyObject *made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance,
+                                 aug_seed, eager, shuffle, drop_last, on_error, mode, convert,
+                                 block);
+    if (indices.obj)
+        PyBuffer_Release(&indices);
+    if (weights.obj)
+        PyBuffer_Release(&weights);
+    if (mix_sizes.obj)
+        PyBuffer_Release(&mix_sizes);
+    if (mix_weights.obj)
+        PyBuffer_Release(&mix_weights);
+    return made;
+}
+
+static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
+                             stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
+                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
+                             int shuffle, int drop_last, int on_error, int mode,
+                             PyObject *convert, int block)
+{
+    stk_loader_options o = *op;
+    if (indices->obj) {
+        sg->indices = indices->buf;
+        sg->num_indices = (uint64_t)indices->len / sizeof(uint64_t);
+    }
+    if (weights->obj) {
+        sg->weights = weights->buf;
+        sg->num_weights = (uint64_t)weights->len / sizeof(double);
+    }
+    sg->balance_classes = balance;
+    if (sg->indices || sg->weights || sg->num_samples || sg->balance_classes || sg->num_mix)
+        o.sampling = sg;
+    if (aug_seed != Py_None) {
+        if (conv_u64(aug_seed, &o.aug_seed) == 0)
+            return NULL;
+        o.flags |= STK_LOADER_AUG_SEED;
+    }
+    if (eager)
+        o.flags |= STK_LOADER_EAGER;
     if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
         return NULL;
@@ -959,6 +1072,10 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_ValueError, "block shuffle needs shuffle");
         return NULL;
     }
+    /* Weights and class balance draw at random whatever `shuffle` says
+     * (as torch's WeightedRandomSampler, used with shuffle=False). */
+    if (!shuffle && (sg->weights || sg->balance_classes))
+        shuffle = 1;
     o.no_shuffle = !shuffle;
     o.shuffle = block ? STK_SHUFFLE_BLOCK : STK_SHUFFLE_GLOBAL;
     o.drop_last = drop_last;
@@ -1420,6 +1537,20 @@ static PyObject *loader_set_state(LoaderObject *self, PyObject *d)
     Py_RETURN_NONE;
 }
 
+static PyObject *loader_warmup(LoaderObject *self, PyObject *u)
+{
+    (void)u;
+    if (loader_check(self) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_start(self->l);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
 static PyObject *loader_stats(LoaderObject *self, PyObject *u)
 {
     if (loader_alive(self) < 0)
@@ -1493,6 +1624,9 @@ static PyMethodDef loader_methods[] = {
     {"set_state", (PyCFunction)loader_set_state, METH_O,
      "set_state(dict)\n--\n\nRestore a state(); the next iter() continues from it."},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
+    {"warmup", (PyCFunction)loader_warmup, METH_NOARGS,
+     "warmup()\n--\n\nStart the workers and the batch pool now (a Loader is lazy: it "
+     "starts them at the first iteration otherwise)."},
     {"close", (PyCFunction)loader_close, METH_NOARGS,
      "Stop the workers; the buffers are freed when the last batch dies."},
     {"__reduce_ex__", (PyCFunction)loader_reduce, METH_VARARGS, "Loaders cannot be pickled."},

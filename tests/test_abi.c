@@ -47,21 +47,35 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(sizeof(stk_verify_result), 8 + 16 + 32);
     /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), then in the
      * 4 words once reserved: block_size, start_slot, shuffle + shuffle_window,
-     * 1 reserved */
+     * and the last one: the stk_sampling pointer (its own reserved words
+     * extend the sampler from now on) */
     assert_int_equal(sizeof(stk_sampler_options), 8 + 8 + 4 * 5 + 4 + 32);
     assert_int_equal(offsetof(stk_sampler_options, block_size), 40);
     assert_int_equal(offsetof(stk_sampler_options, start_slot), 48);
     assert_int_equal(offsetof(stk_sampler_options, shuffle), 56);
     assert_int_equal(offsetof(stk_sampler_options, shuffle_window), 60);
-    assert_int_equal(offsetof(stk_sampler_options, reserved_), 64);
+    assert_int_equal(offsetof(stk_sampler_options, sampling), 64);
+    /* 7 words of arrays, counts and num_samples, balance_classes +
+     * reserved32_, then in the 4 words reserved: mix_sizes, mix_weights,
+     * num_mix, 1 reserved */
+    assert_int_equal(sizeof(stk_sampling), 56 + 8 + 32);
+    assert_int_equal(offsetof(stk_sampling, num_samples), 48);
+    assert_int_equal(offsetof(stk_sampling, balance_classes), 56);
+    assert_int_equal(offsetof(stk_sampling, mix_sizes), 64);
+    assert_int_equal(offsetof(stk_sampling, num_mix), 80);
+    assert_int_equal(offsetof(stk_sampling, reserved_), 88);
     /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
      * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
-     * 6 reserved */
+     * sampling, aug_seed, views + flags, 3 reserved */
     assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
     assert_int_equal(offsetof(stk_loader_options, block_size), 48);
     assert_int_equal(offsetof(stk_loader_options, shuffle), 56);
     assert_int_equal(offsetof(stk_loader_options, shuffle_window), 60);
-    assert_int_equal(offsetof(stk_loader_options, reserved_), 64);
+    assert_int_equal(offsetof(stk_loader_options, sampling), 64);
+    assert_int_equal(offsetof(stk_loader_options, aug_seed), 72);
+    assert_int_equal(offsetof(stk_loader_options, views), 80);
+    assert_int_equal(offsetof(stk_loader_options, flags), 84);
+    assert_int_equal(offsetof(stk_loader_options, reserved_), 88);
     /* 3 pointers, size + ndim, shape[4], dtype + layout, sample_bytes, epoch,
      * position, skipped (+4), handle, 4 reserved */
     assert_int_equal(sizeof(stk_batch), 24 + 8 + 32 + 8 + 8 + 8 + 8 + 8 + 8 + 32);
@@ -114,7 +128,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_loader *l = NULL;
     expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[5]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[2]"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;
@@ -123,10 +137,11 @@ static void test_caller_structs_refuse_reserved_words(void **state)
                           "stk_dataset_options");
     assert_null(d2);
 
-    stk_sampler_options so = {.dataset_size = 10};
-    so.reserved_[0] = 1;
+    stk_sampling sg = {0};
+    sg.reserved_[0] = 1;
+    stk_sampler_options so = {.dataset_size = 10, .sampling = &sg};
     stk_sampler *s = NULL;
-    expect_reserved_error(stk_sampler_create(&so, &s), "stk_sampler_options");
+    expect_reserved_error(stk_sampler_create(&so, &s), "stk_sampling");
     assert_null(s);
 
     stk_pack_options po = {0};

@@ -827,6 +827,34 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
         stk_loader_destroy(l);
         stk_loader_destroy(ref);
     }
+    /* With views = 2 a skipped sample takes both its rows out, and the
+     * kept pairs move up together (tests/test_loader_sampling.c has the
+     * rest of views). */
+    stk_loader *lv = make_loader(bad, SPEC,
+                                 (stk_loader_options){.batch_size = 16, .threads = 3, .seed = 4,
+                                                      .views = 2,
+                                                      .on_error = STK_ON_ERROR_SKIP});
+    stk_loader *rv = make_loader(f.ds, SPEC,
+                                 (stk_loader_options){.batch_size = 16, .seed = 4, .views = 2});
+    run out = {0}, all = {0};
+    assert_int_equal(drain(lv, &out, 0), 0);
+    assert_int_equal(drain(rv, &all, 0), 0);
+    assert_int_equal(out.rows, 540);
+    assert_int_equal(out.skipped, 30);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < all.rows; i += 2) {
+        if (all.indices[i] % 10 == 9)
+            continue;
+        assert_int_equal(all.indices[i], out.indices[k]);
+        assert_int_equal(out.indices[k + 1], out.indices[k]);
+        assert_memory_equal(all.data + i * 360, out.data + k * 360, 2 * 360);
+        k += 2;
+    }
+    assert_int_equal(k, 540);
+    run_free(&out);
+    run_free(&all);
+    stk_loader_destroy(lv);
+    stk_loader_destroy(rv);
     stk_dataset_close(bad);
     fixture_close(&f);
 }

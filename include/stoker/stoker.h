@@ -229,6 +229,15 @@ STK_API int stk_dataset_from_memory(const uint8_t *pixels, const int64_t *labels
                                     uint64_t count, uint32_t height, uint32_t width,
                                     uint32_t channels, int copy, stk_dataset **out);
 
+/* `count` opened datasets seen as one: the samples of parts[0], then those of
+ * parts[1], ... (index i of part g is first_g + i). The parts are borrowed:
+ * they must outlive it, and be closed after it. Labels, reads and sample
+ * names are the parts' own; the sample shape is theirs when they all agree,
+ * else 0 (any size); class names are kept when all parts have the same.
+ * What a loader mixing datasets reads (stk_sampling.mix_sizes = the parts'
+ * sizes). STK_EINVAL for no parts, a NULL part, or no samples at all. */
+STK_API int stk_dataset_concat(stk_dataset *const *parts, uint32_t count, stk_dataset **out);
+
 /* Destroys the dataset. NULL is a no-op. Every loader using it must have been
  * destroyed first, and no other call on it may be in flight. */
 STK_API void stk_dataset_close(stk_dataset *ds);
@@ -466,6 +475,52 @@ typedef enum stk_shuffle {
 #define STK_DEFAULT_BLOCK_SIZE 64      /* records per block (STK_SHUFFLE_BLOCK) */
 #define STK_DEFAULT_SHUFFLE_WINDOW 16  /* blocks per window (STK_SHUFFLE_BLOCK) */
 
+/*
+ * Which samples an epoch's list holds, beyond "every dataset sample once"
+ * (docs/sampler.md, "Subsets, weights, class balance, num_samples"). Pointed
+ * to by stk_sampler_options.sampling / stk_loader_options.sampling; NULL or
+ * all zero is the whole dataset, once per epoch. Arrays are copied at create.
+ *
+ * The population is `indices` (a list of dataset indices, duplicates
+ * allowed) or, without it, [0, N). The epoch's list has num_samples entries
+ * (0: the population's size), sharded, padded and resumed like a dataset of
+ * that size:
+ *  - no weights: entry x is the epoch's permutation of the population at
+ *    x mod P for the first pass (x < P); each further pass (num_samples > P)
+ *    is another independent permutation. num_samples < P: a subset of the
+ *    epoch's permutation, different each epoch.
+ *  - weights (one per population entry, finite, >= 0, not all 0) or labels
+ *    (one per population entry; weight = 1 / count of its class): entry x is
+ *    an independent draw with replacement, a pure function of (seed, epoch,
+ *    x), through a Walker/Vose alias table built once (8 bytes per entry).
+ *    Needs STK_SHUFFLE_GLOBAL.
+ */
+typedef struct stk_sampling {
+    const uint64_t *indices; /* num_indices dataset indices (each < N), or NULL */
+    uint64_t num_indices;
+    const double *weights;   /* num_weights = population size, or NULL */
+    uint64_t num_weights;
+    const int64_t *labels;   /* num_labels = population size: class-balanced, or NULL */
+    uint64_t num_labels;
+    uint64_t num_samples;    /* entries per epoch, 0 = the population size */
+    /* Loader only: class-balanced weights from the dataset's labels
+     * (stk_dataset_label of every population entry, read at create). */
+    int32_t balance_classes;
+    int32_t reserved32_;     /* must be zero */
+    /* Mixing (docs/sampler.md, "Mixing datasets"): [0, N) is num_mix
+     * consecutive sources of mix_sizes[g] samples (summing to N, e.g. the
+     * parts of stk_dataset_concat), drawn in the proportions mix_weights
+     * (NULL: proportional to the sizes). Each epoch holds exactly q_g entries
+     * of source g (M * w_g / sum(w) rounded by largest remainder), in a
+     * random interleave; source g's entries walk its own permutation (and
+     * further passes of new ones when q_g exceeds its size). Excludes
+     * indices, weights and labels; shuffle global or none. */
+    const uint64_t *mix_sizes;
+    const double *mix_weights;
+    uint64_t num_mix;
+    uint64_t reserved_[1];   /* must be zero (ABI: see the top of this file) */
+} stk_sampling;
+
 typedef struct stk_sampler_options {
     uint64_t dataset_size; /* N, > 0 */
     uint64_t seed;
@@ -482,7 +537,13 @@ typedef struct stk_sampler_options {
     uint64_t start_slot;
     stk_shuffle shuffle;     /* STK_SHUFFLE_GLOBAL (0) unless no_shuffle */
     uint32_t shuffle_window; /* STK_SHUFFLE_BLOCK: blocks per window, 0 = 16 */
-    uint64_t reserved_[1];   /* must be zero (ABI: see the top of this file) */
+    /* The last reserved word: subsets, weights, class balance, num_samples
+     * (NULL = the whole dataset once per epoch). Further options of the
+     * sampler are carved out of stk_sampling's own reserved words. With it,
+     * dataset_size stays N (indices are checked against it) and the
+     * sharding, padding, start_slot and length rules below apply to the
+     * epoch's list of num_samples entries instead of N. */
+    const stk_sampling *sampling;
 } stk_sampler_options;
 
 /*
@@ -552,22 +613,44 @@ typedef struct stk_loader_options {
     uint64_t block_size;     /* STK_SHUFFLE_BLOCK: records per block, 0 = 64 */
     stk_shuffle shuffle;     /* default STK_SHUFFLE_GLOBAL */
     uint32_t shuffle_window; /* STK_SHUFFLE_BLOCK: blocks per window, 0 = 16 */
+    const stk_sampling *sampling; /* subsets, weights, class balance (NULL: none) */
+    /* Seed of the augmentation draws when flags has STK_LOADER_AUG_SEED;
+     * otherwise they use `seed` (the behaviour before aug_seed existed). */
+    uint64_t aug_seed;
+    /* Views per sample (0 or 1: one). K > 1: each sample's K views,
+     * independently augmented, are K consecutive rows of its batch (a batch
+     * of B samples has K*B rows, sample-major: row i*K + v is view v of
+     * sample i, its label and index repeated). View 0 is what views = 1
+     * gives. At most STK_MAX_VIEWS. */
+    uint32_t views;
+    uint32_t flags;          /* STK_LOADER_* below */
     /* Must be zero (ABI: see the top of this file). The GPU backend's
      * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
      * out of this space, zero meaning "batches in host memory" as today. */
-    uint64_t reserved_[6];
+    uint64_t reserved_[3];
 } stk_loader_options;
+
+#define STK_LOADER_AUG_SEED 1u /* aug_seed is set (else the order's seed) */
+#define STK_LOADER_EAGER 2u    /* start the workers and the pool at create */
+#define STK_MAX_VIEWS 256
 
 /*
  * Create a loader over `ds` (borrowed: it must outlive the loader) running
  * the pipeline `spec` (docs/pipeline.md), e.g.
  *   "pad 4 | random_crop 32 | flip 0.5 | normalize cifar10 | to f32 chw".
- * The loader starts at epoch 0, position 0, and starts filling batches at
- * once. Fails with STK_ESPEC (stk_errmsg() points at the column and says what
+ * The loader starts at epoch 0, position 0. It is lazy: it starts no thread
+ * and allocates no batch buffer until the first stk_loader_next (or
+ * stk_loader_start, or flags STK_LOADER_EAGER at create). Fails with STK_ESPEC (stk_errmsg() points at the column and says what
  * was expected), STK_EINVAL, STK_ENOMEM or STK_ETHREAD.
  */
 STK_API int stk_loader_create(stk_dataset *ds, const char *spec,
                               const stk_loader_options *opts, stk_loader **out);
+
+/* Start the worker threads and allocate the batch pool now, so filling
+ * begins before the first next() (warm-up). A no-op once started; next()
+ * calls it. From the consumer thread. STK_ENOMEM or STK_ETHREAD on failure
+ * (the loader stays unstarted; a later call tries again). */
+STK_API int stk_loader_start(stk_loader *l);
 
 /* Stops the workers (mid-epoch is fine: waits only for the sample each worker
  * is on) and frees everything, including buffers of batches still lent —
@@ -666,7 +749,8 @@ typedef struct stk_loader_state {
     uint64_t dataset_size;
     uint32_t batch_size, rank, world_size;
     int32_t flags;         /* bit 0 no_shuffle, bit 1 drop_last, bit 2 block shuffle */
-    uint64_t spec_hash;    /* XXH3-64 of the pipeline spec text */
+    uint64_t spec_hash;    /* XXH3-64 of the pipeline spec text (xor a digest of
+                              sampling, aug_seed and views when they are set) */
     /* Carved out of the reserved words (zero is what older states hold). */
     uint64_t start_slot;     /* global slot this epoch's layout began at */
     uint64_t block_size;     /* block shuffle only (else 0): records per block */

@@ -8,7 +8,7 @@ import sys
 from . import _stoker, _torchvision
 from .transforms import ToTensor, to_spec
 
-__all__ = ["Loader", "Dataset", "open", "from_numpy", "pack"]
+__all__ = ["Loader", "Dataset", "open", "from_numpy", "pack", "concat"]
 
 _builtin_open = open
 
@@ -99,10 +99,25 @@ class Dataset(_stoker.Dataset):
 
     def __reduce__(self):
         # Re-opened by URI in the unpickling process (files are read again).
+        if self.format == "concat":
+            return (concat, (list(self._parts),), None)
         if self.format == "memory":
             raise TypeError("an in-memory stoker Dataset (from_numpy) cannot be pickled; "
                             "pickle the arrays and call stoker.from_numpy again")
         return (open, (self.uri,), None)
+
+
+def concat(datasets):
+    """Several datasets as one: the samples of ``datasets[0]``, then those of
+    ``datasets[1]``, ... (URIs are opened). Labels are each dataset's own;
+    ``shape`` is theirs when they agree (else ``None``: any size). What
+    ``Loader([a, b], proportions=...)`` reads."""
+    parts = tuple(d if isinstance(d, _stoker.Dataset) else open(d) for d in datasets)
+    if not parts:
+        raise ValueError("concat needs at least one dataset")
+    ds = Dataset._concat(parts)
+    ds._parts = parts
+    return ds
 
 
 def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
@@ -329,6 +344,48 @@ def _optional_count(name, v):
     return v
 
 
+def _pack_array(name, values, code):
+    """indices ('Q') or weights ('d') as native bytes for the C loader;
+    None stays None. Accepts sequences, numpy arrays and torch tensors."""
+    if values is None:
+        return None
+    import array
+    if hasattr(values, "detach"):  # a torch tensor
+        values = values.detach().cpu().numpy()
+    if type(values).__module__ == "numpy" and hasattr(values, "dtype"):
+        import numpy  # fast path: no per-element Python objects
+        kind = values.dtype.kind
+        if code == "Q" and kind in "iu":
+            if kind == "i" and values.size and values.min() < 0:
+                raise ValueError("%s must not be negative" % name)
+            out = numpy.ascontiguousarray(values, dtype=numpy.uint64).reshape(-1)
+        elif code == "d" and kind in "iuf":
+            out = numpy.ascontiguousarray(values, dtype=numpy.float64).reshape(-1)
+        else:
+            out = None
+        if out is not None:
+            if out.size == 0:
+                raise ValueError("%s is empty" % name)
+            return out.tobytes()
+        values = values.tolist()
+    try:
+        if code == "Q":
+            values = [operator.index(v) for v in values]
+            if any(v < 0 for v in values):
+                raise ValueError("%s must not be negative" % name)
+        else:
+            values = [float(v) for v in values]
+        packed = array.array(code, values)
+    except OverflowError:
+        raise ValueError("%s: a value is out of range" % name) from None
+    except TypeError as e:
+        raise TypeError("%s must be a sequence of %s: %s"
+                        % (name, "ints" if code == "Q" else "numbers", e)) from None
+    if len(packed) == 0:
+        raise ValueError("%s is empty" % name)
+    return packed.tobytes()
+
+
 def _converter(output):
     if output == "torch":
         try:
@@ -364,7 +421,8 @@ class Loader:
                 ...
 
     Arguments:
-      dataset: a dataset URI or path (see :func:`stoker.open`) or a Dataset.
+      dataset: a dataset URI or path (see :func:`stoker.open`) or a Dataset;
+        or a list of them to mix (see ``proportions``).
       batch_size: samples per batch (the last batch of an epoch may be short
         unless ``drop_last``).
       shuffle, seed: a seeded permutation per epoch; every random
@@ -400,6 +458,35 @@ class Loader:
         A state_dict taken with another world size (or batch size) is
         accepted: the epoch continues where the old ranks together stopped.
       on_error: 'raise' (default) or 'skip' corrupt samples (counted in stats()).
+      indices: a subset, a sequence of dataset indices (duplicates allowed):
+        each epoch permutes this list (as SubsetRandomSampler) and reads
+        nothing else.
+      weights: one weight per sample (of ``indices`` when given): each
+        epoch draws ``num_samples`` samples with replacement, sample i with
+        probability weights[i] / sum (as WeightedRandomSampler). Draws at
+        random whatever ``shuffle`` says.
+      balance_classes: True: weights 1 / (samples of the sample's class),
+        from the dataset's labels, so every class is drawn equally often.
+      num_samples: samples per epoch (default: the dataset's or the
+        subset's size). Without weights: fewer is a different subset of the
+        epoch's permutation each epoch, more adds further independent
+        permutations.
+      aug_seed: the seed of the random augmentations (default: ``seed``), so
+        the order and the augmentations can be varied separately.
+      views: K > 1 gives K independently augmented views of every sample;
+        a batch then has K * batch_size rows, sample-major (rows i*K ..
+        i*K+K-1 are sample i's views, its label repeated): ``images.view(B,
+        K, ...)`` is the (B, K, C, H, W) layout.
+      proportions: with a list of datasets, the share of each in every
+        epoch (default: their sizes, i.e. a shuffled concatenation). Each
+        epoch holds exactly round(num_samples * p_i / sum p) samples of
+        dataset i (largest remainder), randomly interleaved; each dataset
+        walks its own permutation, starting a new one when its share
+        exceeds its size (docs/sampler.md, "Mixing datasets"). The indices
+        of ``iter_with_indices`` count through the datasets in order.
+      eager: start the worker threads and the batch pool at creation. By
+        default a Loader is lazy: nothing runs or is allocated until the
+        first iteration (or ``warmup()``).
 
     Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
     Each pass starts the loader's current epoch at position 0; finishing a
@@ -417,7 +504,20 @@ class Loader:
     def __init__(self, dataset, batch_size=256, shuffle=False, seed=0, transforms=None,
                  pipeline=None, num_threads=2, prefetch=4, max_batches=None, drop_last=False,
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
-                 on_error="raise", block_size=None, shuffle_window=None):
+                 on_error="raise", block_size=None, shuffle_window=None, indices=None,
+                 weights=None, balance_classes=False, num_samples=None, aug_seed=None,
+                 views=1, eager=False, proportions=None):
+        mix_sizes = mix_weights = None
+        if isinstance(dataset, (list, tuple)):
+            dataset = concat(dataset)
+            mix_sizes = _pack_array("dataset sizes", [len(p) for p in dataset._parts], "Q")
+            if proportions is not None:
+                if len(proportions) != len(dataset._parts):
+                    raise ValueError("proportions: %d for %d datasets"
+                                     % (len(proportions), len(dataset._parts)))
+                mix_weights = _pack_array("proportions", proportions, "d")
+        elif proportions is not None:
+            raise ValueError("proportions need a list of datasets")
         if not isinstance(dataset, _stoker.Dataset):
             dataset = open(dataset)
         spec = build_spec(transforms, pipeline, dtype, layout)
@@ -443,12 +543,23 @@ class Loader:
         if max_batches < prefetch + 1:
             raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
                              % (max_batches, prefetch + 1))
+        packed_indices = _pack_array("indices", indices, "Q")
+        packed_weights = _pack_array("weights", weights, "d")
+        num_samples = _optional_count("num_samples", num_samples)
+        views = operator.index(views)
+        if views < 1:
+            raise ValueError("views must be >= 1, got %d" % views)
+        if aug_seed is not None:
+            aug_seed = operator.index(aug_seed)
         self._core = _stoker._Loader(
             dataset, spec, batch_size=batch_size, threads=num_threads, prefetch=prefetch,
             max_batches=max_batches, seed=operator.index(seed), shuffle=shuffle,
             drop_last=bool(drop_last), rank=rank, world_size=world_size,
             on_error=_ON_ERROR[on_error], output=mode, convert=convert, block=block,
-            block_size=block_size, shuffle_window=shuffle_window)
+            block_size=block_size, shuffle_window=shuffle_window, indices=packed_indices,
+            weights=packed_weights, num_samples=num_samples,
+            balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
+            eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights)
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
@@ -458,7 +569,10 @@ class Loader:
                              seed=operator.index(seed), num_threads=num_threads,
                              prefetch=prefetch, max_batches=max_batches,
                              drop_last=bool(drop_last), rank=rank, world_size=world_size,
-                             on_error=on_error)
+                             on_error=on_error, num_samples=num_samples or None,
+                             balance_classes=bool(balance_classes), aug_seed=aug_seed,
+                             views=views, eager=bool(eager),
+                             proportions=list(proportions) if proportions is not None else None)
 
     # -- iteration ---------------------------------------------------------
 
@@ -535,6 +649,12 @@ class Loader:
         self._core.set_state(state)
 
     # -- introspection --------------------------------------------------------
+
+    def warmup(self):
+        """Start the worker threads and the batch pool now, so the first
+        batches are being made before the first iteration. A no-op when
+        started (iteration starts a lazy Loader by itself)."""
+        self._core.warmup()
 
     def stats(self):
         """Counters and times since creation, a dict:

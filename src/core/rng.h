@@ -21,6 +21,12 @@
 enum {
     STK_RNG_DOMAIN_SAMPLE = 0x53414d50u,  /* per-sample augmentation draws */
     STK_RNG_DOMAIN_SAMPLER = 0x5045524du, /* epoch permutation round keys */
+    STK_RNG_DOMAIN_PASS = 0x50415353u,    /* round keys of passes 2, 3... (num_samples > P) */
+    STK_RNG_DOMAIN_WEIGHTS = 0x57474854u, /* weighted draws, counted by list position */
+    STK_RNG_DOMAIN_MIX = 0x4d495853u,     /* a mixed source's own permutations */
+    /* augmentation draws counted by list position (sampling with
+     * replacement: one index may appear twice in an epoch) */
+    STK_RNG_DOMAIN_SAMPLE_POS = 0x534d5050u,
 };
 
 typedef struct stk_rng {

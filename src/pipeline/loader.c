@@ -26,8 +26,20 @@
  * Philox stream keyed the same way. Which worker wrote a row, and when, never
  * matters; batches are delivered strictly in seq order.
  *
+ * Views (opt.views = K > 1): a batch of B samples has K*B output rows;
+ * sample row i of a slot is output rows i*K .. i*K + K-1, each a separate
+ * run of the plan on the one sample read, with the draw counter's top byte
+ * set to the view (view 0 is the plain draw). `rows`, `next_row` and the
+ * chunks count samples; data, labels and indices are sized in output rows.
+ *
+ * Laziness: create compiles the plan and builds the sampler but starts no
+ * thread and allocates no slot; stk_loader_start (called by the first
+ * next(), or at create with STK_LOADER_EAGER) allocates the first slots and
+ * starts the workers. set_epoch, state_set, state_get, length and stats work
+ * on an unstarted loader (they only touch the cursors).
+ *
  * Memory: the slots are the only large allocation; there are
- * prefetch + 1 at creation, and more are added (up to max_batches) only when
+ * prefetch + 1 at start, and more are added (up to max_batches) only when
  * the consumer keeps so many batches lent that no slot is free. So memory is
  * (prefetch + lent) x batch bytes + per-thread scratch, whatever the dataset
  * size.
@@ -139,6 +151,9 @@ struct stk_loader {
     uint64_t per_rank;          /* samples per rank per epoch */
     uint32_t chunk_rows;        /* rows claimed at a time */
     uint64_t spec_hash;         /* of the spec text, part of the resume state */
+    uint32_t views;             /* output rows per sample (>= 1) */
+    uint64_t aug_seed;          /* seed of the augmentation draws */
+    uint64_t list_size;         /* entries in an epoch's list (the sampler's M) */
     worker *workers;            /* opt.threads, owned */
 
     pthread_mutex_t mu;
@@ -146,6 +161,7 @@ struct stk_loader {
     pthread_cond_t ready_cv;    /* consumer: a batch is ready, or stop/fail */
 
     /* Guarded by mu. */
+    bool started;               /* workers running, first slots allocated */
     slot *slots;                /* max_batches entries; first nslots in use */
     uint32_t nslots;
     uint32_t pending;           /* slots FILLING or READY (not cancelled) */
@@ -184,7 +200,7 @@ static void slot_free_buffers(slot *s)
 static int slot_alloc(stk_loader *l, slot *s)
 {
     uint64_t bytes;
-    uint32_t b = l->opt.batch_size;
+    uint32_t b = l->opt.batch_size * l->views; /* output rows (checked at create) */
     if (!stk_mul_ok(b, l->sample_bytes, &bytes) || bytes > SIZE_MAX)
         return stk_fail(STK_ELIMIT, "loader: a batch of %u samples of %zu bytes is too large", b,
                         l->sample_bytes);
@@ -192,7 +208,7 @@ static int slot_alloc(stk_loader *l, slot *s)
     s->data = stk_aligned_alloc((size_t)bytes);
     s->labels = calloc(b, sizeof *s->labels);
     s->indices = calloc(b, sizeof *s->indices);
-    s->row_ok = calloc(b, 1);
+    s->row_ok = calloc(l->opt.batch_size, 1);
     if (!s->data || !s->labels || !s->indices || !s->row_ok) {
         slot_free_buffers(s);
         return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
@@ -322,15 +338,16 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
  * the worker that finished the slot (no other thread touches it then). */
 static void compact_rows(stk_loader *l, slot *s)
 {
-    uint32_t out = 0;
+    uint32_t out = 0, k = l->views;
     for (uint32_t i = 0; i < s->rows; i++) {
         if (!s->row_ok[i])
             continue;
         if (out != i) {
-            memmove(s->data + (size_t)out * l->sample_bytes, s->data + (size_t)i * l->sample_bytes,
-                    l->sample_bytes);
-            s->labels[out] = s->labels[i];
-            s->indices[out] = s->indices[i];
+            memmove(s->data + (size_t)out * k * l->sample_bytes,
+                    s->data + (size_t)i * k * l->sample_bytes, (size_t)k * l->sample_bytes);
+            memmove(s->labels + (size_t)out * k, s->labels + (size_t)i * k, k * sizeof *s->labels);
+            memmove(s->indices + (size_t)out * k, s->indices + (size_t)i * k,
+                    k * sizeof *s->indices);
         }
         out++;
     }
@@ -347,19 +364,28 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     uint64_t read_ticks = 0, augment_ticks = 0;
     uint64_t t = stk_ticks();
     int rc = 0;
+    uint32_t k = l->views;
     for (uint32_t row = row0; row < row1; row++) {
-        uint64_t index = stk_sampler_index_from(l->sampler, &key, start, first + row);
+        stk_sampler_place place;
+        stk_sampler_place_from(l->sampler, &key, start, first + row, &place);
+        uint64_t index = place.index;
         stk_sample sample;
         rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
         uint64_t t_read = stk_ticks();
         read_ticks += t_read - t;
         if (rc == 0) {
-            stk_rng rng;
-            stk_rng_init(&rng, l->opt.seed, STK_RNG_DOMAIN_SAMPLE, epoch, index);
             stk_plan_input in = {sample.image.pixels ? &sample.image : NULL, sample.encoded,
                                  sample.encoded_size};
-            rc = stk_plan_run_input(l->plan, &in, &rng, s->data + (size_t)row * l->sample_bytes,
-                                    &w->plan_scratch);
+            /* View v's draws: the counter with v in its top byte (v = 0:
+             * the plain draw; counters stay below 2^56, checked at create). */
+            for (uint32_t v = 0; v < k && rc == 0; v++) {
+                stk_rng rng;
+                stk_rng_init(&rng, l->aug_seed, place.draw_domain, epoch,
+                             place.draw | (uint64_t)v << 56);
+                rc = stk_plan_run_input(l->plan, &in, &rng,
+                                        s->data + ((size_t)row * k + v) * l->sample_bytes,
+                                        &w->plan_scratch);
+            }
             /* A zero-copy view whose file shrank under it (mapped shards)
              * read zeros: fail the row with that reason, naming the record. */
             int lost = stk_dataset_check(l->ds, index);
@@ -373,8 +399,10 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
         }
         t = stk_ticks();
         augment_ticks += t - t_read;
-        s->labels[row] = rc == 0 ? sample.label : -1;
-        s->indices[row] = index;
+        for (uint32_t v = 0; v < k; v++) {
+            s->labels[(size_t)row * k + v] = rc == 0 ? sample.label : -1;
+            s->indices[(size_t)row * k + v] = index;
+        }
         s->row_ok[row] = rc == 0;
         if (rc == STK_EDATA && l->opt.on_error == STK_ON_ERROR_SKIP) {
             (*skipped)++;
@@ -488,6 +516,16 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
                         o->max_batches, o->prefetch + 1);
     if (o->max_batches > MAX_SLOTS)
         o->max_batches = MAX_SLOTS;
+    if (o->flags & ~(STK_LOADER_AUG_SEED | STK_LOADER_EAGER))
+        return stk_fail(STK_EINVAL, "loader: unknown flags 0x%x", o->flags);
+    if (!o->views)
+        o->views = 1;
+    if (o->views > STK_MAX_VIEWS)
+        return stk_fail(STK_EINVAL, "loader: views %u is more than the limit of %u", o->views,
+                        STK_MAX_VIEWS);
+    if ((uint64_t)o->batch_size * o->views > UINT32_MAX)
+        return stk_fail(STK_EINVAL, "loader: batch_size %u x views %u rows is too many",
+                        o->batch_size, o->views);
     if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
         return stk_fail(STK_EINVAL, "loader: unknown error policy %d", (int)o->on_error);
     /* The order: no_shuffle is STK_SHUFFLE_NONE; block defaults filled in
@@ -500,6 +538,86 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
         if (!o->shuffle_window)
             o->shuffle_window = STK_DEFAULT_SHUFFLE_WINDOW;
     }
+    return 0;
+}
+
+/* A digest of what, besides the spec, decides a row's content: the sampling
+ * options, aug_seed and views; 0 when none is set (so older states still
+ * match). `labels` are the class-balance labels actually used. */
+static uint64_t order_digest(const stk_loader_options *o, const int64_t *labels)
+{
+    const stk_sampling *sp = o->sampling;
+    bool any = (o->flags & STK_LOADER_AUG_SEED) || o->views > 1 ||
+               (sp && (sp->indices || sp->weights || sp->labels || sp->num_samples ||
+                       sp->balance_classes || sp->num_mix));
+    if (!any)
+        return 0;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 1; /* still "set"; a state then fails to match, never silently */
+    XXH3_64bits_reset(st);
+    uint64_t head[6] = {o->views, o->flags & STK_LOADER_AUG_SEED,
+                        o->flags & STK_LOADER_AUG_SEED ? o->aug_seed : 0,
+                        sp ? sp->num_samples : 0, sp ? sp->num_indices : 0,
+                        sp ? sp->num_weights : 0};
+    XXH3_64bits_update(st, head, sizeof head);
+    if (sp && sp->indices)
+        XXH3_64bits_update(st, sp->indices, sp->num_indices * sizeof *sp->indices);
+    if (sp && sp->weights)
+        XXH3_64bits_update(st, sp->weights, sp->num_weights * sizeof *sp->weights);
+    if (sp && sp->mix_sizes && sp->num_mix) {
+        XXH3_64bits_update(st, &sp->num_mix, sizeof sp->num_mix);
+        XXH3_64bits_update(st, sp->mix_sizes, sp->num_mix * sizeof *sp->mix_sizes);
+        if (sp->mix_weights)
+            XXH3_64bits_update(st, sp->mix_weights, sp->num_mix * sizeof *sp->mix_weights);
+    }
+    if (labels) {
+        uint64_t tag = 0x4c41424cu;
+        XXH3_64bits_update(st, &tag, sizeof tag);
+        uint64_t n = sp->indices ? sp->num_indices : 0;
+        XXH3_64bits_update(st, &n, sizeof n);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h ? h : 1;
+}
+
+/* balance_classes: the labels of the population (indices, or the whole
+ * dataset) read through the dataset, into a copy of the sampling options. */
+static int balance_labels(stk_dataset *ds, const stk_sampling *sp, stk_sampling *copy,
+                          int64_t **labels)
+{
+    *labels = NULL;
+    *copy = *sp;
+    if (sp->labels || sp->weights)
+        return stk_fail(STK_EINVAL, "loader: balance_classes reads the labels from the dataset: "
+                                    "give neither weights nor labels with it");
+    uint64_t p = sp->indices ? sp->num_indices : ds->count;
+    int64_t *lab = malloc((p ? p : 1) * sizeof *lab);
+    if (!lab)
+        return stk_fail(STK_ENOMEM, "loader: out of memory for %llu labels",
+                        (unsigned long long)p);
+    for (uint64_t i = 0; i < p; i++) {
+        uint64_t index = sp->indices ? sp->indices[i] : i;
+        if (index >= ds->count) {
+            free(lab);
+            return stk_fail(STK_EINVAL, "sampler: indices[%llu] = %llu is not below the dataset "
+                                        "size %llu",
+                            (unsigned long long)i, (unsigned long long)index,
+                            (unsigned long long)ds->count);
+        }
+        int rc = stk_dataset_label(ds, index, &lab[i]);
+        if (rc < 0) {
+            free(lab);
+            stk_fail_prefix(rc, "balance_classes: label of sample %llu",
+                            (unsigned long long)index);
+            return rc;
+        }
+    }
+    copy->labels = lab;
+    copy->num_labels = p;
+    copy->balance_classes = 1;
+    *labels = lab;
     return 0;
 }
 
@@ -521,6 +639,18 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     if ((rc = resolve_options(opts, &l->opt)) < 0)
         goto fail_early;
 
+    l->views = l->opt.views;
+    l->aug_seed = l->opt.flags & STK_LOADER_AUG_SEED ? l->opt.aug_seed : l->opt.seed;
+    stk_sampling balanced;
+    int64_t *labels = NULL;
+    const stk_sampling *sampling = l->opt.sampling;
+    if (sampling && sampling->balance_classes) {
+        if ((rc = balance_labels(ds, sampling, &balanced, &labels)) < 0)
+            goto fail_early;
+        sampling = &balanced;
+    }
+    uint64_t digest = order_digest(&l->opt, labels);
+    l->spec_hash ^= digest;
     stk_sampler_options so = {
         .dataset_size = ds->count,
         .seed = l->opt.seed,
@@ -532,9 +662,18 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
         .shuffle = l->opt.shuffle,
         .block_size = l->opt.block_size,
         .shuffle_window = l->opt.shuffle_window,
+        .sampling = sampling,
     };
-    if ((rc = stk_sampler_create(&so, &l->sampler)) < 0)
+    rc = stk_sampler_create(&so, &l->sampler);
+    free(labels);
+    l->opt.sampling = NULL; /* the caller's; the sampler holds copies */
+    if (rc < 0)
         goto fail_early;
+    l->list_size = stk_sampler_list_size(l->sampler);
+    if (l->views > 1 && (l->list_size >> 56 || ds->count >> 56)) {
+        rc = stk_fail(STK_ELIMIT, "loader: views need fewer than 2^56 samples");
+        goto fail_early;
+    }
     /* Without shuffle each rank reads its indices in increasing order. */
     stk_dataset_access_hint(ds, l->opt.shuffle == STK_SHUFFLE_NONE ? STK_ACCESS_SEQUENTIAL
                                                                    : STK_ACCESS_RANDOM);
@@ -562,11 +701,8 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
         rc = stk_fail(STK_ENOMEM, "loader: out of memory");
         goto fail_early;
     }
-    for (uint32_t i = 0; i < l->opt.prefetch + 1; i++) {
-        if ((rc = slot_alloc(l, &l->slots[i])) < 0)
-            goto fail_early;
-        l->nslots++;
-    }
+    for (uint32_t i = 0; i < l->opt.threads; i++)
+        l->workers[i].loader = l;
     stk_ticks_per_second(); /* calibrate before workers start timing */
 
     pthread_mutex_init(&l->mu, NULL);
@@ -576,16 +712,9 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* timed waits immune to clock jumps */
     pthread_cond_init(&l->ready_cv, &ca);
     pthread_condattr_destroy(&ca);
-    for (uint32_t i = 0; i < l->opt.threads; i++) {
-        worker *w = &l->workers[i];
-        w->loader = l;
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            rc = stk_fail(STK_ETHREAD, "loader: cannot create worker thread %u of %u", i + 1,
-                          l->opt.threads);
-            stk_loader_destroy(l);
-            return rc;
-        }
-        w->started = true;
+    if ((l->opt.flags & STK_LOADER_EAGER) && (rc = stk_loader_start(l)) < 0) {
+        stk_loader_destroy(l);
+        return rc;
     }
     *out = l;
     return 0;
@@ -598,6 +727,37 @@ fail_early:
     stk_plan_free(l->plan);
     stk_sampler_destroy(l->sampler);
     free(l);
+    return rc;
+}
+
+int stk_loader_start(stk_loader *l)
+{
+    if (!l)
+        return stk_fail(STK_EINVAL, "stk_loader_start: loader is NULL");
+    int rc = 0;
+    pthread_mutex_lock(&l->mu);
+    if (l->started)
+        goto out;
+    while (l->nslots < l->opt.prefetch + 1) {
+        if ((rc = slot_alloc(l, &l->slots[l->nslots])) < 0)
+            goto out; /* the slots made so far stay: a later start goes on */
+        l->nslots++;
+    }
+    /* Workers block on mu until this call returns. */
+    for (uint32_t i = 0; i < l->opt.threads; i++) {
+        worker *w = &l->workers[i];
+        if (w->started)
+            continue;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            rc = stk_fail(STK_ETHREAD, "loader: cannot create worker thread %u of %u", i + 1,
+                          l->opt.threads);
+            goto out; /* the ones started keep running; a later start adds the rest */
+        }
+        w->started = true;
+    }
+    l->started = true;
+out:
+    pthread_mutex_unlock(&l->mu);
     return rc;
 }
 
@@ -678,7 +838,7 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     l->skipped_delivered += s->skipped;
     pthread_cond_broadcast(&l->work_cv); /* prefetch budget freed */
 
-    uint32_t n = s->rows - s->skipped;
+    uint32_t n = (s->rows - s->skipped) * l->views;
     memset(b, 0, sizeof *b);
     b->data = s->data;
     b->labels = s->labels;
@@ -708,6 +868,8 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     if (!l || !batch)
         return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
     int rc;
+    if ((rc = stk_loader_start(l)) < 0) /* lazy: the first call starts the workers */
+        return rc;
     double waited = 0;
     struct timespec deadline = {0};
     if (timeout_ms >= 0) {
@@ -879,8 +1041,10 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
     if (rc < 0)
         return rc;
     if (st->spec_hash != l->spec_hash)
-        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec (hash "
-                                    "%016llx, this loader's is %016llx)",
+        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec or "
+                                    "sampling options (indices, weights, class balance, "
+                                    "num_samples, aug_seed, views) (hash %016llx, this "
+                                    "loader's is %016llx)",
                         (unsigned long long)st->spec_hash, (unsigned long long)l->spec_hash);
     uint64_t bs = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.block_size : 0;
     uint64_t win = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.shuffle_window : 0;
@@ -899,12 +1063,15 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
         return stk_fail(STK_EINVAL, "loader state: rank %u, world size %u, batch size %u is not "
                                     "a layout",
                         st->rank, st->world_size, st->batch_size);
-    if (st->start_slot >= st->dataset_size)
-        return stk_fail(STK_EINVAL, "loader state: start slot %llu is not below the dataset size "
-                                    "%llu",
-                        (unsigned long long)st->start_slot, (unsigned long long)st->dataset_size);
+    /* The epoch's list: the dataset, or what the sampling options make of it
+     * (the same for the state's job: the spec hash covers them). */
+    if (st->start_slot >= l->list_size)
+        return stk_fail(STK_EINVAL, "loader state: start slot %llu is not below the %s %llu",
+                        (unsigned long long)st->start_slot,
+                        l->list_size == st->dataset_size ? "dataset size" : "epoch's list size",
+                        (unsigned long long)l->list_size);
     /* The epoch's batches in the state's own layout. */
-    uint64_t span = stk_sampler_span(st->dataset_size, st->world_size, st->batch_size,
+    uint64_t span = stk_sampler_span(l->list_size, st->world_size, st->batch_size,
                                      l->opt.drop_last, st->start_slot);
     uint64_t batches = (span + st->batch_size - 1) / st->batch_size;
     if (st->position > batches)
@@ -950,7 +1117,8 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     st->batches_allocated = l->nslots;
     st->pool_exhausted = l->pool_exhausted;
     pthread_mutex_unlock(&ml->mu);
-    st->pool_bytes = (uint64_t)st->batches_allocated * l->opt.batch_size * l->sample_bytes;
+    st->pool_bytes =
+        (uint64_t)st->batches_allocated * l->opt.batch_size * l->views * l->sample_bytes;
 }
 
 const char *stk_loader_errmsg(const stk_loader *l)

@@ -23,7 +23,9 @@ class LoaderOptions(C.Structure):
                 ("max_batches", C.c_uint32), ("seed", C.c_uint64), ("no_shuffle", C.c_int),
                 ("drop_last", C.c_int), ("rank", C.c_uint32), ("world_size", C.c_uint32),
                 ("on_error", C.c_int), ("block_size", C.c_uint64), ("shuffle", C.c_int),
-                ("shuffle_window", C.c_uint32), ("reserved_", C.c_uint64 * 6)]
+                ("shuffle_window", C.c_uint32), ("sampling", C.c_void_p),
+                ("aug_seed", C.c_uint64), ("views", C.c_uint32), ("flags", C.c_uint32),
+                ("reserved_", C.c_uint64 * 3)]
 
 
 lib.stk_errmsg.restype = C.c_char_p
