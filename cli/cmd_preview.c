@@ -43,6 +43,7 @@ int cmd_preview(int argc, char **argv)
     int c;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     while ((c = getopt_long(argc, argv, ":p:o:n:s:c:h", preview_options, NULL)) != -1) {
         switch (c) {
         case 'p': pipeline = optarg; break;
@@ -52,7 +53,7 @@ int cmd_preview(int argc, char **argv)
         case 'c': if (!cli_parse_count(optarg, "--columns", &columns)) return EXIT_USAGE; break;
         case 'h': fputs(preview_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), preview_options); return EXIT_USAGE;
         }
     }
     if (optind + 1 != argc) {

@@ -106,6 +106,7 @@ int cmd_pack(int argc, char **argv)
     bool reencode = false;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":s:j:qh", options, NULL)) != -1) {
         switch (c) {
@@ -128,7 +129,7 @@ int cmd_pack(int argc, char **argv)
         case 'q': ctx.bar = false; break;
         case 'h': fputs(pack_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
         }
     }
     if (optind + 2 != argc) {
@@ -244,6 +245,12 @@ int cmd_inspect(int argc, char **argv)
     if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         fputs(inspect_usage, stdout);
         return 0;
+    }
+    if (argc == 2 && argv[1][0] == '-' && argv[1][1]) {
+        static const struct option inspect_options[] = {{"help", no_argument, NULL, 'h'},
+                                                         {NULL, 0, NULL, 0}};
+        cli_unknown_option(argv[1], inspect_options);
+        return EXIT_USAGE;
     }
     if (argc != 2) {
         cli_error("inspect: expected one DATASET (see 'stoker inspect --help')");
@@ -373,7 +380,10 @@ int cmd_verify(int argc, char **argv)
             fputs(verify_usage, stdout);
             return 0;
         } else if (argv[i][0] == '-') {
-            cli_error("unknown option '%s' (see --help)", argv[i]);
+            static const struct option verify_options[] = {
+                {"decode", no_argument, NULL, 'd'}, {"help", no_argument, NULL, 'h'},
+                {NULL, 0, NULL, 0}};
+            cli_unknown_option(argv[i], verify_options);
             return EXIT_USAGE;
         } else if (!uri)
             uri = argv[i];
@@ -423,6 +433,7 @@ int cmd_cat(int argc, char **argv)
     const char *field = NULL, *output = NULL;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":f:o:h", options, NULL)) != -1) {
         switch (c) {
@@ -430,7 +441,7 @@ int cmd_cat(int argc, char **argv)
         case 'o': output = optarg; break;
         case 'h': fputs(cat_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
         }
     }
     if (optind + 2 != argc) {

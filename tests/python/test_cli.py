@@ -181,3 +181,79 @@ def test_pack_shard_size_below_one_byte_is_usage_error(cifar_dir, tmp_path, size
     assert p.returncode == 2
     assert p.stderr == "stoker: --shard-size: expected a size like 512M or 1G, got '%s'\n" % size
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- issue 11: CLI polish
+
+@pytest.mark.parametrize("args,message", [
+    (["bnech"], "stoker: unknown command 'bnech'; did you mean 'bench'?\n"),
+    (["inpsect", "x"], "stoker: unknown command 'inpsect'; did you mean 'inspect'?\n"),
+    (["perview"], "stoker: unknown command 'perview'; did you mean 'preview'?\n"),
+    (["help", "pakc"], "stoker: no command 'pakc'; did you mean 'pack'?\n"),
+    (["frobnicate"], "stoker: unknown command 'frobnicate' (try 'stoker help')\n"),
+    (["bench", "x", "--pipline", "to u8"],
+     "stoker: unknown option '--pipline'; did you mean '--pipeline'?\n"),
+    (["bench", "x", "--pipeline", "to u8", "--treads=2"],
+     "stoker: unknown option '--treads=2'; did you mean '--threads'?\n"),
+    (["order", "10", "--wrold-size", "2"],
+     "stoker: unknown option '--wrold-size'; did you mean '--world-size'?\n"),
+    (["pack", "a", "b", "--shard-szie", "1M"],
+     "stoker: unknown option '--shard-szie'; did you mean '--shard-size'?\n"),
+    (["verify", "x", "--decod"], "stoker: unknown option '--decod'; did you mean '--decode'?\n"),
+    (["inspect", "--hlep"], "stoker: unknown option '--hlep'; did you mean '--help'?\n"),
+    (["cat", "x", "0", "--feild", "label"],
+     "stoker: unknown option '--feild'; did you mean '--field'?\n"),
+    (["preview", "x", "--colums", "3"],
+     "stoker: unknown option '--colums'; did you mean '--columns'?\n"),
+    (["bench", "x", "--zzzzzz"], "stoker: unknown option '--zzzzzz' (see --help)\n"),
+    (["order", "10", "-x"], "stoker: unknown option '-x' (see --help)\n"),
+])
+def test_did_you_mean(args, message):
+    p = run_stoker(*args, check=False)
+    assert p.returncode == 2
+    assert p.stderr == message
+
+
+def test_missing_path_and_empty_pattern_say_so(tmp_path):
+    missing = str(tmp_path / "no-such-dir")
+    for cmd in (["inspect", missing], ["bench", missing, "--pipeline", "to u8"],
+                ["pack", missing, str(tmp_path / "out")]):
+        p = run_stoker(*cmd, check=False)
+        assert p.returncode == 1
+        assert missing + ": no such file or directory\n" in p.stderr, p.stderr
+        assert "looked for" not in p.stderr and "data_batch_1.bin" not in p.stderr
+    pattern = str(tmp_path / "*.jpg")
+    p = run_stoker("inspect", pattern, check=False)
+    assert p.returncode == 1
+    assert p.stderr == "stoker: %s: no file matches this pattern\n" % pattern
+    # an existing directory of no known layout keeps the list of layouts
+    p = run_stoker("inspect", str(tmp_path), check=False)
+    assert p.returncode == 1
+    assert "no dataset detected in this directory (looked for" in p.stderr
+    assert "ImageFolder" in p.stderr
+
+
+def test_inspect_image_folder_reads_no_file(tmp_path):
+    """The label histogram comes from the directory walk: every image here is
+    a dangling symlink (kept by the listing, as torchvision keeps it), so
+    reading any one would fail; inspect still prints the counts."""
+    root = tmp_path / "folder"
+    counts = {"cat": 3, "dog": 1, "eel": 2}
+    for cls, n in counts.items():
+        (root / cls).mkdir(parents=True)
+        for i in range(n):
+            os.symlink(str(tmp_path / "gone" / ("%s%d.jpg" % (cls, i))),
+                       str(root / cls / ("%d.jpg" % i)))
+    p = run_stoker("inspect", str(root))
+    assert "samples:  6\n" in p.stdout
+    assert "labels:   3 classes\n" in p.stdout
+    for label, (cls, n) in enumerate(counts.items()):
+        assert "  %4d %-24s %d\n" % (label, cls, n) in p.stdout, p.stdout
+    # ... and a loader still finds the files unreadable when it reads them
+    p = run_stoker("bench", str(root), "--pipeline", "resize 8,8 | to u8", check=False)
+    assert p.returncode == 1 and ".jpg: cannot open: No such file or directory" in p.stderr
+    # the same for a list file
+    lst = tmp_path / "list.txt"
+    lst.write_text("folder/cat/0.jpg\t4\nfolder/dog/0.jpg\t1\nfolder/eel/0.jpg\t4\n")
+    p = run_stoker("inspect", "list:%s" % lst)
+    assert "     4 %-24s 2\n" % "" in p.stdout and "     1 %-24s 1\n" % "" in p.stdout, p.stdout
