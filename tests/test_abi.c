@@ -39,8 +39,11 @@ static void test_struct_sizes_are_pinned(void **state)
     /* path, 3 x u64, 2 reserved */
     assert_int_equal(sizeof(stk_shard_info), 8 + 24 + 16);
     /* shard_bytes; jobs, mode, zstd_level, strict, no_validate (+4); 3 pointers;
-     * max_side, quality; restart_interval (+4); 8 reserved */
+     * max_side, quality; restart_interval (+4); then in the 8 words once
+     * reserved: on_progress_bytes, 7 reserved */
     assert_int_equal(sizeof(stk_pack_options), 8 + 24 + 24 + 8 + 8 + 64);
+    assert_int_equal(offsetof(stk_pack_options, on_progress_bytes), 72);
+    assert_int_equal(offsetof(stk_pack_options, reserved_), 80);
     assert_int_equal(sizeof(stk_pack_result), 8 + 8 + 8 + 8 + 8 + 32);
     /* decode (+4), 3 pointers, 4 reserved */
     assert_int_equal(sizeof(stk_verify_options), 8 + 24 + 32);

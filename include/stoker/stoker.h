@@ -377,7 +377,11 @@ typedef struct stk_pack_options {
      * stored bytes then differ from the source file's; other files are
      * kept as they are. */
     uint32_t restart_interval;
-    uint64_t reserved_[8]; /* must be zero (ABI: see the top of this file) */
+    /* Carved out of the reserved words: called where on_progress is (both
+     * are called when both are set), with `bytes` the shard bytes written
+     * so far, the open shard's included (the CLI's MB/s). */
+    void (*on_progress_bytes)(void *ctx, uint64_t done, uint64_t total, uint64_t bytes);
+    uint64_t reserved_[7]; /* must be zero (ABI: see the top of this file) */
 } stk_pack_options;
 
 typedef struct stk_pack_result {

@@ -1,5 +1,7 @@
 """The stoker CLI: reproducible digests, order, JSON report, errors."""
 import json
+import re
+import subprocess
 import os
 
 import numpy as np
@@ -257,3 +259,64 @@ def test_inspect_image_folder_reads_no_file(tmp_path):
     lst.write_text("folder/cat/0.jpg\t4\nfolder/dog/0.jpg\t1\nfolder/eel/0.jpg\t4\n")
     p = run_stoker("inspect", "list:%s" % lst)
     assert "     4 %-24s 2\n" % "" in p.stdout and "     1 %-24s 1\n" % "" in p.stdout, p.stdout
+
+
+PROGRESS_LINE = re.compile(r"pack: (\d+)/(\d+) records \((\d+\.\d)%\), (\d+) records/s, "
+                           r"(\d+\.\d) MB/s, (\d+\.\d) MB written, ETA (\d+:\d\d(?::\d\d)?|\?)$")
+
+
+def test_pack_progress_lines_when_not_a_terminal(cifar_dir, tmp_path):
+    """185 records, --jobs 1: blocks of 64 records, one line after each."""
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "a"), "--jobs", 1,
+                   "--progress-interval", 0)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("pack: ")]
+    got = [PROGRESS_LINE.match(l) for l in lines]
+    assert all(got), p.stderr
+    assert [(int(m[1]), int(m[2]), m[3]) for m in got] == [
+        (64, 185, "34.6"), (128, 185, "69.2"), (185, 185, "100.0")]
+    written = [float(m[6]) for m in got]
+    assert written == sorted(written) and written[0] > 0
+    # 64 raw 32x32x3 records are at least 64 * 3072 bytes
+    assert written[0] >= 64 * 3072 / 1e6 - 0.05
+    assert got[-1][7] == "0:00"
+    assert "packed 185 records" in p.stdout
+    # the default: every 10 seconds, and always the last line
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "b"))
+    lines = [l for l in p.stderr.splitlines() if l.startswith("pack: ")]
+    assert lines and PROGRESS_LINE.match(lines[-1]) and lines[-1].startswith("pack: 185/185 ")
+    # --quiet: none
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "c"), "--quiet", "--progress-interval", 0)
+    assert p.stderr == ""
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "d"), "--progress-interval", "x",
+                   check=False)
+    assert p.returncode == 2
+    assert p.stderr == "stoker: --progress-interval: expected a non-negative integer, got 'x'\n"
+
+
+def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
+    """stderr on a pseudo-terminal: one line redrawn with \\r, ending with the
+    full bar, the counts, the rates and the ETA."""
+    import pty
+    from conftest import STOKER
+    master, slave = pty.openpty()
+    p = subprocess.Popen([STOKER, "pack", cifar_dir[0], str(tmp_path / "a"), "--jobs", "1"],
+                         stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=300)
+    os.close(master)
+    assert p.returncode == 0
+    text = out.decode()
+    assert "\r\x1b[K[" + "#" * 30 + "] 185/185 100.0% " in text, repr(text)
+    last = text.rsplit("\r\x1b[K", 1)[1]
+    assert re.fullmatch(r"\[#{30}\] 185/185 100\.0% \d+ rec/s \d+\.\d MB/s ETA 0:00\r?\n", last), \
+        repr(last)
+    assert "pack: " not in text  # not the plain lines
