@@ -320,3 +320,134 @@ def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
     assert re.fullmatch(r"\[#{30}\] 185/185 100\.0% \d+ rec/s \d+\.\d MB/s ETA 0:00\r?\n", last), \
         repr(last)
     assert "pack: " not in text  # not the plain lines
+
+
+# ---------------------------------------------------------------- preview: scale, compare, labels
+
+def preview_png(*args):
+    from PIL import Image
+    run_stoker("preview", *args)
+    return np.asarray(Image.open(args[args.index("-o") + 1]).convert("RGB")).astype(int)
+
+
+def first_indices(uri, seed, n):
+    p = run_stoker("order", uri, "--seed", seed)
+    return [int(x) for x in p.stdout.split()[:n]]
+
+
+def test_preview_enlarges_small_images(cifar_dir, tmp_path):
+    """CIFAR's 32x32: each pixel a 2x2 block by default (the smallest whole
+    factor reaching 64), k x k with --scale k; tiles 2 pixels apart."""
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    hwc = images.transpose(0, 2, 3, 1)
+    idx = first_indices(uri, 3, 4)
+    out = str(tmp_path / "p.png")
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 3,
+                    "-o", out)
+    assert g.shape == (2 * 64 + 2, 2 * 64 + 2, 3)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * 66, (t % 2) * 66
+        want = np.repeat(np.repeat(hwc[i], 2, axis=0), 2, axis=1)
+        assert (g[y:y + 64, x:x + 64] == want).all(), t
+    assert (g[64:66, :] == 40).all() and (g[:, 64:66] == 40).all()
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 4, "--seed", 3,
+                    "--scale", 3, "-o", out)
+    assert g.shape == (96, 4 * 96 + 3 * 2, 3)
+    assert (g[:96, 98:194] == np.repeat(np.repeat(hwc[idx[1]], 3, 0), 3, 1)).all()
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 1, "--scale", 1, "--seed", 3,
+                    "-o", out)
+    assert (g == hwc[idx[0]]).all()
+    # an f32 normalized output enlarges the same way (within the rounding of undoing it)
+    g = preview_png(uri, "--pipeline", "normalize cifar10 | to f32 chw", "--count", 1,
+                    "--seed", 3, "-o", out)
+    assert g.shape == (64, 64, 3)
+    assert np.abs(g - np.repeat(np.repeat(hwc[idx[0]], 2, 0), 2, 1)).max() <= 1
+    for bad, msg in (("0", "--scale must be at least 1, got '0'"),
+                     ("65", "--scale: 65 is more than 64")):
+        p = run_stoker("preview", uri, "--pipeline", "to u8", "--scale", bad, "-o", out,
+                       check=False)
+        assert p.returncode == 2 and p.stderr == "stoker: %s\n" % msg
+
+
+def test_preview_compare_shows_original_beside_augmented(cifar_dir, tmp_path):
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    hwc = images.transpose(0, 2, 3, 1)
+    idx = first_indices(uri, 7, 3)
+    out = str(tmp_path / "c.png")
+    g = preview_png(uri, "--pipeline", "flip 1 | to u8", "--count", 3, "--columns", 2,
+                    "--seed", 7, "--compare", "-o", out)
+    cell = 64 + 2 + 64
+    assert g.shape == (64 + 8 + 64, 2 * cell + 8, 3)
+    up = lambda a: np.repeat(np.repeat(a, 2, 0), 2, 1)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * (64 + 8), (t % 2) * (cell + 8)
+        assert (g[y:y + 64, x:x + 64] == up(hwc[i])).all(), t                  # original
+        assert (g[y:y + 64, x + 66:x + 130] == up(hwc[i][:, ::-1])).all(), t   # flipped
+        assert (g[y:y + 64, x + 64:x + 66] == 40).all()
+    assert (g[72:, cell + 8:] == 40).all()  # no fourth cell
+
+
+def test_preview_compare_fits_original_keeping_aspect(tmp_path):
+    """A 20x40 original into a 64x64 tile: 64x32, centred, as Pillow's
+    bilinear resize makes it (40 -> 64 is no whole factor)."""
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    root = tmp_path / "f"
+    (root / "a").mkdir(parents=True)
+    src = rng.integers(0, 256, (20, 40, 3), dtype=np.uint8)
+    Image.fromarray(src).save(str(root / "a" / "x.png"))
+    out = str(tmp_path / "o.png")
+    g = preview_png(str(root), "--pipeline", "resize 16,16 | to u8", "--compare", "-o", out)
+    assert g.shape == (64, 64 + 2 + 64, 3)  # 16x16 enlarged 4 times
+    want = np.asarray(Image.fromarray(src).resize((64, 32), Image.BILINEAR)).astype(int)
+    assert (g[16:48, :64] == want).all()
+    assert (g[:16, :64] == 40).all() and (g[48:, :64] == 40).all()
+
+
+def caption_extent(g, y0, x0, width):
+    """Columns of the 7 caption rows at (y0, x0) that hold white text."""
+    strip = g[y0:y0 + 7, x0:x0 + width]
+    assert set(np.unique(strip)) <= {40, 255}
+    return np.nonzero((strip == 255).all(axis=2).any(axis=0))[0]
+
+
+def test_preview_labels_caption_each_tile(cifar_dir, tmp_path):
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    idx = first_indices(uri, 2, 4)
+    out = str(tmp_path / "l.png")
+    plain = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 2,
+                        "-o", out)
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 2,
+                    "--labels", "-o", out)
+    assert g.shape == (2 * (64 + 11) + 2, 2 * 64 + 2, 3)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * (75 + 2), (t % 2) * 66
+        py, px = (t // 2) * 66, (t % 2) * 66
+        assert (g[y:y + 64, x:x + 64] == plain[py:py + 64, px:px + 64]).all()  # tile untouched
+        text = "#%d label %d" % (i, labels[i])  # CIFAR-10 files carry no class names
+        cols = caption_extent(g, y + 66, x, 64)
+        n = len(text[:(64 + 1) // 6].rstrip())  # cut to the 10 characters of 64 pixels
+        assert cols.min() == 0  # '#' starts at the left edge
+        assert cols.max() <= 6 * n - 2, (text, cols)
+        assert cols.max() >= 6 * (n - 1), (text, cols)  # the last character drawn has ink
+        assert (g[y + 64:y + 66, x:x + 64] == 40).all() and (g[y + 73:y + 75, x:x + 64] == 40).all()
+
+
+def test_preview_labels_name_the_class(tmp_path):
+    from PIL import Image
+    root = tmp_path / "f"
+    for cls, v in (("ant", 10), ("bumblebee", 200)):
+        (root / cls).mkdir(parents=True)
+        Image.fromarray(np.full((70, 70, 3), v, np.uint8)).save(str(root / cls / "0.png"))
+    out = str(tmp_path / "n.png")
+    g = preview_png(str(root), "--pipeline", "center_crop 64 | to u8", "--count", 2,
+                    "--columns", 2, "--labels", "--seed", 0, "-o", out)
+    assert g.shape == (64 + 11, 2 * 64 + 2, 3)
+    for x in (0, 66):
+        v = g[10, x + 10, 0]
+        text = "#0 ant" if v == 10 else "#1 bumbleb"  # cut to the 10 characters of 64 pixels
+        cols = caption_extent(g, 66, x, 64)
+        assert 6 * (len(text) - 1) <= cols.max() <= 6 * len(text) - 2, (text, cols)
