@@ -34,7 +34,8 @@ static const char usage[] =
     "  verify DATASET [--decode]       check shard structure and record checksums\n"
     "  cat DATASET INDEX [--field F]   write one record's field to stdout\n"
     "  preview DATASET --pipeline SPEC -o FILE.png\n"
-    "                                  a PNG grid of augmented samples (--count, --seed, --columns)\n"
+    "                                  a PNG grid of augmented samples (--count, --seed, --columns,\n"
+    "                                  --labels, --compare original beside augmented, --scale)\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -135,9 +136,12 @@ const char *cli_bad_option(char **argv)
 
 static void unknown_command(const char *what, const char *cmd)
 {
-    const char *hit = cli_suggest(cmd, commands, sizeof commands / sizeof *commands);
+    static const char *const flags[] = {"version", "help"}; /* "--verison" */
+    const char *hit = cmd[0] == '-' && cmd[1] == '-'
+                          ? cli_suggest(cmd + 2, flags, sizeof flags / sizeof *flags)
+                          : cli_suggest(cmd, commands, sizeof commands / sizeof *commands);
     if (hit)
-        cli_error("%s '%s'; did you mean '%s'?", what, cmd, hit);
+        cli_error("%s '%s'; did you mean '%s%s'?", what, cmd, cmd[0] == '-' ? "--" : "", hit);
     else
         cli_error("%s '%s' (try 'stoker help')", what, cmd);
 }

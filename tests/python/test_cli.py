@@ -193,6 +193,7 @@ def test_pack_shard_size_below_one_byte_is_usage_error(cifar_dir, tmp_path, size
     (["perview"], "stoker: unknown command 'perview'; did you mean 'preview'?\n"),
     (["help", "pakc"], "stoker: no command 'pakc'; did you mean 'pack'?\n"),
     (["frobnicate"], "stoker: unknown command 'frobnicate' (try 'stoker help')\n"),
+    (["--verison"], "stoker: unknown command '--verison'; did you mean '--version'?\n"),
     (["bench", "x", "--pipline", "to u8"],
      "stoker: unknown option '--pipline'; did you mean '--pipeline'?\n"),
     (["bench", "x", "--pipeline", "to u8", "--treads=2"],
