@@ -28,11 +28,11 @@
  * only given for something that exists but is not recognised (a directory,
  * a file, a pattern matching files); a path that is not there is "PATH: no
  * such file or directory" and a pattern matching nothing "PATTERN: no file
- * matches this pattern", since listing every layout would bury the typo. Readers written
- * before the table keep their entry points (dataset.h) and get their rows
- * and small adapters here; a new reader defines its row in its own file and
- * adds one X to STK_SELF_DESCRIBED_READERS (docs/datasets.md, "Adding a
- * reader").
+ * matches this pattern", since listing every layout would bury the typo.
+ * Readers written before the table keep their entry points (dataset.h) and
+ * get their rows and small adapters here; a new reader defines its row in
+ * its own file and adds one X to STK_SELF_DESCRIBED_READERS
+ * (docs/datasets.md, "Adding a reader").
  *
  * A name like "foo:bar" that is not an existing path and whose "foo" looks
  * like a scheme is an unknown prefix (STK_EINVAL) rather than a missing file,
@@ -779,8 +779,7 @@ static int stk_open_detect(const char *uri, const char *path, const char *query,
         glob_t g;
         int grc = glob(path, 0, NULL, &g);
         size_t n = grc == 0 ? g.gl_pathc : 0;
-        if (grc == 0 || grc == GLOB_NOMATCH)
-            globfree(&g);
+        globfree(&g); /* glob leaves g for globfree on failure too */
         if (grc == GLOB_NOMATCH || (grc == 0 && n == 0))
             return stk_fail(STK_ENOENT, "%s: no file matches this pattern", path);
         if (grc != 0)
