@@ -10,7 +10,9 @@
 #ifndef STK_CLI_H
 #define STK_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <stoker/stoker.h>
@@ -56,6 +58,18 @@ void cli_sampling_free(stk_sampling *sg);
 
 /* "stoker: " + formatted message on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Did-you-mean (main.c): the Damerau-Levenshtein distance (optimal string
+ * alignment) of a and b (SIZE_MAX past 64 bytes); the candidate nearest to
+ * `word` at distance <= 2 and below its length, or NULL. */
+size_t cli_distance(const char *a, const char *b);
+const char *cli_suggest(const char *word, const char *const *candidates, size_t n);
+/* The usage error of an unknown option `arg` ("--pipline", "--x=1", "-z"),
+ * with "did you mean '--NAME'?" when one of `options` is near. */
+void cli_unknown_option(const char *arg, const struct option *options);
+/* The option getopt_long just refused ('?'): "-x" for an unknown short
+ * option, else argv[optind - 1]. */
+const char *cli_bad_option(char **argv);
 
 /* Peak resident set size of this process in MB. */
 double cli_peak_rss_mb(void);

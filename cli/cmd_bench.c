@@ -257,6 +257,7 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
 {
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":p:b:t:e:s:h", bench_options, NULL)) != -1) {
         switch (c) {
@@ -301,7 +302,7 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
             break;
         case 'h': fputs(usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), bench_options); return EXIT_USAGE;
         }
     }
     if (!cli_check_order(a->opt.no_shuffle, a->opt.shuffle, a->opt.block_size,

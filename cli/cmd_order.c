@@ -115,6 +115,7 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
     uint64_t epoch = 0;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":s:e:b:h", order_options, NULL)) != -1) {
         switch (c) {
@@ -142,7 +143,7 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
         case OPT_MIX_WEIGHTS: if (!cli_parse_mix_weights(optarg, sg, &nweights)) return EXIT_USAGE; break;
         case 'h': fputs(order_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), order_options); return EXIT_USAGE;
         }
     }
     if (!cli_check_order(so.no_shuffle, so.shuffle, so.block_size, so.shuffle_window))

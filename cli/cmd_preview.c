@@ -23,6 +23,13 @@ static const char preview_usage[] =
     "  -n, --count N          samples shown (16)\n"
     "  -s, --seed S           shuffle/augmentation seed (0)\n"
     "  -c, --columns C        grid columns (about sqrt(N))\n"
+    "  -l, --labels           a caption under each tile: \"#INDEX CLASS\" (dataset index,\n"
+    "                         class name or label number)\n"
+    "      --compare          the original sample (fitted into the tile) left of each\n"
+    "                         augmented one\n"
+    "      --scale K          draw each pixel as a KxK block (1-64; default: tiles under\n"
+    "                         64 pixels are enlarged by the smallest whole factor that\n"
+    "                         reaches 64, e.g. CIFAR's 32x32 by 2; 1 never enlarges)\n"
     "  -h, --help             this text\n";
 
 static const struct option preview_options[] = {
@@ -31,6 +38,9 @@ static const struct option preview_options[] = {
     {"count", required_argument, NULL, 'n'},
     {"seed", required_argument, NULL, 's'},
     {"columns", required_argument, NULL, 'c'},
+    {"labels", no_argument, NULL, 'l'},
+    {"compare", no_argument, NULL, 'C'},
+    {"scale", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -38,21 +48,30 @@ static const struct option preview_options[] = {
 int cmd_preview(int argc, char **argv)
 {
     const char *pipeline = NULL, *output = NULL;
-    uint32_t count = 16, columns = 0;
-    uint64_t seed = 0;
+    stk_preview_options po = {.count = 16};
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":p:o:n:s:c:h", preview_options, NULL)) != -1) {
+    optopt = 0;
+    while ((c = getopt_long(argc, argv, ":p:o:n:s:c:lh", preview_options, NULL)) != -1) {
         switch (c) {
         case 'p': pipeline = optarg; break;
         case 'o': output = optarg; break;
-        case 'n': if (!cli_parse_count(optarg, "--count", &count)) return EXIT_USAGE; break;
-        case 's': if (!cli_parse_u64(optarg, "--seed", &seed)) return EXIT_USAGE; break;
-        case 'c': if (!cli_parse_count(optarg, "--columns", &columns)) return EXIT_USAGE; break;
+        case 'n': if (!cli_parse_count(optarg, "--count", &po.count)) return EXIT_USAGE; break;
+        case 's': if (!cli_parse_u64(optarg, "--seed", &po.seed)) return EXIT_USAGE; break;
+        case 'c': if (!cli_parse_count(optarg, "--columns", &po.columns)) return EXIT_USAGE; break;
+        case 'l': po.labels = 1; break;
+        case 'C': po.compare = 1; break;
+        case 'S':
+            if (!cli_parse_count(optarg, "--scale", &po.scale)) return EXIT_USAGE;
+            if (po.scale > 64) {
+                cli_error("--scale: %u is more than 64", po.scale);
+                return EXIT_USAGE;
+            }
+            break;
         case 'h': fputs(preview_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), preview_options); return EXIT_USAGE;
         }
     }
     if (optind + 1 != argc) {
@@ -70,7 +89,7 @@ int cmd_preview(int argc, char **argv)
         cli_error("%s", stk_errmsg());
         return EXIT_RUNTIME;
     }
-    rc = stk_preview(ds, pipeline, count, seed, columns, output);
+    rc = stk_preview_write(ds, pipeline, &po, output);
     if (rc < 0)
         cli_error("%s", stk_errmsg());
     else

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -39,33 +40,89 @@ static const char pack_usage[] =
     "                         from the source files\n"
     "      --no-validate      keep encoded bytes without decoding them first\n"
     "      --strict           fail on the first unreadable input\n"
-    "  -q, --quiet            no progress bar\n"
+    "  -q, --quiet            no progress output\n"
+    "      --progress-interval S\n"
+    "                         when stderr is not a terminal: a progress line every S\n"
+    "                         seconds (10; 0: after every block of records)\n"
     "  -h, --help             this text\n";
 
+/* Progress. On a terminal (stderr) one line redrawn in place, at most 10
+ * times a second and at the end: a bar, records done/total, percentage,
+ * records/s, MB/s of shard bytes written, and the time left at the rate so
+ * far. Otherwise (a log, a pipe) the same figures as a plain line every
+ * --progress-interval seconds (10; 0: after every block of records) and
+ * at the end. --quiet: none at all. */
 typedef struct pack_ctx {
-    bool bar;
+    bool bar;            /* stderr is a terminal: redraw one line */
+    bool quiet;
+    double interval;     /* plain lines: seconds between them */
+    double start, last;  /* monotonic seconds: pack start, last line drawn */
+    bool drawn;          /* a bar line is on the screen (to clear before a skip line) */
     uint64_t skipped;
 } pack_ctx;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void on_skip(void *ctx, uint64_t index, const char *reason)
 {
     pack_ctx *c = ctx;
+    (void)index;
     c->skipped++;
-    if (c->bar)
+    if (c->drawn)
         fputs("\r\033[K", stderr);
+    c->drawn = false;
     fprintf(stderr, "skipped: %s\n", reason);
 }
 
-static void on_progress(void *ctx, uint64_t done, uint64_t total)
+/* "1:02:03", "2:03" or "?" (no rate yet) into buf. */
+static const char *format_eta(char *buf, size_t n, double seconds)
+{
+    if (!(seconds >= 0 && seconds < 1e8)) {
+        snprintf(buf, n, "?");
+        return buf;
+    }
+    unsigned long long t = (unsigned long long)(seconds + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%llu:%02llu:%02llu", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%llu:%02llu", t / 60, t % 60);
+    return buf;
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
 {
     pack_ctx *c = ctx;
-    if (!c->bar)
+    if (c->quiet)
         return;
-    int width = 40, filled = total ? (int)(width * done / total) : width;
-    fprintf(stderr, "\r[%.*s%*s] %llu/%llu", filled, "########################################",
-            width - filled, "", (unsigned long long)done, (unsigned long long)total);
-    if (done == total)
-        fputc('\n', stderr);
+    double t = now_s(), elapsed = t - c->start;
+    bool end = done == total;
+    if (!end && t - c->last < (c->bar ? 0.1 : c->interval))
+        return;
+    c->last = t;
+    double rate = elapsed > 0 ? (double)done / elapsed : 0;
+    double mbps = elapsed > 0 ? (double)bytes / 1e6 / elapsed : 0;
+    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    char eta[32];
+    format_eta(eta, sizeof eta, rate > 0 ? (double)(total - done) / rate : -1);
+    if (c->bar) {
+        int width = 30, filled = total ? (int)((uint64_t)width * done / total) : width;
+        fprintf(stderr, "\r\033[K[%.*s%*s] %llu/%llu %.1f%% %.0f rec/s %.1f MB/s ETA %s",
+                filled, "##############################", width - filled, "",
+                (unsigned long long)done, (unsigned long long)total, pct, rate, mbps, eta);
+        c->drawn = !end;
+        if (end)
+            fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "pack: %llu/%llu records (%.1f%%), %.0f records/s, %.1f MB/s, %.1f MB "
+                        "written, ETA %s\n",
+                (unsigned long long)done, (unsigned long long)total, pct, rate, mbps,
+                (double)bytes / 1e6, eta);
+    }
     fflush(stderr);
 }
 
@@ -98,14 +155,17 @@ int cmd_pack(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
         {"reencode", no_argument, NULL, 'R'},         {"max-side", required_argument, NULL, 'M'},
         {"quality", required_argument, NULL, 'Q'},    {"restart", required_argument, NULL, 'T'},
+        {"progress-interval", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     stk_pack_options o = {0};
-    pack_ctx ctx = {.bar = isatty(STDERR_FILENO)};
+    pack_ctx ctx = {.bar = isatty(STDERR_FILENO), .interval = 10};
+    uint32_t interval;
     uint32_t zstd = 0, quality = 0;
     bool reencode = false;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":s:j:qh", options, NULL)) != -1) {
         switch (c) {
@@ -125,10 +185,14 @@ int cmd_pack(int argc, char **argv)
             }
             break;
         case 'S': o.strict = 1; break;
-        case 'q': ctx.bar = false; break;
+        case 'q': ctx.quiet = true; break;
+        case 'P':
+            if (!cli_parse_u32(optarg, "--progress-interval", &interval)) return EXIT_USAGE;
+            ctx.interval = interval;
+            break;
         case 'h': fputs(pack_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
         }
     }
     if (optind + 2 != argc) {
@@ -164,12 +228,13 @@ int cmd_pack(int argc, char **argv)
     }
     o.zstd_level = (int)zstd;
     o.on_skip = on_skip;
-    o.on_progress = on_progress;
+    o.on_progress_bytes = on_progress;
     o.ctx = &ctx;
+    ctx.start = ctx.last = now_s();
     stk_pack_result r;
     int rc = stk_pack(argv[optind], argv[optind + 1], &o, &r);
     if (rc < 0) {
-        if (ctx.bar)
+        if (ctx.drawn)
             fputs("\n", stderr);
         cli_error("pack: %s", stk_errmsg());
         return rc == STK_EINVAL ? EXIT_USAGE : EXIT_RUNTIME;
@@ -244,6 +309,12 @@ int cmd_inspect(int argc, char **argv)
     if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         fputs(inspect_usage, stdout);
         return 0;
+    }
+    if (argc == 2 && argv[1][0] == '-' && argv[1][1]) {
+        static const struct option inspect_options[] = {{"help", no_argument, NULL, 'h'},
+                                                         {NULL, 0, NULL, 0}};
+        cli_unknown_option(argv[1], inspect_options);
+        return EXIT_USAGE;
     }
     if (argc != 2) {
         cli_error("inspect: expected one DATASET (see 'stoker inspect --help')");
@@ -373,7 +444,10 @@ int cmd_verify(int argc, char **argv)
             fputs(verify_usage, stdout);
             return 0;
         } else if (argv[i][0] == '-') {
-            cli_error("unknown option '%s' (see --help)", argv[i]);
+            static const struct option verify_options[] = {
+                {"decode", no_argument, NULL, 'd'}, {"help", no_argument, NULL, 'h'},
+                {NULL, 0, NULL, 0}};
+            cli_unknown_option(argv[i], verify_options);
             return EXIT_USAGE;
         } else if (!uri)
             uri = argv[i];
@@ -423,6 +497,7 @@ int cmd_cat(int argc, char **argv)
     const char *field = NULL, *output = NULL;
     optind = 1;
     opterr = 0;
+    optopt = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":f:o:h", options, NULL)) != -1) {
         switch (c) {
@@ -430,7 +505,7 @@ int cmd_cat(int argc, char **argv)
         case 'o': output = optarg; break;
         case 'h': fputs(cat_usage, stdout); return 0;
         case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_error("unknown option '%s' (see --help)", argv[optind - 1]); return EXIT_USAGE;
+        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
         }
     }
     if (optind + 2 != argc) {

@@ -1,11 +1,19 @@
 /*
  * main.c — `stoker`: dispatch to a command, shared helpers.
+ *
+ * A mistyped command or option is answered with the closest known one when
+ * it is near enough: the Damerau-Levenshtein distance (optimal string
+ * alignment: insertions, deletions, substitutions and swaps of two
+ * neighbours, each costing 1) is at most 2 and smaller than the typed
+ * word's length (so "x" is not "corrected" to "raw"). Ties go to the first
+ * candidate in the table's order.
  */
 #include "cli.h"
 
 #include <stoker/stoker.h>
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +34,8 @@ static const char usage[] =
     "  verify DATASET [--decode]       check shard structure and record checksums\n"
     "  cat DATASET INDEX [--field F]   write one record's field to stdout\n"
     "  preview DATASET --pipeline SPEC -o FILE.png\n"
-    "                                  a PNG grid of augmented samples (--count, --seed, --columns)\n"
+    "                                  a PNG grid of augmented samples (--count, --seed, --columns,\n"
+    "                                  --labels, --compare original beside augmented, --scale)\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -43,6 +52,98 @@ static void print_usage(FILE *f)
     for (uint32_t i = 0; stk_dataset_reader(i, &form, &desc); i++)
         fprintf(f, "  %s\n      %s\n", form, desc);
     fputs("Exit status: 0 success, 1 runtime failure (data, I/O), 2 usage error.\n", f);
+}
+
+static const char *const commands[] = {"bench",   "order", "pack", "inspect", "verify",
+                                       "cat",     "preview", "demo", "version", "help"};
+
+size_t cli_distance(const char *a, const char *b)
+{
+    enum { MAXLEN = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n > MAXLEN || m > MAXLEN)
+        return SIZE_MAX;
+    size_t d[MAXLEN + 1][MAXLEN + 1];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t cost = a[i - 1] != b[j - 1];
+            size_t v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v)
+                v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+const char *cli_suggest(const char *word, const char *const *candidates, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = 3, len = strlen(word);
+    for (size_t i = 0; i < n; i++) {
+        size_t dist = cli_distance(word, candidates[i]);
+        if (dist < best_d && dist < len) {
+            best = candidates[i];
+            best_d = dist;
+        }
+    }
+    return best;
+}
+
+void cli_unknown_option(const char *arg, const struct option *options)
+{
+    /* "--name=value" and "-x" are compared by their name alone */
+    char name[65];
+    const char *p = arg;
+    while (*p == '-')
+        p++;
+    size_t len = strcspn(p, "=");
+    const char *names[64];
+    size_t n = 0;
+    if (len < sizeof name && options) {
+        memcpy(name, p, len);
+        name[len] = '\0';
+        for (; options[n].name && n < 64; n++)
+            names[n] = options[n].name;
+        const char *hit = cli_suggest(name, names, n);
+        if (hit) {
+            cli_error("unknown option '%s'; did you mean '--%s'?", arg, hit);
+            return;
+        }
+    }
+    cli_error("unknown option '%s' (see --help)", arg);
+}
+
+const char *cli_bad_option(char **argv)
+{
+    static char shortopt[3];
+    if (optopt && optopt != '?') { /* an unknown short option (it may sit in a cluster) */
+        shortopt[0] = '-';
+        shortopt[1] = (char)optopt;
+        shortopt[2] = '\0';
+        return shortopt;
+    }
+    return argv[optind - 1];
+}
+
+static void unknown_command(const char *what, const char *cmd)
+{
+    static const char *const flags[] = {"version", "help"}; /* "--verison" */
+    const char *hit = cmd[0] == '-' && cmd[1] == '-'
+                          ? cli_suggest(cmd + 2, flags, sizeof flags / sizeof *flags)
+                          : cli_suggest(cmd, commands, sizeof commands / sizeof *commands);
+    if (hit)
+        cli_error("%s '%s'; did you mean '%s%s'?", what, cmd, cmd[0] == '-' ? "--" : "", hit);
+    else
+        cli_error("%s '%s' (try 'stoker help')", what, cmd);
 }
 
 void cli_error(const char *fmt, ...)
@@ -179,12 +280,12 @@ int main(int argc, char **argv)
                 return cmd_cat(2, sub);
             if (!strcmp(argv[2], "preview"))
                 return cmd_preview(2, sub);
-            cli_error("no command '%s' (try 'stoker help')", argv[2]);
+            unknown_command("no command", argv[2]);
             return EXIT_USAGE;
         }
         print_usage(stdout);
         return 0;
     }
-    cli_error("unknown command '%s' (try 'stoker help')", cmd);
+    unknown_command("unknown command", cmd);
     return EXIT_USAGE;
 }

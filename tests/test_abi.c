@@ -39,8 +39,11 @@ static void test_struct_sizes_are_pinned(void **state)
     /* path, 3 x u64, 2 reserved */
     assert_int_equal(sizeof(stk_shard_info), 8 + 24 + 16);
     /* shard_bytes; jobs, mode, zstd_level, strict, no_validate (+4); 3 pointers;
-     * max_side, quality; restart_interval (+4); 8 reserved */
+     * max_side, quality; restart_interval (+4); then in the 8 words once
+     * reserved: on_progress_bytes, 7 reserved */
     assert_int_equal(sizeof(stk_pack_options), 8 + 24 + 24 + 8 + 8 + 64);
+    assert_int_equal(offsetof(stk_pack_options, on_progress_bytes), 72);
+    assert_int_equal(offsetof(stk_pack_options, reserved_), 80);
     assert_int_equal(sizeof(stk_pack_result), 8 + 8 + 8 + 8 + 8 + 32);
     /* decode (+4), 3 pointers, 4 reserved */
     assert_int_equal(sizeof(stk_verify_options), 8 + 24 + 32);
@@ -93,6 +96,9 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(sizeof(stk_op_param), 8 + 8 + 24 + 16);
     /* 4 pointers, nparams + reserved32_, 4 params, 4 reserved */
     assert_int_equal(sizeof(stk_op_info), 32 + 8 + 4 * 56 + 32);
+    /* count, columns, seed, labels, compare, scale, reserved32_, 4 reserved */
+    assert_int_equal(sizeof(stk_preview_options), 8 + 8 + 16 + 32);
+    assert_int_equal(offsetof(stk_preview_options, reserved_), 32);
 }
 
 enum { N = 64, H = 4, W = 4, C = 3 };
@@ -152,6 +158,15 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_verify_options vo = {0};
     vo.reserved_[1] = 1;
     expect_reserved_error(stk_verify(tu_path("abi-pack"), &vo, NULL), "stk_verify_options");
+
+    stk_preview_options pv = {0};
+    pv.reserved_[3] = 1;
+    expect_reserved_error(stk_preview_write(ds, "to u8", &pv, tu_path("abi.png")),
+                          "stk_preview_options");
+    pv.reserved_[3] = 0;
+    pv.reserved32_ = 1;
+    assert_int_equal(stk_preview_write(ds, "to u8", &pv, tu_path("abi.png")), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "reserved32_ is not zero"));
 
     /* state_set: a valid state from state_get, then one reserved word set */
     lo.reserved_[NWORDS(lo.reserved_) - 1] = 0;

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
@@ -1094,7 +1095,38 @@ static void test_uri_errors(void **state)
 
     /* Missing paths, undetectable paths. */
     char *missing = fmt("%s/does-not-exist", dir);
-    expect_open_fail(missing, NULL, STK_ENOENT, missing, "data_batch_1.bin", "idx3");
+    /* A missing path says so, without the list of layouts (issue 11). */
+    expect_open_fail(missing, NULL, STK_ENOENT, missing, ": no such file or directory", NULL);
+    assert_null(strstr(stk_errmsg(), "data_batch_1.bin"));
+    assert_null(strstr(stk_errmsg(), "looked for"));
+    {
+        char *want = fmt("%s: no such file or directory", missing);
+        assert_string_equal(stk_errmsg(), want);
+        free(want);
+        char *below = fmt("%s/x/y", missing); /* a parent missing too */
+        expect_open_fail(below, NULL, STK_ENOENT, below, ": no such file or directory", NULL);
+        free(below);
+        /* A pattern matching nothing, and one matching files of no known format. */
+        char *pat = fmt("%s/*.jpg", dir);
+        expect_open_fail(pat, NULL, STK_ENOENT, pat, ": no file matches this pattern", NULL);
+        assert_null(strstr(stk_errmsg(), "looked for"));
+        free(pat);
+        char *odd = fmt("%s/odd-1.xyz", dir);
+        FILE *f = fopen(odd, "wb");
+        assert_non_null(f);
+        fputs("x", f);
+        fclose(f);
+        pat = fmt("%s/odd-*.xyz", dir);
+        expect_open_fail(pat, NULL, STK_EINVAL, pat,
+                         "cannot detect the dataset format of the 1 file this pattern matches",
+                         "looked for");
+        free(pat);
+        /* An existing file of no known format keeps the list. */
+        expect_open_fail(odd, NULL, STK_EINVAL, odd, "cannot detect the dataset format",
+                         "looked for");
+        unlink(odd);
+        free(odd);
+    }
     uri = fmt("mnist:%s", missing);
     expect_open_fail(uri, NULL, STK_ENOENT, missing, NULL, NULL);
     free(uri);

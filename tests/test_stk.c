@@ -528,6 +528,29 @@ static void test_writer_rejects_bad_input(void **state)
     assert_int_equal(stk_shard_writer_open("/nonexistent/dir/x.stk", ok, 1, NULL, 0, &w), STK_ENOENT);
 }
 
+/* Progress calls of a pack: both callbacks, recorded. */
+typedef struct progress_log {
+    uint64_t done[64], total[64], bytes[64], old_done[64];
+    int n, old_n;
+} progress_log;
+
+static void log_progress_bytes(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
+{
+    progress_log *g = ctx;
+    assert_true(g->n < 64);
+    g->done[g->n] = done;
+    g->total[g->n] = total;
+    g->bytes[g->n++] = bytes;
+}
+
+static void log_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    progress_log *g = ctx;
+    assert_true(g->old_n < 64);
+    assert_int_equal(total, 750);
+    g->old_done[g->old_n++] = done;
+}
+
 /* stk_pack from CIFAR-10 files: every sample equals the source, labels and
  * order kept; the output is byte-identical for 1 and 3 jobs. */
 static void test_pack_cifar_round_trip_and_determinism(void **state)
@@ -551,7 +574,28 @@ static void test_pack_cifar_round_trip_and_determinism(void **state)
     free(rec);
     stk_pack_options o = {.jobs = 1, .shard_bytes = 1 << 20, .mode = STK_PACK_RAW, .zstd_level = 1};
     stk_pack_result r1, r3;
+    progress_log log = {0};
+    o.on_progress = log_progress;
+    o.on_progress_bytes = log_progress_bytes;
+    o.ctx = &log;
     assert_int_equal(stk_pack(src, d1, &o, &r1), 0);
+    /* jobs 1: blocks of 64 records, a call after each (750 = 11 * 64 + 46);
+     * bytes written grow, the open shard's included, and end within the
+     * final total (which adds the last shard's index and footer). */
+    assert_int_equal(log.n, 12);
+    assert_int_equal(log.old_n, 12);
+    for (int i = 0; i < log.n; i++) {
+        assert_int_equal(log.done[i], i < 11 ? (uint64_t)(i + 1) * 64 : 750);
+        assert_int_equal(log.old_done[i], log.done[i]);
+        assert_int_equal(log.total[i], 750);
+        assert_true(log.bytes[i] > (i ? log.bytes[i - 1] : 0));
+        assert_true(log.bytes[i] >= log.done[i] * 3072 / 2); /* zstd of random bytes barely shrinks */
+    }
+    assert_true(log.bytes[log.n - 1] <= r1.bytes);
+    assert_true(log.bytes[log.n - 1] >= r1.bytes - r1.bytes / 10);
+    o.on_progress = NULL;
+    o.on_progress_bytes = NULL;
+    o.ctx = NULL;
     o.jobs = 3;
     assert_int_equal(stk_pack(src, d3, &o, &r3), 0);
     assert_int_equal(r1.records, 750);

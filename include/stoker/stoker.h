@@ -397,7 +397,11 @@ typedef struct stk_pack_options {
      * stored bytes then differ from the source file's; other files are
      * kept as they are. */
     uint32_t restart_interval;
-    uint64_t reserved_[8]; /* must be zero (ABI: see the top of this file) */
+    /* Carved out of the reserved words: called where on_progress is (both
+     * are called when both are set), with `bytes` the shard bytes written
+     * so far, the open shard's included (the CLI's MB/s). */
+    void (*on_progress_bytes)(void *ctx, uint64_t done, uint64_t total, uint64_t bytes);
+    uint64_t reserved_[7]; /* must be zero (ABI: see the top of this file) */
 } stk_pack_options;
 
 typedef struct stk_pack_result {
@@ -862,6 +866,37 @@ STK_API int stk_op_describe(int index, stk_op_info *info);
  */
 STK_API int stk_preview(stk_dataset *ds, const char *spec, uint32_t count, uint64_t seed,
                         uint32_t columns, const char *png_path);
+
+/*
+ * stk_preview with more to see (docs/cli.md, `stoker preview`):
+ *  - scale: each augmented pixel drawn as a scale x scale block (nearest
+ *    neighbour, so the pixels shown are the pixels fed). 0 = automatic:
+ *    tiles whose shorter side is under 64 pixels are enlarged by the
+ *    smallest whole factor that brings it to 64 or more (CIFAR's 32x32 by
+ *    2, MNIST's 28x28 by 3), larger ones are drawn as they are. At most 64.
+ *  - compare: each cell shows the original sample (decoded whole, fitted
+ *    into the tile with its aspect kept: a whole-number enlargement by
+ *    nearest neighbour, anything else Pillow's antialiased bilinear) on the
+ *    left, the augmented one on the right, 2 pixels apart; cells are then 8
+ *    pixels apart instead of 2.
+ *  - labels: a caption under each cell, in a built-in 5x7 pixel font (ASCII;
+ *    any other byte drawn as '?'), cut to the cell's width: "#INDEX NAME",
+ *    the dataset index and the class name, or "#INDEX label L" when the
+ *    dataset has no class names. The caption strip is 11 pixels high.
+ * Callers fill the struct (zero means the default); reserved words must be 0.
+ */
+typedef struct stk_preview_options {
+    uint32_t count;        /* samples shown (0 = 16) */
+    uint32_t columns;      /* grid columns (0 = about sqrt(count)) */
+    uint64_t seed;         /* shuffle and augmentation seed */
+    int labels;            /* nonzero: a caption under each cell */
+    int compare;           /* nonzero: the original beside each augmented sample */
+    uint32_t scale;        /* tile magnification, 0 = automatic (above) */
+    uint32_t reserved32_;  /* must be zero */
+    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
+} stk_preview_options;
+STK_API int stk_preview_write(stk_dataset *ds, const char *spec, const stk_preview_options *opts,
+                              const char *png_path);
 
 #ifdef __cplusplus
 }

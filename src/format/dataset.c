@@ -24,11 +24,15 @@
  *     named *.jpg, *.png... (torchvision's IMG_EXTENSIONS)  -> imagefolder
  *
  * The same table gives the prefix list and the "looked for ..." lists of
- * the messages, and stk_dataset_reader (the CLI's help). Readers written
- * before the table keep their entry points (dataset.h) and get their rows
- * and small adapters here; a new reader defines its row in its own file and
- * adds one X to STK_SELF_DESCRIBED_READERS (docs/datasets.md, "Adding a
- * reader").
+ * the messages, and stk_dataset_reader (the CLI's help). Those lists are
+ * only given for something that exists but is not recognised (a directory,
+ * a file, a pattern matching files); a path that is not there is "PATH: no
+ * such file or directory" and a pattern matching nothing "PATTERN: no file
+ * matches this pattern", since listing every layout would bury the typo.
+ * Readers written before the table keep their entry points (dataset.h) and
+ * get their rows and small adapters here; a new reader defines its row in
+ * its own file and adds one X to STK_SELF_DESCRIBED_READERS
+ * (docs/datasets.md, "Adding a reader").
  *
  * A name like "foo:bar" that is not an existing path and whose "foo" looks
  * like a scheme is an unknown prefix (STK_EINVAL) rather than a missing file,
@@ -51,9 +55,12 @@
 #include "core/util.h"
 #include "format/reader_util.h"
 
+#include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------------ */
 /* Shell, options, public accessors                                         */
@@ -764,10 +771,30 @@ static int stk_open_detect(const char *uri, const char *path, const char *query,
                         "%s); name the format with a prefix: %s",
                         path, files,
                         stk_reader_list_text(prefixes, sizeof prefixes, STK_LIST_PREFIXES));
-    return stk_fail(STK_ENOENT,
-                    "%s: no such file or directory (expected a directory with %s, or a file "
-                    "named %s)",
-                    path, dirs, files);
+    /* Nothing there: say so, without the list of layouts (the path, not the
+     * format, is what is wrong). A pattern that no reader took is expanded
+     * here, so that "no file matches" is told apart from "matches files of
+     * no known format". */
+    if (strpbrk(path, "*?[")) {
+        glob_t g;
+        int grc = glob(path, 0, NULL, &g);
+        size_t n = grc == 0 ? g.gl_pathc : 0;
+        globfree(&g); /* glob leaves g for globfree on failure too */
+        if (grc == GLOB_NOMATCH || (grc == 0 && n == 0))
+            return stk_fail(STK_ENOENT, "%s: no file matches this pattern", path);
+        if (grc != 0)
+            return stk_fail(STK_EIO, "%s: cannot expand the pattern", path);
+        return stk_fail(STK_EINVAL,
+                        "%s: cannot detect the dataset format of the %zu file%s this pattern "
+                        "matches (looked for %s); name the format with a prefix: %s",
+                        path, n, n == 1 ? "" : "s", files,
+                        stk_reader_list_text(prefixes, sizeof prefixes, STK_LIST_PREFIXES));
+    }
+    struct stat st;
+    int err = stat(path, &st) == 0 ? 0 : errno;
+    if (err == ENOENT || err == ENOTDIR || err == 0)
+        return stk_fail(STK_ENOENT, "%s: no such file or directory", path);
+    return stk_fail(STK_EIO, "%s: %s", path, strerror(err));
 }
 
 /* "abc:" at the start, with a scheme-like name before the colon. */

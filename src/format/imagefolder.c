@@ -190,12 +190,26 @@ static void stk_files_sample_name(const stk_dataset *ds, uint64_t index, char *b
         snprintf(buf, size, "%s/%s", f->root, rel);
 }
 
+/* The label from the listing: no file is opened, so `stoker inspect` of an
+ * image folder (its label histogram) costs the directory walk alone. The
+ * file's own checks (it exists, is a regular file, not empty, within
+ * max_bytes) stay where they were, at read time: a loader still skips or
+ * names a bad file when it reads it. */
+static int stk_files_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    const stk_files_impl *f = ds->impl;
+    *label = f->labels[index];
+    return 0;
+}
+
 static const stk_dataset_vtable stk_imagefolder_vt = {.format = "imagefolder",
                                                       .read = stk_files_read,
+                                                      .label = stk_files_label,
                                                       .close = stk_files_close,
                                                       .sample_name = stk_files_sample_name};
 static const stk_dataset_vtable stk_list_vt = {.format = "list",
                                                .read = stk_files_read,
+                                               .label = stk_files_label,
                                                .close = stk_files_close,
                                                .sample_name = stk_files_sample_name};
 

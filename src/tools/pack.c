@@ -675,6 +675,9 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         }
         if (o->on_progress)
             o->on_progress(o->ctx, start + count, p.ds->count);
+        if (o->on_progress_bytes)
+            o->on_progress_bytes(o->ctx, start + count, p.ds->count,
+                                 res.bytes + (w ? stk_shard_writer_bytes(w) : 0));
     }
     if (w) {
         if ((rc = stk_shard_writer_seal(w)) < 0)

@@ -1,5 +1,7 @@
 """The stoker CLI: reproducible digests, order, JSON report, errors."""
 import json
+import re
+import subprocess
 import os
 
 import numpy as np
@@ -181,3 +183,272 @@ def test_pack_shard_size_below_one_byte_is_usage_error(cifar_dir, tmp_path, size
     assert p.returncode == 2
     assert p.stderr == "stoker: --shard-size: expected a size like 512M or 1G, got '%s'\n" % size
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- issue 11: CLI polish
+
+@pytest.mark.parametrize("args,message", [
+    (["bnech"], "stoker: unknown command 'bnech'; did you mean 'bench'?\n"),
+    (["inpsect", "x"], "stoker: unknown command 'inpsect'; did you mean 'inspect'?\n"),
+    (["perview"], "stoker: unknown command 'perview'; did you mean 'preview'?\n"),
+    (["help", "pakc"], "stoker: no command 'pakc'; did you mean 'pack'?\n"),
+    (["frobnicate"], "stoker: unknown command 'frobnicate' (try 'stoker help')\n"),
+    (["--verison"], "stoker: unknown command '--verison'; did you mean '--version'?\n"),
+    (["bench", "x", "--pipline", "to u8"],
+     "stoker: unknown option '--pipline'; did you mean '--pipeline'?\n"),
+    (["bench", "x", "--pipeline", "to u8", "--treads=2"],
+     "stoker: unknown option '--treads=2'; did you mean '--threads'?\n"),
+    (["order", "10", "--wrold-size", "2"],
+     "stoker: unknown option '--wrold-size'; did you mean '--world-size'?\n"),
+    (["pack", "a", "b", "--shard-szie", "1M"],
+     "stoker: unknown option '--shard-szie'; did you mean '--shard-size'?\n"),
+    (["verify", "x", "--decod"], "stoker: unknown option '--decod'; did you mean '--decode'?\n"),
+    (["inspect", "--hlep"], "stoker: unknown option '--hlep'; did you mean '--help'?\n"),
+    (["cat", "x", "0", "--feild", "label"],
+     "stoker: unknown option '--feild'; did you mean '--field'?\n"),
+    (["preview", "x", "--colums", "3"],
+     "stoker: unknown option '--colums'; did you mean '--columns'?\n"),
+    (["bench", "x", "--zzzzzz"], "stoker: unknown option '--zzzzzz' (see --help)\n"),
+    (["order", "10", "-x"], "stoker: unknown option '-x' (see --help)\n"),
+])
+def test_did_you_mean(args, message):
+    p = run_stoker(*args, check=False)
+    assert p.returncode == 2
+    assert p.stderr == message
+
+
+def test_missing_path_and_empty_pattern_say_so(tmp_path):
+    missing = str(tmp_path / "no-such-dir")
+    for cmd in (["inspect", missing], ["bench", missing, "--pipeline", "to u8"],
+                ["pack", missing, str(tmp_path / "out")]):
+        p = run_stoker(*cmd, check=False)
+        assert p.returncode == 1
+        assert missing + ": no such file or directory\n" in p.stderr, p.stderr
+        assert "looked for" not in p.stderr and "data_batch_1.bin" not in p.stderr
+    pattern = str(tmp_path / "*.jpg")
+    p = run_stoker("inspect", pattern, check=False)
+    assert p.returncode == 1
+    assert p.stderr == "stoker: %s: no file matches this pattern\n" % pattern
+    # an existing directory of no known layout keeps the list of layouts
+    p = run_stoker("inspect", str(tmp_path), check=False)
+    assert p.returncode == 1
+    assert "no dataset detected in this directory (looked for" in p.stderr
+    assert "ImageFolder" in p.stderr
+
+
+def test_inspect_image_folder_reads_no_file(tmp_path):
+    """The label histogram comes from the directory walk: every image here is
+    a dangling symlink (kept by the listing, as torchvision keeps it), so
+    reading any one would fail; inspect still prints the counts."""
+    root = tmp_path / "folder"
+    counts = {"cat": 3, "dog": 1, "eel": 2}
+    for cls, n in counts.items():
+        (root / cls).mkdir(parents=True)
+        for i in range(n):
+            os.symlink(str(tmp_path / "gone" / ("%s%d.jpg" % (cls, i))),
+                       str(root / cls / ("%d.jpg" % i)))
+    p = run_stoker("inspect", str(root))
+    assert "samples:  6\n" in p.stdout
+    assert "labels:   3 classes\n" in p.stdout
+    for label, (cls, n) in enumerate(counts.items()):
+        assert "  %4d %-24s %d\n" % (label, cls, n) in p.stdout, p.stdout
+    # ... and a loader still finds the files unreadable when it reads them
+    p = run_stoker("bench", str(root), "--pipeline", "resize 8,8 | to u8", check=False)
+    assert p.returncode == 1 and ".jpg: cannot open: No such file or directory" in p.stderr
+    # the same for a list file
+    lst = tmp_path / "list.txt"
+    lst.write_text("folder/cat/0.jpg\t4\nfolder/dog/0.jpg\t1\nfolder/eel/0.jpg\t4\n")
+    p = run_stoker("inspect", "list:%s" % lst)
+    assert "     4 %-24s 2\n" % "" in p.stdout and "     1 %-24s 1\n" % "" in p.stdout, p.stdout
+
+
+PROGRESS_LINE = re.compile(r"pack: (\d+)/(\d+) records \((\d+\.\d)%\), (\d+) records/s, "
+                           r"(\d+\.\d) MB/s, (\d+\.\d) MB written, ETA (\d+:\d\d(?::\d\d)?|\?)$")
+
+
+def test_pack_progress_lines_when_not_a_terminal(cifar_dir, tmp_path):
+    """185 records, --jobs 1: blocks of 64 records, one line after each."""
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "a"), "--jobs", 1,
+                   "--progress-interval", 0)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("pack: ")]
+    got = [PROGRESS_LINE.match(l) for l in lines]
+    assert all(got), p.stderr
+    assert [(int(m[1]), int(m[2]), m[3]) for m in got] == [
+        (64, 185, "34.6"), (128, 185, "69.2"), (185, 185, "100.0")]
+    written = [float(m[6]) for m in got]
+    assert written == sorted(written) and written[0] > 0
+    # 64 raw 32x32x3 records are at least 64 * 3072 bytes
+    assert written[0] >= 64 * 3072 / 1e6 - 0.05
+    assert got[-1][7] == "0:00"
+    assert "packed 185 records" in p.stdout
+    # the default: every 10 seconds, and always the last line
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "b"))
+    lines = [l for l in p.stderr.splitlines() if l.startswith("pack: ")]
+    assert lines and PROGRESS_LINE.match(lines[-1]) and lines[-1].startswith("pack: 185/185 ")
+    # --quiet: none
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "c"), "--quiet", "--progress-interval", 0)
+    assert p.stderr == ""
+    p = run_stoker("pack", cifar_dir[0], str(tmp_path / "d"), "--progress-interval", "x",
+                   check=False)
+    assert p.returncode == 2
+    assert p.stderr == "stoker: --progress-interval: expected a non-negative integer, got 'x'\n"
+
+
+def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
+    """stderr on a pseudo-terminal: one line redrawn with \\r, ending with the
+    full bar, the counts, the rates and the ETA."""
+    import pty
+    from conftest import STOKER
+    master, slave = pty.openpty()
+    p = subprocess.Popen([STOKER, "pack", cifar_dir[0], str(tmp_path / "a"), "--jobs", "1"],
+                         stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=300)
+    os.close(master)
+    assert p.returncode == 0
+    text = out.decode()
+    assert "\r\x1b[K[" + "#" * 30 + "] 185/185 100.0% " in text, repr(text)
+    last = text.rsplit("\r\x1b[K", 1)[1]
+    assert re.fullmatch(r"\[#{30}\] 185/185 100\.0% \d+ rec/s \d+\.\d MB/s ETA 0:00\r?\n", last), \
+        repr(last)
+    assert "pack: " not in text  # not the plain lines
+
+
+# ---------------------------------------------------------------- preview: scale, compare, labels
+
+def preview_png(*args):
+    from PIL import Image
+    run_stoker("preview", *args)
+    return np.asarray(Image.open(args[args.index("-o") + 1]).convert("RGB")).astype(int)
+
+
+def first_indices(uri, seed, n):
+    p = run_stoker("order", uri, "--seed", seed)
+    return [int(x) for x in p.stdout.split()[:n]]
+
+
+def test_preview_enlarges_small_images(cifar_dir, tmp_path):
+    """CIFAR's 32x32: each pixel a 2x2 block by default (the smallest whole
+    factor reaching 64), k x k with --scale k; tiles 2 pixels apart."""
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    hwc = images.transpose(0, 2, 3, 1)
+    idx = first_indices(uri, 3, 4)
+    out = str(tmp_path / "p.png")
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 3,
+                    "-o", out)
+    assert g.shape == (2 * 64 + 2, 2 * 64 + 2, 3)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * 66, (t % 2) * 66
+        want = np.repeat(np.repeat(hwc[i], 2, axis=0), 2, axis=1)
+        assert (g[y:y + 64, x:x + 64] == want).all(), t
+    assert (g[64:66, :] == 40).all() and (g[:, 64:66] == 40).all()
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 4, "--seed", 3,
+                    "--scale", 3, "-o", out)
+    assert g.shape == (96, 4 * 96 + 3 * 2, 3)
+    assert (g[:96, 98:194] == np.repeat(np.repeat(hwc[idx[1]], 3, 0), 3, 1)).all()
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 1, "--scale", 1, "--seed", 3,
+                    "-o", out)
+    assert (g == hwc[idx[0]]).all()
+    # an f32 normalized output enlarges the same way (within the rounding of undoing it)
+    g = preview_png(uri, "--pipeline", "normalize cifar10 | to f32 chw", "--count", 1,
+                    "--seed", 3, "-o", out)
+    assert g.shape == (64, 64, 3)
+    assert np.abs(g - np.repeat(np.repeat(hwc[idx[0]], 2, 0), 2, 1)).max() <= 1
+    for bad, msg in (("0", "--scale must be at least 1, got '0'"),
+                     ("65", "--scale: 65 is more than 64")):
+        p = run_stoker("preview", uri, "--pipeline", "to u8", "--scale", bad, "-o", out,
+                       check=False)
+        assert p.returncode == 2 and p.stderr == "stoker: %s\n" % msg
+
+
+def test_preview_compare_shows_original_beside_augmented(cifar_dir, tmp_path):
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    hwc = images.transpose(0, 2, 3, 1)
+    idx = first_indices(uri, 7, 3)
+    out = str(tmp_path / "c.png")
+    g = preview_png(uri, "--pipeline", "flip 1 | to u8", "--count", 3, "--columns", 2,
+                    "--seed", 7, "--compare", "-o", out)
+    cell = 64 + 2 + 64
+    assert g.shape == (64 + 8 + 64, 2 * cell + 8, 3)
+    up = lambda a: np.repeat(np.repeat(a, 2, 0), 2, 1)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * (64 + 8), (t % 2) * (cell + 8)
+        assert (g[y:y + 64, x:x + 64] == up(hwc[i])).all(), t                  # original
+        assert (g[y:y + 64, x + 66:x + 130] == up(hwc[i][:, ::-1])).all(), t   # flipped
+        assert (g[y:y + 64, x + 64:x + 66] == 40).all()
+    assert (g[72:, cell + 8:] == 40).all()  # no fourth cell
+
+
+def test_preview_compare_fits_original_keeping_aspect(tmp_path):
+    """A 20x40 original into a 64x64 tile: 64x32, centred, as Pillow's
+    bilinear resize makes it (40 -> 64 is no whole factor)."""
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    root = tmp_path / "f"
+    (root / "a").mkdir(parents=True)
+    src = rng.integers(0, 256, (20, 40, 3), dtype=np.uint8)
+    Image.fromarray(src).save(str(root / "a" / "x.png"))
+    out = str(tmp_path / "o.png")
+    g = preview_png(str(root), "--pipeline", "resize 16,16 | to u8", "--compare", "-o", out)
+    assert g.shape == (64, 64 + 2 + 64, 3)  # 16x16 enlarged 4 times
+    want = np.asarray(Image.fromarray(src).resize((64, 32), Image.BILINEAR)).astype(int)
+    assert (g[16:48, :64] == want).all()
+    assert (g[:16, :64] == 40).all() and (g[48:, :64] == 40).all()
+
+
+def caption_extent(g, y0, x0, width):
+    """Columns of the 7 caption rows at (y0, x0) that hold white text."""
+    strip = g[y0:y0 + 7, x0:x0 + width]
+    assert set(np.unique(strip)) <= {40, 255}
+    return np.nonzero((strip == 255).all(axis=2).any(axis=0))[0]
+
+
+def test_preview_labels_caption_each_tile(cifar_dir, tmp_path):
+    root, images, labels = cifar_dir
+    uri = "cifar10:" + root
+    idx = first_indices(uri, 2, 4)
+    out = str(tmp_path / "l.png")
+    plain = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 2,
+                        "-o", out)
+    g = preview_png(uri, "--pipeline", "to u8", "--count", 4, "--columns", 2, "--seed", 2,
+                    "--labels", "-o", out)
+    assert g.shape == (2 * (64 + 11) + 2, 2 * 64 + 2, 3)
+    for t, i in enumerate(idx):
+        y, x = (t // 2) * (75 + 2), (t % 2) * 66
+        py, px = (t // 2) * 66, (t % 2) * 66
+        assert (g[y:y + 64, x:x + 64] == plain[py:py + 64, px:px + 64]).all()  # tile untouched
+        text = "#%d label %d" % (i, labels[i])  # CIFAR-10 files carry no class names
+        cols = caption_extent(g, y + 66, x, 64)
+        n = len(text[:(64 + 1) // 6].rstrip())  # cut to the 10 characters of 64 pixels
+        assert cols.min() == 0  # '#' starts at the left edge
+        assert cols.max() <= 6 * n - 2, (text, cols)
+        assert cols.max() >= 6 * (n - 1), (text, cols)  # the last character drawn has ink
+        assert (g[y + 64:y + 66, x:x + 64] == 40).all() and (g[y + 73:y + 75, x:x + 64] == 40).all()
+
+
+def test_preview_labels_name_the_class(tmp_path):
+    from PIL import Image
+    root = tmp_path / "f"
+    for cls, v in (("ant", 10), ("bumblebee", 200)):
+        (root / cls).mkdir(parents=True)
+        Image.fromarray(np.full((70, 70, 3), v, np.uint8)).save(str(root / cls / "0.png"))
+    out = str(tmp_path / "n.png")
+    g = preview_png(str(root), "--pipeline", "center_crop 64 | to u8", "--count", 2,
+                    "--columns", 2, "--labels", "--seed", 0, "-o", out)
+    assert g.shape == (64 + 11, 2 * 64 + 2, 3)
+    for x in (0, 66):
+        v = g[10, x + 10, 0]
+        text = "#0 ant" if v == 10 else "#1 bumbleb"  # cut to the 10 characters of 64 pixels
+        cols = caption_extent(g, 66, x, 64)
+        assert 6 * (len(text) - 1) <= cols.max() <= 6 * len(text) - 2, (text, cols)
