@@ -447,3 +447,60 @@ def test_content_decides_not_name(tmp_path):
     p = tmp_path / "really-a-bmp.jpg"
     Image.fromarray(photo_like(9, 11)).save(p, format="BMP")
     assert_same(p)
+
+
+# --------------------------------------------------------------------------
+# A scraped folder of mixed formats: open, pack (bytes kept), preview, lists
+# --------------------------------------------------------------------------
+
+def test_mixed_format_folder_trains_without_conversion(tmp_path):
+    stoker = pytest.importorskip("stoker")
+    torchvision = pytest.importorskip("torchvision")
+    from conftest import run_stoker
+    root = tmp_path / "scraped"
+    rng = np.random.default_rng(12)
+    files = [("cat", "a.webp", dict(quality=85)), ("cat", "b.bmp", {}),
+             ("cat", "c.tif", dict(compression="tiff_lzw")), ("dog", "d.tiff", {}),
+             ("dog", "e.WEBP", dict(lossless=True)), ("dog", "f.jpg", dict(quality=90)),
+             ("dog", "g.png", {})]
+    for cls, name, kw in files:
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        h, w = (int(v) for v in rng.integers(20, 60, 2))
+        fmt = {"webp": "WEBP", "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF", "jpg": "JPEG",
+               "png": "PNG"}[name.rsplit(".", 1)[1].lower()]
+        Image.fromarray(photo_like(h, w, int(rng.integers(1000)))).save(root / cls / name,
+                                                                        format=fmt, **kw)
+    ref = torchvision.datasets.ImageFolder(str(root))
+    assert len(ref.samples) == len(files)
+    ds = stoker.open(str(root))
+    assert len(ds) == len(ref.samples) and ds.classes == ref.classes
+    for i, (path, label) in enumerate(ref.samples):
+        x, y = ds[i]
+        assert np.array_equal(x, pil_rgb(path)), path
+        assert y == label
+
+    # pack keeps the encoded bytes; the shards decode to the same pixels
+    out = tmp_path / "shards"
+    res = stoker.pack(str(root), str(out))
+    assert res["records"] == len(files) and res["skipped_inputs"] == []
+    packed = stoker.open(str(out))
+    for i, (path, label) in enumerate(ref.samples):
+        x, y = packed[i]
+        assert np.array_equal(x, pil_rgb(path)) and y == label, path
+
+    # a list file with a GIF (not in torchvision's IMG_EXTENSIONS, so not a
+    # folder member) decodes too
+    gif = tmp_path / "h.gif"
+    Image.fromarray(photo_like(30, 40, 13)).convert("P", palette=Image.Palette.ADAPTIVE).save(gif)
+    lst = tmp_path / "list.txt"
+    lst.write_text("%s\t3\n%s\t1\n" % (gif, ref.samples[0][0]))
+    lds = stoker.open("list:%s" % lst)
+    x, y = lds[0]
+    assert np.array_equal(x, pil_rgb(gif)) and y == 3
+
+    # the CLI: preview a pipeline over the folder
+    png = tmp_path / "preview.png"
+    run_stoker("preview", "imagefolder:%s" % root, "--pipeline",
+               "random_resized_crop 24 | flip 0.5", "-o", png, "--count", "6")
+    with Image.open(png) as im:
+        assert im.size[0] > 24 and im.size[1] > 24
