@@ -47,7 +47,8 @@ extension = Extension(
     depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h")),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "webp", "tiff", "gif", "pthread", "m"] + (hdf5[2] if hdf5 else []),
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"] + (hdf5[2] if hdf5 else [])
+    + ["webp", "webpdemux", "tiff", "gif"],  # WebP, TIFF, GIF (src/codec/)
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
     # module's output is bit-identical to the CMake build's with any compiler.
     extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-ffp-contract=off",

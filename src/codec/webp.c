@@ -11,10 +11,14 @@
  * modes are not used). So a still WebP equals PIL's
  * Image.open(f).convert("RGB") exactly (tests/python/test_codec_pil.py).
  *
- * Animated WebP (an ANIM chunk in a VP8X file) is refused with a message:
- * WebPDecode does not decode animations, and composing the first frame on
- * the canvas would need libwebpdemux; a dataset of animations is rare and a
- * clear refusal is better than a wrong picture.
+ * Animated WebP (ANIM/ANMF chunks in a VP8X file): the first frame, as PIL
+ * gives it. PIL decodes every WebP through libwebp's WebPAnimDecoder, whose
+ * first frame is a key frame: the canvas is zero-filled (transparent black)
+ * and the frame is decoded (WebPDecode, RGBA) into its rectangle, no
+ * blending. Here libwebpdemux (WebPDemux, WebPDemuxGetFrame) finds frame 1,
+ * its offset and its bytes; the canvas is zeroed and the frame decoded with
+ * MODE_RGB into its rectangle through the output stride. The background
+ * colour of the ANIM chunk is ignored, as WebPAnimDecoder ignores it.
  *
  * Hostile input. WebPGetFeatures reads the RIFF/VP8X/VP8/VP8L headers only;
  * width * height is checked against max_pixels before the output buffer
@@ -39,6 +43,7 @@
 #include <string.h>
 
 #include <webp/decode.h>
+#include <webp/demux.h>
 
 static const char *stk_webp_status(VP8StatusCode s)
 {
@@ -83,10 +88,6 @@ static int stk_webp_open(const uint8_t *data, size_t size, uint64_t max_pixels,
     info->width = (uint32_t)f->width;
     info->height = (uint32_t)f->height;
     info->components = f->has_alpha ? 4 : 3;
-    if (f->has_animation)
-        return stk_fail(STK_EDATA, "WebP: animated WebP (%dx%d canvas) is not decoded; "
-                                   "convert its first frame to a still image",
-                        f->width, f->height);
     return stk_codec_check_pixels("WebP", info->width, info->height, max_pixels);
 }
 
@@ -96,10 +97,60 @@ int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_im
     return stk_webp_open(data, size, max_pixels, &f, info);
 }
 
+/* Decode `data` as RGB into `out` (stride bytes a row, `size` bytes). */
+static VP8StatusCode stk_webp_decode_into(const uint8_t *data, size_t size, uint8_t *out,
+                                          int stride, size_t out_size)
+{
+    WebPDecoderConfig config;
+    if (!WebPInitDecoderConfig(&config))
+        return VP8_STATUS_INVALID_PARAM;
+    config.output.colorspace = MODE_RGB;
+    config.output.is_external_memory = 1;
+    config.output.u.RGBA.rgba = out;
+    config.output.u.RGBA.stride = stride;
+    config.output.u.RGBA.size = out_size;
+    VP8StatusCode s = WebPDecode(data, size, &config);
+    WebPFreeDecBuffer(&config.output); /* external memory: frees nothing of ours */
+    return s;
+}
+
+/* The first frame of an animation on its zeroed canvas (already reserved). */
+static int stk_webp_first_frame(const stk_decode_req *req, uint32_t cw, uint32_t ch)
+{
+    WebPData wd = {req->data, req->size};
+    WebPIterator it;
+    int rc = 0;
+    WebPDemuxer *dmux = WebPDemux(&wd);
+    if (!dmux)
+        return stk_fail(STK_EDATA, "WebP: animation: bad chunk structure (demux failed)");
+    if (!WebPDemuxGetFrame(dmux, 1, &it)) {
+        WebPDemuxDelete(dmux);
+        return stk_fail(STK_EDATA, "WebP: animation without a frame");
+    }
+    if (WebPDemuxGetI(dmux, WEBP_FF_CANVAS_WIDTH) != cw ||
+        WebPDemuxGetI(dmux, WEBP_FF_CANVAS_HEIGHT) != ch || it.x_offset < 0 || it.y_offset < 0 ||
+        it.width <= 0 || it.height <= 0 || (uint64_t)it.x_offset + (uint64_t)it.width > cw ||
+        (uint64_t)it.y_offset + (uint64_t)it.height > ch) {
+        rc = stk_fail(STK_EDATA, "WebP: first frame %dx%d at (%d, %d) outside the %ux%u canvas",
+                      it.width, it.height, it.x_offset, it.y_offset, cw, ch);
+    } else {
+        size_t stride = (size_t)cw * 3;
+        uint8_t *at = req->out->data + (size_t)it.y_offset * stride + (size_t)it.x_offset * 3;
+        size_t room = (size_t)(it.height - 1) * stride + (size_t)it.width * 3;
+        memset(req->out->data, 0, stride * ch);
+        VP8StatusCode s = stk_webp_decode_into(it.fragment.bytes, it.fragment.size, at,
+                                               (int)stride, room);
+        if (s != VP8_STATUS_OK)
+            rc = stk_webp_err(s, "decoding the first frame");
+    }
+    WebPDemuxReleaseIterator(&it);
+    WebPDemuxDelete(dmux);
+    return rc;
+}
+
 int stk_webp_decode(const stk_decode_req *req)
 {
     WebPBitstreamFeatures f;
-    WebPDecoderConfig config;
     stk_image_info info;
     size_t len;
     int rc;
@@ -112,17 +163,15 @@ int stk_webp_decode(const stk_decode_req *req)
     len = (size_t)info.width * info.height * 3; /* <= 3 * max_pixels: checked */
     if ((rc = stk_scratch_reserve(req->out, len)))
         return rc;
-    if (!WebPInitDecoderConfig(&config))
-        return stk_fail(STK_EDATA, "WebP: libwebp version mismatch");
-    config.output.colorspace = MODE_RGB;
-    config.output.is_external_memory = 1;
-    config.output.u.RGBA.rgba = req->out->data;
-    config.output.u.RGBA.stride = (int)info.width * 3;
-    config.output.u.RGBA.size = len;
-    VP8StatusCode s = WebPDecode(req->data, req->size, &config);
-    WebPFreeDecBuffer(&config.output); /* external memory: frees nothing of ours */
-    if (s != VP8_STATUS_OK)
-        return stk_webp_err(s, "decoding");
+    if (f.has_animation) {
+        if ((rc = stk_webp_first_frame(req, info.width, info.height)))
+            return rc;
+    } else {
+        VP8StatusCode s = stk_webp_decode_into(req->data, req->size, req->out->data,
+                                               (int)info.width * 3, len);
+        if (s != VP8_STATUS_OK)
+            return stk_webp_err(s, "decoding");
+    }
     stk_codec_finish_view(req, req->out->data, info.width, info.height);
     return 0;
 }

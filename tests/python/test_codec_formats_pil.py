@@ -92,11 +92,42 @@ def test_webp_equals_pil(tmp_path):
     assert probe(tmp_path / "lossy-alpha.webp")[:4] == ["WebP", "29", "41", "4"]
 
 
-def test_webp_animated_refused(tmp_path):
-    frames = [Image.fromarray(photo_like(16, 16, s)) for s in range(3)]
+def riff_chunk(tag, payload):
+    return tag + struct.pack("<I", len(payload)) + payload + (b"\0" if len(payload) % 2 else b"")
+
+
+def test_webp_animated_first_frame(tmp_path):
+    frames = [Image.fromarray(photo_like(16, 20, s)) for s in range(3)]
     p = tmp_path / "anim.webp"
     frames[0].save(p, save_all=True, append_images=frames[1:], duration=50)
-    expect_fail(p, "STK_EDATA", "WebP: animated WebP (16x16 canvas) is not decoded")
+    assert_same(p)
+    p = tmp_path / "anim-alpha.webp"
+    alpha = [Image.fromarray(rgba_like(16, 20, s), "RGBA") for s in range(2)]
+    alpha[0].save(p, save_all=True, append_images=alpha[1:], duration=50, quality=70)
+    assert_same(p)
+
+    # By hand: a first frame smaller than the canvas, at an offset; the rest
+    # of the canvas is transparent black (WebPAnimDecoder's zero fill).
+    for lossless, blend in ((True, 0), (False, 2)):
+        still = tmp_path / "frame.webp"
+        Image.fromarray(rgba_like(9, 11, 4), "RGBA").save(still, lossless=lossless, quality=80)
+        body = still.read_bytes()[12:]
+        if body[:4] == b"VP8X":  # keep the frame's ALPH + VP8 chunks only
+            body = body[18:]
+        cw, ch, x, y = 30, 20, 6, 4
+        anmf = ((x // 2).to_bytes(3, "little") + (y // 2).to_bytes(3, "little")
+                + (11 - 1).to_bytes(3, "little") + (9 - 1).to_bytes(3, "little")
+                + (100).to_bytes(3, "little") + bytes([blend]) + body)
+        vp8x = bytes([0x02 | 0x10, 0, 0, 0]) + (cw - 1).to_bytes(3, "little") + \
+            (ch - 1).to_bytes(3, "little")
+        data = b"WEBP" + riff_chunk(b"VP8X", vp8x) + \
+            riff_chunk(b"ANIM", bytes([255, 255, 255, 255, 0, 0])) + riff_chunk(b"ANMF", anmf)
+        p = tmp_path / ("inset-%d.webp" % lossless)
+        p.write_bytes(b"RIFF" + struct.pack("<I", len(data)) + data)
+        got = decode(p)
+        assert got.shape == (ch, cw, 3)
+        assert not got[:y].any() and not got[:, :x].any()
+        assert_same(p, regions=((0, 0, 7, 5), (6, 4, 11, 9)))
 
 
 def test_webp_hostile(tmp_path):
