@@ -9,8 +9,11 @@
  * handlers, which print to stderr, are never reached). The first error
  * message is kept and reported as STK_EDATA "TIFF: <libtiff's message>";
  * any error during a read fails the decode even when libtiff carries on.
- * Warnings (unknown tags, odd but readable fields) are ignored, as PIL
- * ignores them. libtiff's largest single allocation is capped
+ * Warnings while reading the directory (unknown tags, odd but readable
+ * fields) are ignored, as PIL ignores them; warnings while decoding pixels
+ * are errors (libjpeg's "Premature end of JPEG file" reaches libtiff's JPEG
+ * codec as a warning and the strip would be padded with grey; a CCITT line
+ * of the wrong length likewise) — stricter than PIL, never grey pixels. libtiff's largest single allocation is capped
  * (TIFFOpenOptionsSetMaxSingleMemAlloc) by a bound derived from max_pixels.
  *
  * What it decodes — the layouts PIL 9.4's TiffImagePlugin reads as 8-bit
@@ -59,6 +62,7 @@ typedef struct stk_tiff_job {
     uint64_t size;
     uint64_t pos;
     int failed;          /* an error was reported */
+    int reading;         /* reading pixels: warnings are errors too */
     char msg[256];       /* the first error message */
 } stk_tiff_job;
 
@@ -144,8 +148,15 @@ static int stk_tiff_on_error(TIFF *tif, void *user, const char *module, const ch
 static int stk_tiff_on_warning(TIFF *tif, void *user, const char *module, const char *fmt,
                                va_list ap)
 {
-    (void)tif, (void)user, (void)module, (void)fmt, (void)ap;
-    return 1; /* ignored, as PIL ignores libtiff's warnings */
+    stk_tiff_job *j = (stk_tiff_job *)user;
+    /* While reading the directory: ignored (unknown tags, odd but readable
+     * fields), as PIL ignores them. While decoding pixels, a warning means
+     * damaged data that the codec papered over (libjpeg's "Premature end of
+     * JPEG file" comes through libtiff's JPEG codec as a warning, a CCITT
+     * line of the wrong length too): an error. */
+    if (j->reading)
+        return stk_tiff_on_error(tif, user, module, fmt, ap);
+    return 1;
 }
 
 static int stk_tiff_fail(const stk_tiff_job *j, const char *doing)
@@ -292,7 +303,7 @@ static int stk_tiff_layout_read(TIFF *tif, stk_tiff_job *j, uint64_t max_pixels,
 
 int stk_tiff_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
 {
-    stk_tiff_job j = {data, size, 0, 0, {0}};
+    stk_tiff_job j = {data, size, 0, 0, 0, {0}};
     stk_tiff_layout l;
     TIFF *tif = stk_tiff_open(&j, max_pixels);
     int rc;
@@ -453,7 +464,7 @@ static void stk_tiff_row(const stk_tiff_layout *l, const uint8_t *s, uint8_t *o)
 
 int stk_tiff_decode(const stk_decode_req *req)
 {
-    stk_tiff_job j = {req->data, req->size, 0, 0, {0}};
+    stk_tiff_job j = {req->data, req->size, 0, 0, 0, {0}};
     stk_tiff_layout l;
     stk_image_info info;
     TIFF *tif = stk_tiff_open(&j, req->max_pixels);
@@ -484,6 +495,7 @@ int stk_tiff_decode(const stk_decode_req *req)
     if ((rc = stk_scratch_reserve(req->out, (size_t)(rgb + raw))))
         goto out;
     uint8_t *samples = req->out->data + rgb;
+    j.reading = 1;
     if ((rc = stk_tiff_read_samples(tif, &j, &l, samples, scan, req->max_pixels)))
         goto out;
     for (uint32_t y = 0; y < l.height; y++)

@@ -339,6 +339,22 @@ def test_tiff_refused_and_hostile(tmp_path):
         with pytest.raises(DecodeError) as e:
             decode(p)
         assert "STK_EDATA" in e.value.message and "TIFF: " in e.value.message, e.value.message
+    # damage inside JPEG-compressed and G4 strips: libtiff's codecs only
+    # warn (libjpeg pads with grey); an error here
+    for name, im, kw in (("jpeg.tif", rgb, dict(compression="jpeg")),
+                         ("g4.tif", rgb.convert("1"), dict(compression="group4"))):
+        src = tmp_path / name
+        im.save(src, **kw)
+        data = src.read_bytes()
+        offs = dict(Image.open(src).tag_v2)[273]
+        start = offs[0] if isinstance(offs, tuple) else offs
+        p = tmp_path / ("bad-" + name)
+        p.write_bytes(data[:start + 40] + b"\xff\xd9" * 3 + data[start + 46:]
+                      if name == "jpeg.tif" else data[:start + 3] + b"\x00" * 8 + data[start + 11:])
+        with pytest.raises(DecodeError) as e:
+            decode(p)
+        assert "STK_EDATA" in e.value.message and "TIFF: reading a strip: " in e.value.message, \
+            e.value.message
     # not a TIFF after the magic
     p = tmp_path / "junk.tif"
     p.write_bytes(b"II*\0" + b"\xff" * 60)
