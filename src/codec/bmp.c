@@ -19,16 +19,26 @@
  *     mask sets PIL accepts (BGRX, XBGR, ABGR, RGBA, BGRA, all-zero =
  *     BGRA). Alpha is dropped, as convert("RGB") does.
  *
- * Refused with a message naming what: RLE4 / RLE8 / embedded JPEG or PNG
- * compression, other bit depths, other bit-field masks, other header sizes.
- * (PIL decodes RLE; stoker does not yet — convert such files.)
+ *   - RLE8 (8 bits) and RLE4 (4 bits) compression, run exactly as PIL 9.4's
+ *     BmpRleDecoder runs it, quirks included, so the pixels are PIL's: a
+ *     run past the row's end is cut at the row's end; an absolute run may
+ *     spill into the next row; an RLE4 absolute run of n pixels reads n / 2
+ *     bytes (rounded down) and yields two pixels a byte; end-of-line pads
+ *     the row with index 0; a delta escape skips two bytes and takes
+ *     (right, up) from the two after them, filling with index 0;
+ *     end-of-bitmap or the end of the file stops. Fewer pixels than the
+ *     image has is an error (PIL: "not enough image data").
+ *
+ * Refused with a message naming what: embedded JPEG or PNG compression,
+ * RLE with a bit depth that does not match it, other bit depths, other
+ * bit-field masks, other header sizes.
  *
  * Where the pixels start follows PIL: the file header's offset, except that
  * a palette image whose offset points right after the info header gets the
  * palette size added (PIL's repair for writers that forgot it). Rows are
  * padded to 4 bytes. The whole pixel array must be present (a short file is
  * STK_EDATA "truncated", as PIL's "image file is truncated"); bytes after it
- * are ignored.
+ * are ignored. RLE data is read up to the end of the file at most.
  *
  * Hostile input: every field is read with bounds checks from the buffer;
  * width * height is checked against max_pixels, and the row size and pixel
@@ -72,10 +82,6 @@ static uint32_t stk_le32(const uint8_t *p)
 static const char *stk_bmp_compression_name(uint32_t c)
 {
     switch (c) {
-    case 1:
-        return "RLE8";
-    case 2:
-        return "RLE4";
     case 4:
         return "embedded JPEG";
     case 5:
@@ -177,7 +183,10 @@ static int stk_bmp_open(const uint8_t *d, size_t n, uint64_t max_pixels, stk_bmp
     if (b->bits != 1 && b->bits != 4 && b->bits != 8 && b->bits != 16 && b->bits != 24 &&
         b->bits != 32)
         return stk_fail(STK_EDATA, "BMP: unsupported pixel depth %u bits", b->bits);
-    if (b->compression != 0 && b->compression != 3) {
+    if ((b->compression == 1 && b->bits != 8) || (b->compression == 2 && b->bits != 4))
+        return stk_fail(STK_EDATA, "BMP: %s compression with %u bits per pixel",
+                        b->compression == 1 ? "RLE8" : "RLE4", b->bits);
+    if (b->compression > 3) {
         const char *name = stk_bmp_compression_name(b->compression);
         if (name)
             return stk_fail(STK_EDATA, "BMP: %s compression is not decoded; convert the file",
@@ -223,6 +232,12 @@ static int stk_bmp_open(const uint8_t *d, size_t n, uint64_t max_pixels, stk_bmp
 
     if ((rc = stk_codec_check_pixels("BMP", b->width, b->height, max_pixels)))
         return rc;
+    if (b->compression == 1 || b->compression == 2) {
+        if (b->offset > n)
+            return stk_fail(STK_EDATA, "BMP: pixel data offset %llu is past the end (%zu bytes)",
+                            (unsigned long long)b->offset, n);
+        return 0;
+    }
     b->row_bytes = (((uint64_t)b->width * b->bits + 31) >> 3) & ~(uint64_t)3;
     /* row_bytes <= 2^31 * 4 + 4 and height <= max_pixels: no overflow */
     uint64_t need = b->row_bytes * b->height;
@@ -287,6 +302,83 @@ static void stk_bmp_row(const stk_bmp *b, const uint8_t *pal, const uint8_t *src
     }
 }
 
+/* RLE8 / RLE4 into `idx` (width * height indices, in stored row order),
+ * exactly as PIL 9.4's BmpRleDecoder: `len` counts every index PIL appends,
+ * only the first width * height are kept. */
+static int stk_bmp_rle(const stk_bmp *b, const uint8_t *d, size_t n, uint8_t *idx)
+{
+    const uint64_t total = (uint64_t)b->width * b->height, w = b->width;
+    const int rle4 = b->compression == 2;
+    uint64_t len = 0, x = 0;
+    size_t pos = (size_t)b->offset;
+#define STK_PUSH(v)                                                                            \
+    do {                                                                                       \
+        if (len < total)                                                                       \
+            idx[len] = (uint8_t)(v);                                                           \
+        len++;                                                                                 \
+    } while (0)
+#define STK_ZEROS(k)                                                                           \
+    do {                                                                                       \
+        uint64_t k_ = (k);                                                                     \
+        if (len < total)                                                                       \
+            memset(idx + len, 0, (size_t)(k_ < total - len ? k_ : total - len));               \
+        len += k_;                                                                             \
+    } while (0)
+
+    while (len < total) {
+        if (n - pos < 2)
+            break;
+        unsigned num = d[pos], byte = d[pos + 1];
+        pos += 2;
+        if (num) { /* encoded run, cut at the row's end */
+            if (x + num > w)
+                num = x < w ? (unsigned)(w - x) : 0;
+            for (unsigned i = 0; i < num; i++)
+                STK_PUSH(rle4 ? (i % 2 == 0 ? byte >> 4 : byte & 15) : byte);
+            x += num;
+        } else if (byte == 0) { /* end of line */
+            if (len % w)
+                STK_ZEROS(w - len % w);
+            x = 0;
+        } else if (byte == 1) { /* end of bitmap */
+            break;
+        } else if (byte == 2) { /* delta, as PIL reads it */
+            if (n - pos < 2)
+                break;
+            pos += 2;
+            if (n - pos < 2)
+                return stk_fail(STK_EDATA, "BMP: RLE delta escape truncated at byte %zu", pos);
+            unsigned right = d[pos], up = d[pos + 1];
+            pos += 2;
+            STK_ZEROS((uint64_t)right + (uint64_t)up * w);
+            x = len % w;
+        } else { /* absolute run */
+            size_t want = rle4 ? byte / 2 : byte, got = n - pos < want ? n - pos : want;
+            for (size_t i = 0; i < got; i++) {
+                if (rle4) {
+                    STK_PUSH(d[pos + i] >> 4);
+                    STK_PUSH(d[pos + i] & 15);
+                } else {
+                    STK_PUSH(d[pos + i]);
+                }
+            }
+            pos += got;
+            if (got < want)
+                break;
+            x += byte;
+            if (pos % 2 && pos < n) /* word alignment (of the file offset, as PIL) */
+                pos++;
+        }
+    }
+#undef STK_PUSH
+#undef STK_ZEROS
+    if (len < total)
+        return stk_fail(STK_EDATA, "BMP: %s data ends after %llu of %llu pixels",
+                        rle4 ? "RLE4" : "RLE8", (unsigned long long)len,
+                        (unsigned long long)total);
+    return 0;
+}
+
 int stk_bmp_decode(const stk_decode_req *req)
 {
     stk_image_info info;
@@ -297,10 +389,20 @@ int stk_bmp_decode(const stk_decode_req *req)
         return rc;
     if (req->region && (rc = stk_codec_check_region("BMP", req->region, b.width, b.height)))
         return rc;
-    size_t out_row = (size_t)b.width * 3;
-    if ((rc = stk_scratch_reserve(req->out, out_row * b.height)))
+    size_t out_row = (size_t)b.width * 3, px = (size_t)b.width * b.height;
+    int rle = b.compression == 1 || b.compression == 2;
+    if ((rc = stk_scratch_reserve(req->out, out_row * b.height + (rle ? px : 0))))
         return rc;
     const uint8_t *pix = req->data + b.offset, *pal = req->data + b.pal_at;
+    if (rle) {
+        /* Runs to indices after the output, then rows of 8-bit indices. */
+        uint8_t *idx = req->out->data + out_row * b.height;
+        if ((rc = stk_bmp_rle(&b, req->data, req->size, idx)))
+            return rc;
+        pix = idx;
+        b.bits = 8;
+        b.row_bytes = b.width;
+    }
     for (uint32_t y = 0; y < b.height; y++) {
         uint32_t stored = b.top_down ? y : b.height - 1 - y;
         stk_bmp_row(&b, pal, pix + (size_t)stored * b.row_bytes, req->out->data + y * out_row);
