@@ -62,7 +62,7 @@ off = 14 + len(info) + len(masks)
 with open(os.path.join(out, "bmp-565-topdown.bmp"), "wb") as f:
     f.write(b"BM" + struct.pack("<IHHI", off + len(pix), 0, 0, off) + info + masks + pix)
 rle = bytes([3, 1, 0, 3, 4, 5, 6, 0, 2, 2, 7, 0, 0, 0, 2, 0, 0, 2, 1, 1, 4, 0, 0,
-             0, 5, 1, 2, 3, 4, 5, 0, 4, 15, 6, 9, 6, 9, 0, 1])
+             0, 5, 1, 2, 3, 4, 5, 0, 4, 15, 0, 0, 6, 9, 0, 0, 6, 9, 0, 0, 6, 9, 0, 1])
 info = struct.pack("<IiiHHIIiiII", 40, 6, 4, 1, 8, 1, len(rle), 0, 0, 16, 0)
 palb = b"".join(bytes([i * 16, 255 - i * 9, i * 5, 0]) for i in range(16))
 off = 14 + len(info) + len(palb)
