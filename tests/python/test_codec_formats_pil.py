@@ -596,3 +596,35 @@ def test_mixed_format_folder_trains_without_conversion(tmp_path):
                "random_resized_crop 24 | flip 0.5", "-o", png, "--count", "6")
     with Image.open(png) as im:
         assert im.size[0] > 24 and im.size[1] > 24
+
+
+def test_webdataset_default_extensions_take_every_format(tmp_path):
+    """A WebDataset tar (Python's tarfile) whose samples are BMP, TIFF, GIF
+    and WebP: the default image=jpg;jpeg;png;webp;bmp;tif;tiff;gif finds
+    each, and the pixels are PIL's."""
+    stoker = pytest.importorskip("stoker")
+    import tarfile
+    members = []
+    for i, (ext, fmt, kw) in enumerate([("bmp", "BMP", {}), ("tif", "TIFF", {}),
+                                        ("tiff", "TIFF", dict(compression="tiff_lzw")),
+                                        ("gif", "GIF", {}), ("webp", "WEBP", dict(quality=90))]):
+        im = Image.fromarray(photo_like(20 + i, 30, 20 + i))
+        if fmt == "GIF":
+            im = im.convert("P", palette=Image.Palette.ADAPTIVE)
+        buf = io.BytesIO()
+        im.save(buf, format=fmt, **kw)
+        members.append(("%03d.%s" % (i, ext), buf.getvalue()))
+        members.append(("%03d.cls" % i, b"%d" % (i + 3)))
+    tar = tmp_path / "shard-000.tar"
+    with tarfile.open(tar, "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    ds = stoker.open("wds:%s" % tar)
+    assert len(ds) == 5
+    for i in range(5):
+        x, y = ds[i]
+        with Image.open(io.BytesIO(members[2 * i][1])) as im:
+            assert np.array_equal(x, np.asarray(im.convert("RGB"))), members[2 * i][0]
+        assert y == i + 3
