@@ -239,9 +239,8 @@ static int stk_bmp_open(const uint8_t *d, size_t n, uint64_t max_pixels, stk_bmp
         return 0;
     }
     b->row_bytes = (((uint64_t)b->width * b->bits + 31) >> 3) & ~(uint64_t)3;
-    /* row_bytes <= 2^31 * 4 + 4 and height <= max_pixels: no overflow */
-    uint64_t need = b->row_bytes * b->height;
-    if (b->offset > n || n - b->offset < need)
+    uint64_t need;
+    if (!stk_mul_ok(b->row_bytes, b->height, &need) || b->offset > n || n - b->offset < need)
         return stk_fail(STK_EDATA,
                         "BMP: truncated pixel data (%llu bytes at offset %llu, file has %zu)",
                         (unsigned long long)need, (unsigned long long)b->offset, n);
@@ -389,6 +388,9 @@ int stk_bmp_decode(const stk_decode_req *req)
         return rc;
     if (req->region && (rc = stk_codec_check_region("BMP", req->region, b.width, b.height)))
         return rc;
+    uint64_t bytes;
+    if (!stk_mul_ok((uint64_t)b.width * b.height, 4, &bytes) || bytes > SIZE_MAX)
+        return stk_fail(STK_ELIMIT, "BMP: %ux%u image does not fit in memory", b.width, b.height);
     size_t out_row = (size_t)b.width * 3, px = (size_t)b.width * b.height;
     int rle = b.compression == 1 || b.compression == 2;
     if ((rc = stk_scratch_reserve(req->out, out_row * b.height + (rle ? px : 0))))

@@ -487,8 +487,9 @@ int stk_tiff_decode(const stk_decode_req *req)
                       (unsigned long long)scan, (unsigned long long)expect);
         goto out;
     }
-    uint64_t rgb = (uint64_t)l.width * l.height * 3, raw = scan * l.height;
-    if (rgb + raw > SIZE_MAX) {
+    uint64_t rgb, raw, all;
+    if (!stk_mul_ok((uint64_t)l.width * l.height, 3, &rgb) || !stk_mul_ok(scan, l.height, &raw) ||
+        !stk_add_ok(rgb, raw, &all) || all > SIZE_MAX) {
         rc = stk_fail(STK_ELIMIT, "TIFF: image does not fit in memory");
         goto out;
     }
