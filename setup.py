@@ -2,7 +2,8 @@
 
 Compiles python/_stoker.c together with the library sources src/*/*.c into
 one extension, stoker._stoker, linked with the system libraries libstoker
-uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev).
+uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev
+libwebp-dev libtiff-dev libgif-dev).
 The pure-Python package is python/stoker/. Build files (and the egg-info)
 go to build-pip/ so they never mix with a CMake build/ directory.
 
@@ -46,7 +47,8 @@ extension = Extension(
     depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h")),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"] + (hdf5[2] if hdf5 else []),
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"] + (hdf5[2] if hdf5 else [])
+    + ["webp", "webpdemux", "tiff", "gif"],  # WebP, TIFF, GIF (src/codec/)
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
     # module's output is bit-identical to the CMake build's with any compiler.
     extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-ffp-contract=off",

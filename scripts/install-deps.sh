@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake pkg-config          # toolchain (CMake >= 3.25)
   zlib1g-dev                                # IDX .gz reading
   libjpeg62-turbo-dev libspng-dev           # JPEG (libjpeg-turbo) and PNG decoding
+  libwebp-dev libtiff-dev libgif-dev        # WebP, TIFF and GIF decoding (BMP is stoker's own)
   libzstd-dev                               # raw-pixel shard compression
   clang libclang-rt-14-dev                  # libFuzzer targets (fuzz/)
   libxxhash-dev                             # CLI --digest

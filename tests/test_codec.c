@@ -713,7 +713,7 @@ static void test_jpeg_hostile(void **state)
     expect_fail(buf, 5003, NULL, NULL, 1, STK_EDATA, "JPEG: ");
     tu_fill_random(buf, 5000, 78);
     buf[0] = 0x00;
-    expect_fail(buf, 5000, NULL, NULL, 1, STK_EDATA, "not a JPEG or PNG");
+    expect_fail(buf, 5000, NULL, NULL, 1, STK_EDATA, "not a JPEG, PNG, WebP, BMP, TIFF");
     expect_fail(buf, 0, NULL, NULL, 1, STK_EDATA, "empty");
     expect_fail(NULL, 0, NULL, NULL, 1, STK_EDATA, "empty");
     expect_fail(d, 2, NULL, NULL, 1, STK_EDATA, "JPEG: truncated after 2 bytes");
@@ -1115,7 +1115,7 @@ static void test_png_hostile(void **state)
     expect_fail(buf, n, NULL, NULL, 1, STK_EDATA, "PNG: ");
     memcpy(buf, d, n);
     buf[7] = 0;
-    expect_fail(buf, n, NULL, NULL, 1, STK_EDATA, "not a JPEG or PNG");
+    expect_fail(buf, n, NULL, NULL, 1, STK_EDATA, "not a JPEG, PNG, WebP, BMP, TIFF");
 
     free(buf);
     free(want);

@@ -767,7 +767,7 @@ static void test_damage(void **state)
     assert_non_null(strstr(stk_dataset_skipped(ds, 0), "sample '000001' (byte 2048): no label"));
     assert_non_null(strstr(stk_dataset_skipped(ds, 1),
                            "sample '000002' (byte 4096): no image member (looked for .jpg, "
-                           ".jpeg, .png, .webp; it has .cls)"));
+                           ".jpeg, .png, .webp, .bmp, .tif, .tiff, .gif; it has .cls)"));
     assert_non_null(strstr(stk_dataset_skipped(ds, 2),
                            "sample '000003' (byte 5120): no image member and no label member"));
     stk_dataset_close(ds);

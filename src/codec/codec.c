@@ -1,20 +1,28 @@
 /*
  * codec.c — format sniffing, names, and the dispatch of stk_image_probe /
- * stk_image_decode to the JPEG (jpeg.c) and PNG (png.c) decoders.
+ * stk_image_decode to the decoders: JPEG (jpeg.c), PNG (png.c), WebP
+ * (webp.c), BMP (bmp.c), TIFF (tiff.c) and GIF (gif.c).
  *
  * The format is decided by the content, never by a file name: ImageNet has
  * a PNG named .JPEG, and a dataset of strangers' files has worse. A JPEG
  * starts with SOI and the first byte of the next marker (FF D8 FF), a PNG
- * with its 8-byte signature. Anything else is STK_EDATA; when the bytes are
- * a format we know by sight but do not decode (GIF, BMP, WebP, TIFF...), the
- * message says which, so a user learns why the sample was skipped instead of
- * being told it is corrupt.
+ * with its 8-byte signature, a WebP with "RIFF" size "WEBP", a BMP with
+ * "BM", a TIFF with "II*\0" or "MM\0*", a GIF with "GIF87a" / "GIF89a".
+ * Anything else is STK_EDATA; when the bytes are a format we know by sight
+ * but do not decode (PNM), the message says which, so a user learns why the
+ * sample was skipped instead of being told it is corrupt.
  *
  * What is checked here, before a decoder runs: the arguments that need no
- * header (NULLs, scale_denom in {1, 2, 4, 8}, a region of nonzero size) and
- * the limits (zero fields replaced by their defaults). Everything that needs
- * the header — the pixel limit, the region bounds — is checked by the
- * decoder right after it has read the header and before it allocates.
+ * header (NULLs, scale_denom in {1, 2, 4, 8}, only 1 for everything but
+ * JPEG, a region of nonzero size) and the limits (zero fields replaced by
+ * their defaults). Everything that needs the header — the pixel limit, the
+ * region bounds — is checked by the decoder right after it has read the
+ * header and before it allocates.
+ *
+ * The formats without a region decode of their own (WebP, BMP, TIFF, GIF)
+ * decode the whole image into the scratch and stk_codec_finish_view points
+ * the view at the region inside it, so a region equals the same window of
+ * a whole decode trivially.
  */
 #include "codec/codec_internal.h"
 
@@ -33,6 +41,14 @@ stk_image_format stk_image_sniff(const uint8_t *data, size_t size)
         return STK_IMAGE_JPEG;
     if (size >= sizeof stk_png_sig && memcmp(data, stk_png_sig, sizeof stk_png_sig) == 0)
         return STK_IMAGE_PNG;
+    if (size >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0)
+        return STK_IMAGE_WEBP;
+    if (size >= 2 && data[0] == 'B' && data[1] == 'M')
+        return STK_IMAGE_BMP;
+    if (size >= 4 && (memcmp(data, "II*\0", 4) == 0 || memcmp(data, "MM\0*", 4) == 0))
+        return STK_IMAGE_TIFF;
+    if (size >= 6 && (memcmp(data, "GIF87a", 6) == 0 || memcmp(data, "GIF89a", 6) == 0))
+        return STK_IMAGE_GIF;
     return STK_IMAGE_UNKNOWN;
 }
 
@@ -43,6 +59,14 @@ const char *stk_image_format_name(stk_image_format f)
         return "JPEG";
     case STK_IMAGE_PNG:
         return "PNG";
+    case STK_IMAGE_WEBP:
+        return "WebP";
+    case STK_IMAGE_BMP:
+        return "BMP";
+    case STK_IMAGE_TIFF:
+        return "TIFF";
+    case STK_IMAGE_GIF:
+        return "GIF";
     case STK_IMAGE_UNKNOWN:
         break;
     }
@@ -52,14 +76,8 @@ const char *stk_image_format_name(stk_image_format f)
 /* A name for formats recognised only to explain why they are refused. */
 static const char *stk_other_format(const uint8_t *d, size_t n)
 {
-    if (n >= 6 && (memcmp(d, "GIF87a", 6) == 0 || memcmp(d, "GIF89a", 6) == 0))
-        return "GIF";
-    if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0)
-        return "WebP";
-    if (n >= 4 && (memcmp(d, "II*\0", 4) == 0 || memcmp(d, "MM\0*", 4) == 0))
-        return "TIFF";
-    if (n >= 2 && d[0] == 'B' && d[1] == 'M')
-        return "BMP";
+    if (n >= 4 && (memcmp(d, "II+\0", 4) == 0 || memcmp(d, "MM\0+", 4) == 0))
+        return "BigTIFF";
     if (n >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7')
         return "PNM";
     return NULL;
@@ -80,11 +98,13 @@ static int stk_unknown_format(const uint8_t *data, size_t size)
     other = stk_other_format(data, size);
     if (other)
         return stk_fail(STK_EDATA,
-                        "image: %s data, which stoker does not decode (JPEG and PNG only)",
+                        "image: %s data, which stoker does not decode (JPEG, PNG, WebP, BMP, "
+                        "TIFF and GIF only)",
                         other);
     for (size_t i = 0; i < k; i++)
         snprintf(hex + 3 * i, sizeof hex - 3 * i, "%02x%s", data[i], i + 1 < k ? " " : "");
-    return stk_fail(STK_EDATA, "image: not a JPEG or PNG image (%zu bytes starting %s)", size,
+    return stk_fail(STK_EDATA, "image: not a JPEG, PNG, WebP, BMP, TIFF or GIF image (%zu bytes "
+                    "starting %s)", size,
                     hex);
 }
 
@@ -113,6 +133,26 @@ int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height, ui
     return 0;
 }
 
+void stk_codec_finish_view(const stk_decode_req *req, uint8_t *pixels, uint32_t width,
+                           uint32_t height)
+{
+    stk_image_view *v = req->view;
+    const stk_rect *r = req->region;
+    v->channels = 3;
+    v->col_stride = 3;
+    v->chan_stride = 1;
+    v->row_stride = (ptrdiff_t)width * 3;
+    if (r) {
+        v->pixels = pixels + (size_t)r->y * (size_t)v->row_stride + (size_t)r->x * 3;
+        v->width = r->width;
+        v->height = r->height;
+    } else {
+        v->pixels = pixels;
+        v->width = width;
+        v->height = height;
+    }
+}
+
 int stk_image_probe(const uint8_t *data, size_t size, const stk_codec_limits *limits,
                     stk_image_info *info)
 {
@@ -124,6 +164,14 @@ int stk_image_probe(const uint8_t *data, size_t size, const stk_codec_limits *li
         return stk_jpeg_probe(data, size, stk_limits_pixels(limits), info);
     case STK_IMAGE_PNG:
         return stk_png_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_WEBP:
+        return stk_webp_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_BMP:
+        return stk_bmp_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_TIFF:
+        return stk_tiff_probe(data, size, stk_limits_pixels(limits), info);
+    case STK_IMAGE_GIF:
+        return stk_gif_probe(data, size, stk_limits_pixels(limits), info);
     case STK_IMAGE_UNKNOWN:
         break;
     }
@@ -149,9 +197,9 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
     f = stk_image_sniff(data, size);
     if (f == STK_IMAGE_UNKNOWN)
         return stk_unknown_format(data, size);
-    if (f == STK_IMAGE_PNG && scale_denom != 1)
-        return stk_fail(STK_EINVAL, "PNG: scale_denom %u requested; PNG decodes at full size only",
-                        scale_denom);
+    if (f != STK_IMAGE_JPEG && scale_denom != 1)
+        return stk_fail(STK_EINVAL, "%s: scale_denom %u requested; %s decodes at full size only",
+                        stk_image_format_name(f), scale_denom, stk_image_format_name(f));
 
     req.data = data;
     req.size = size;
@@ -160,5 +208,21 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
     req.scale_denom = scale_denom;
     req.out = out;
     req.view = view;
-    return f == STK_IMAGE_JPEG ? stk_jpeg_decode(&req) : stk_png_decode(&req);
+    switch (f) {
+    case STK_IMAGE_JPEG:
+        return stk_jpeg_decode(&req);
+    case STK_IMAGE_PNG:
+        return stk_png_decode(&req);
+    case STK_IMAGE_WEBP:
+        return stk_webp_decode(&req);
+    case STK_IMAGE_BMP:
+        return stk_bmp_decode(&req);
+    case STK_IMAGE_TIFF:
+        return stk_tiff_decode(&req);
+    case STK_IMAGE_GIF:
+        return stk_gif_decode(&req);
+    case STK_IMAGE_UNKNOWN:
+        break;
+    }
+    return stk_unknown_format(data, size);
 }

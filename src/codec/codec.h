@@ -1,6 +1,7 @@
 /*
  * codec.h — decoding encoded images (internal). The only module that
- * includes codec headers (libjpeg-turbo's jpeglib.h, libspng's spng.h).
+ * includes codec headers (libjpeg-turbo's jpeglib.h, libspng's spng.h,
+ * libwebp's decode.h, libtiff's tiffio.h, giflib's gif_lib.h).
  *
  * Everything here treats its input as hostile: the header is read and the
  * dimensions checked against the limits before any pixel buffer is
@@ -24,6 +25,10 @@ typedef enum stk_image_format {
     STK_IMAGE_UNKNOWN = 0,
     STK_IMAGE_JPEG = 1,
     STK_IMAGE_PNG = 2,
+    STK_IMAGE_WEBP = 3, /* libwebp */
+    STK_IMAGE_BMP = 4,  /* bmp.c's own parser */
+    STK_IMAGE_TIFF = 5, /* libtiff, first page */
+    STK_IMAGE_GIF = 6,  /* giflib, first frame */
 } stk_image_format;
 
 typedef struct stk_image_info {
@@ -42,7 +47,8 @@ typedef struct stk_codec_limits {
     uint64_t max_pixels; /* width * height; 0 = STK_DEFAULT_MAX_PIXELS */
 } stk_codec_limits;
 
-/* Sniff the format from magic bytes ("\xFF\xD8\xFF" JPEG, PNG signature). */
+/* Sniff the format from magic bytes ("\xFF\xD8\xFF" JPEG, PNG signature,
+ * RIFF....WEBP, "BM", "II*\0" / "MM\0*", "GIF87a" / "GIF89a"). */
 stk_image_format stk_image_sniff(const uint8_t *data, size_t size);
 const char *stk_image_format_name(stk_image_format f);
 
@@ -64,7 +70,7 @@ typedef struct stk_rect {
  *   iMCU-aligned columns that cover it (jpeg_crop_scanline /
  *   jpeg_skip_scanlines); *view is then exactly the region (scaled).
  * scale_denom: 1, 2, 4 or 8 — JPEG DCT scaling (output is ceil(size/denom));
- *   PNG accepts only 1. With scaling, the region is scaled the same way:
+ *   every other format accepts only 1 (STK_EINVAL). With scaling, the region is scaled the same way:
  *   the view covers floor(x/d) .. ceil((x+w)/d).
  *
  * Errors: STK_EDATA with the decoder's reason for corrupt or truncated data,

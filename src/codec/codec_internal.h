@@ -1,13 +1,14 @@
 /*
- * codec_internal.h — what codec.c's dispatcher calls in jpeg.c and png.c
- * (internal to src/codec/).
+ * codec_internal.h — what codec.c's dispatcher calls in jpeg.c, png.c,
+ * webp.c, bmp.c, tiff.c and gif.c (internal to src/codec/).
  *
  * The public codec calls (codec.h) check the arguments that do not need the
  * header (scale, region shape, NULLs), resolve the limits to a plain pixel
  * count, sniff the format and call one of these. Each format then owns
  * everything that needs its header: the pixel limit (checked before any
  * pixel buffer exists), the region bounds, and every decoder error, reported
- * through stk_fail with a "JPEG: " / "PNG: " prefix and the decoder's reason.
+ * through stk_fail with a "JPEG: " / "PNG: " / "WebP: " / "BMP: " / "TIFF: " /
+ * "GIF: " prefix and the decoder's reason.
  * Callers (dataset readers, the loader) prefix the file or record name.
  */
 #ifndef STK_CODEC_CODEC_INTERNAL_H
@@ -31,6 +32,21 @@ int stk_jpeg_decode(const stk_decode_req *req);
 
 int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
 int stk_png_decode(const stk_decode_req *req);
+
+int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_webp_decode(const stk_decode_req *req);
+int stk_bmp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_bmp_decode(const stk_decode_req *req);
+int stk_tiff_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_tiff_decode(const stk_decode_req *req);
+int stk_gif_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+int stk_gif_decode(const stk_decode_req *req);
+
+/* For the decoders that decode whole images (WebP, BMP, TIFF, GIF): fill
+ * req->view with the width x height RGB8 image at `pixels` (rows packed),
+ * or with req->region's window of it (bounds already checked). */
+void stk_codec_finish_view(const stk_decode_req *req, uint8_t *pixels, uint32_t width,
+                           uint32_t height);
 
 /* A window JPEG (jpeg_window.c): a valid JPEG of only the restart
  * intervals that cover a region, whose pixel (0, 0) is the original's

@@ -14,7 +14,8 @@
  * or directory sorted by name); a file named twice is an error. EXTS are
  * member extensions separated by ';' (WebDataset's to_tuple("jpg;png"))
  * or ',', in order of preference, matched case-insensitively against the
- * whole extension: image=jpg;jpeg;png;webp and label=cls;txt by default.
+ * whole extension: image=jpg;jpeg;png;webp;bmp;tif;tiff;gif (every format
+ * the codec decodes, docs/codec.md) and label=cls;txt by default.
  * A bare path is detected when it is a file named *.tar, a directory that
  * directly holds a *.tar file and is not an image folder (those stay with
  * imagefolder:), or a pattern ending in .tar with * ? [ or {.
@@ -861,13 +862,15 @@ static int wds_parse_exts(const char *uri, const char *prefix, const char *key, 
 
 static int wds_parse_query(const char *uri, const char *prefix, const char *query, wds_spec *s)
 {
-    static const char *const image_def[] = {"jpg", "jpeg", "png", "webp"};
+    static const char *const image_def[] = {"jpg", "jpeg", "png", "webp",
+                                            "bmp", "tif", "tiff", "gif"};
     static const char *const label_def[] = {"cls", "txt"};
+    const uint32_t n_image_def = sizeof image_def / sizeof image_def[0];
     int seen[3] = {0, 0, 0};
     memset(s, 0, sizeof *s);
-    for (uint32_t i = 0; i < 4; i++)
+    for (uint32_t i = 0; i < n_image_def; i++)
         strcpy(s->ext[WDS_IMAGE][i], image_def[i]);
-    s->n[WDS_IMAGE] = 4;
+    s->n[WDS_IMAGE] = n_image_def;
     for (uint32_t i = 0; i < 2; i++)
         strcpy(s->ext[WDS_LABEL][i], label_def[i]);
     s->n[WDS_LABEL] = 2;
@@ -1288,7 +1291,8 @@ static int wds_detect(const char *path)
 }
 
 const stk_reader stk_reader_wds = {
-    "wds", "wds:PATH[?image=jpg;jpeg;png;webp][&label=cls;txt][&missing=error|skip]",
+    "wds", "wds:PATH[?image=jpg;jpeg;png;webp;bmp;tif;tiff;gif][&label=cls;txt]"
+           "[&missing=error|skip]",
     "WebDataset tar shards: a .tar, a directory of *.tar, a glob or shard-{000..009}.tar; "
     "samples are members sharing a key",
     wds_open, NULL, wds_detect, "*.tar (WebDataset shards)", "*.tar"};

@@ -268,7 +268,7 @@ def test_corrupt_kinds(tmp_path, jpegs, pngs):
         "truncated": (good[: len(good) // 2], "STK_EDATA", "Premature end of JPEG file"),
         "empty": (b"", "STK_EDATA", "empty input"),
         "random_bytes": (np.random.default_rng(4).integers(0, 256, 5000, dtype=np.uint8).tobytes(),
-                         "STK_EDATA", "not a JPEG or PNG"),
+                         "STK_EDATA", "not a JPEG, PNG, WebP, BMP, TIFF or GIF"),
     }
     sof = good.index(b"\xff\xc0")
     huge = bytearray(good)
