@@ -68,7 +68,7 @@ static const stk_color_kernels color_c = {
 
 CATTR static void u8_to_out_avx2(const stk_outfmt *o, const uint8_t *row, int32_t y, void *out)
 {
-    if (o->nc != 3 || o->layout != STK_CHW || o->dtype == STK_U8) {
+    if (o->nc != 3 || o->layout != STK_CHW || (o->dtype != STK_F32 && o->dtype != STK_F16)) {
         u8_to_out_generic_avx2(o, row, y, out);
         return;
     }

@@ -167,6 +167,10 @@ CATTR static void CN(float_to_out)(const stk_outfmt *o, float *const *p, int32_t
                 uint16_t *d = (uint16_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
                     d[i] = stk_f32_to_f16(x[i] * sc + bi);
+            } else if (o->dtype == STK_BF16) {
+                uint16_t *d = (uint16_t *)out + at;
+                for (int32_t i = 0; i < w; i++)
+                    d[i] = stk_f32_to_bf16(x[i] * sc + bi);
             } else {
                 uint8_t *d = (uint8_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
@@ -182,6 +186,10 @@ CATTR static void CN(float_to_out)(const stk_outfmt *o, float *const *p, int32_t
                 uint16_t *d = (uint16_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
                     d[(size_t)i * nc] = stk_f32_to_f16(x[i] * sc + bi);
+            } else if (o->dtype == STK_BF16) {
+                uint16_t *d = (uint16_t *)out + at;
+                for (int32_t i = 0; i < w; i++)
+                    d[(size_t)i * nc] = stk_f32_to_bf16(x[i] * sc + bi);
             } else {
                 uint8_t *d = (uint8_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
@@ -206,6 +214,10 @@ CATTR static void CN(u8_to_out_generic)(const stk_outfmt *o, const uint8_t *row,
             float *d = (float *)out + at;
             for (size_t i = 0; i < n; i++)
                 d[i] = (float)row[i] * o->scale[i % nc] + o->bias[i % nc];
+        } else if (o->dtype == STK_BF16) {
+            uint16_t *d = (uint16_t *)out + at;
+            for (size_t i = 0; i < n; i++)
+                d[i] = stk_f32_to_bf16((float)row[i] * o->scale[i % nc] + o->bias[i % nc]);
         } else {
             uint16_t *d = (uint16_t *)out + at;
             for (size_t i = 0; i < n; i++)
@@ -225,6 +237,10 @@ CATTR static void CN(u8_to_out_generic)(const stk_outfmt *o, const uint8_t *row,
             float *d = (float *)out + at;
             for (int32_t i = 0; i < w; i++)
                 d[i] = (float)s[(size_t)i * nc] * sc + bi;
+        } else if (o->dtype == STK_BF16) {
+            uint16_t *d = (uint16_t *)out + at;
+            for (int32_t i = 0; i < w; i++)
+                d[i] = stk_f32_to_bf16((float)s[(size_t)i * nc] * sc + bi);
         } else {
             uint16_t *d = (uint16_t *)out + at;
             for (int32_t i = 0; i < w; i++)

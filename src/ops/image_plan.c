@@ -96,7 +96,7 @@ int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint3
     return 0;
 }
 
-static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F16 ? 2 : 4; }
+static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F32 ? 4 : 2; }
 
 int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
                         uint32_t in_c, stk_imgplan **out, uint32_t *out_h, uint32_t *out_w,

@@ -327,13 +327,14 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         const char *name;
         stk_dtype dtype;
     } dtypes[] = {{"u8", STK_U8},    {"uint8", STK_U8}, {"f16", STK_F16},     {"float16", STK_F16},
-                  {"half", STK_F16}, {"f32", STK_F32},  {"float32", STK_F32}, {"float", STK_F32}};
+                  {"half", STK_F16}, {"f32", STK_F32},  {"float32", STK_F32}, {"float", STK_F32},
+                  {"bf16", STK_BF16}, {"bfloat16", STK_BF16}};
     int rc = 0;
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
     if (st->nargs == 0)
-        return stk_spec_err(P, missing_at(st), "expected a dtype after 'to' (u8, f16 or f32)");
+        return stk_spec_err(P, missing_at(st), "expected a dtype after 'to' (u8, f16, bf16 or f32)");
     stk_spec_arg a = {0};
     while ((rc = stk_spec_next_arg(P, st, NULL, NULL, &a)) > 0)
         if (a.next > 2) /* DTYPE [LAYOUT] */
@@ -346,7 +347,7 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         if (stk_spec_tok_is(P, t->a, t->b, dtypes[k].name))
             break;
     if (k == sizeof dtypes / sizeof dtypes[0])
-        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, f32)",
+        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, bf16, f32)",
                             STK_SPEC_TOKARG(P, t->a, t->b));
     op->u.to.dtype = dtypes[k].dtype;
     op->arg_col = t->a + 1;

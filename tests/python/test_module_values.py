@@ -206,3 +206,21 @@ def test_transforms_let_no_text_into_the_spec():
         stoker.Pad(2, fill="1 | flip")
     with pytest.raises(TypeError, match="size must be an int"):
         stoker.CenterCrop(8.0)
+
+
+def test_bfloat16_output_torch_and_numpy(cifar_dir):
+    """dtype='bfloat16': torch.bfloat16 tensors equal to torch's rounding of
+    the float32 output; output='numpy' gives the same bits as uint16."""
+    uri = "cifar10:" + cifar_dir[0]
+    kw = dict(pipeline="random_crop 28 | flip | normalize cifar10", batch_size=16, seed=4,
+              shuffle=True, num_threads=2)
+    ref, _ = next(iter(stoker.Loader(uri, dtype="float32", **kw)))
+    x, _ = next(iter(stoker.Loader(uri, dtype=torch.bfloat16, **kw)))
+    assert x.dtype == torch.bfloat16 and tuple(x.shape) == (16, 3, 28, 28)
+    assert torch.equal(x.view(torch.int16), ref.to(torch.bfloat16).view(torch.int16))
+    loader = stoker.Loader(uri, dtype="bfloat16", output="numpy", **kw)
+    assert loader.dtype == "bfloat16"
+    a, _ = next(iter(loader))
+    assert a.dtype == np.uint16
+    assert np.array_equal(a, x.view(torch.int16).numpy().view(np.uint16))
+    assert stoker.build_spec(["flip 1"], dtype="bf16") == "flip 1 | to bf16 chw"
