@@ -352,6 +352,85 @@ class Normalize(Transform):
                                              ",".join(_num(s, "std") for s in self.std))
 
 
+class GaussianBlur(Transform):
+    """Blur with a Gaussian kernel whose sigma is drawn per sample, like
+    torchvision's ``GaussianBlur`` on a float tensor. ``kernel_size`` is an
+    odd int or (kx, ky) — width, then height, torchvision's order; ``sigma``
+    a number or a (min, max) range. Spec: ``gaussian_blur KX,KY sigma=LO:HI``.
+    """
+
+    op = "gaussian_blur"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        self.kernel_size = kernel_size
+        self.sigma = sigma
+        _validate(self.spec())
+
+    def spec(self):
+        if isinstance(self.kernel_size, numbers.Integral) and not isinstance(self.kernel_size,
+                                                                              bool):
+            ks = _int(self.kernel_size, "kernel_size")
+        else:
+            ks = ",".join(_int(v, "kernel_size") for v in _seq(self.kernel_size, "kernel_size"))
+        return "gaussian_blur %s sigma=%s" % (ks, _range(self.sigma, "sigma"))
+
+
+class RandomErasing(Transform):
+    """Erase a random rectangle of the finished tensor, like torchvision's
+    ``RandomErasing`` placed after Normalize (same get_params procedure).
+    ``value`` is a number or one per channel, in the tensor's units;
+    ``value='random'`` is not supported. ``inplace`` has no effect. It must
+    be the last transform. Spec: ``random_erasing p=P scale=LO:HI
+    ratio=LO:HI value=V``.
+    """
+
+    op = "random_erasing"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        if isinstance(value, str):
+            raise ValueError("RandomErasing(value=%r) is not supported by stoker: give a number "
+                             "or one per channel" % (value,))
+        self.p = p
+        self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
+        self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
+        self.value = tuple(value) if isinstance(value, (list, tuple)) else value
+        _validate(self.spec())
+
+    def spec(self):
+        vals = self.value if isinstance(self.value, tuple) else (self.value,)
+        return "random_erasing p=%s scale=%s ratio=%s value=%s" % (
+            _num(self.p, "p"), _range(self.scale, "scale"), _range(self.ratio, "ratio"),
+            ",".join(_num(v, "value") for v in vals))
+
+
+class RandomApply(Transform):
+    """Apply a list of transforms together with probability ``p``, like
+    torchvision's ``RandomApply`` (one draw per sample; the transforms draw
+    only when applied). They may be the float-tensor transforms after the
+    crops and resize: ColorJitter, RandomRotation, RandomGrayscale,
+    GaussianBlur, flips, the point ops. Spec: ``random_apply p=P n=N``
+    followed by the N stages.
+    """
+
+    op = "random_apply"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, transforms, p=0.5):
+        if isinstance(transforms, (str, Transform)):
+            raise TypeError("RandomApply takes a list of transforms, got %r" % (transforms,))
+        self.transforms = list(transforms)
+        self.p = p
+        _validate(self.spec())
+
+    def spec(self):
+        stages = [s for s in (to_spec([t]) for t in self.transforms) if s]
+        if not stages:  # torchvision's RandomApply([]) changes nothing
+            return ""
+        return " | ".join(["random_apply p=%s n=%d" % (_num(self.p, "p"), len(stages))] + stages)
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.spec()))
+
+
 def _text(x, what):
     """A number as spec text. Only the type is checked here (so no text can
     be slipped into the spec); the C parser checks the value."""

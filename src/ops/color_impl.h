@@ -293,6 +293,62 @@ CATTR static void CN(rotate_row)(const stk_rotation *R, const float *src, int nc
     }
 }
 
+CATTR static void CN(grayscale)(float *const *p, int32_t n, int nc)
+{
+    if (nc != 3)
+        return;
+    float *r = p[0], *g = p[1], *b = p[2];
+    for (int32_t i = 0; i < n; i++) {
+        float l = (0.2989f * r[i] + 0.587f * g[i]) + 0.114f * b[i];
+        r[i] = l;
+        g[i] = l;
+        b[i] = l;
+    }
+}
+
+/* torch's "reflect" index: -1 -> 1, n -> n - 2 (|pad| < n, checked at compile). */
+static inline int32_t CN(reflect)(int32_t i, int32_t n)
+{
+    if (i < 0)
+        return -i;
+    if (i >= n)
+        return 2 * (n - 1) - i;
+    return i;
+}
+
+CATTR static void CN(blur_row)(const stk_blur *B, const float *src, int nc, int32_t y,
+                               float *const *p)
+{
+    int32_t w = B->w, h = B->h;
+    int rx = B->kx / 2, ry = B->ky / 2;
+    size_t plane = (size_t)w * (size_t)h;
+    float *t = B->tmp;
+    for (int c = 0; c < nc; c++) {
+        const float *s = src + (size_t)c * plane;
+        for (int32_t x = 0; x < w; x++)
+            t[x] = 0.0f;
+        for (int i = 0; i < B->ky; i++) {
+            const float *r = s + (size_t)CN(reflect)(y + i - ry, h) * (size_t)w;
+            float k = B->wy[i];
+            for (int32_t x = 0; x < w; x++)
+                t[x] += k * r[x];
+        }
+        float *d = p[c];
+        for (int32_t x = 0; x < w; x++) {
+            float acc = 0.0f;
+            if (x >= rx && x + rx < w) {
+                const float *q = t + (x - rx);
+                for (int j = 0; j < B->kx; j++)
+                    acc += B->wx[j] * q[j];
+            } else {
+                for (int j = 0; j < B->kx; j++)
+                    acc += B->wx[j] * t[CN(reflect)(x + j - rx, w)];
+            }
+            d[x] = acc;
+        }
+    }
+}
+
 #undef CN
 #undef CN2
 #undef CN_

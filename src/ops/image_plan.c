@@ -83,7 +83,8 @@
 static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
-           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT;
+           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
+           k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -167,8 +168,38 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
 
     double mean[3] = {0, 0, 0}, stdv[3] = {1, 1, 1};
     int have_norm = 0, have_resize = 0, seen_color = 0, nrot = 0, last_geo_col = 1;
+    int group_left = 0, group_col = 0, group_n = 0, erase_at = -1;
     for (int k = last_pad + 1; k < spec->nops; k++) {
         const stk_spec_op *o = &spec->ops[k];
+        /* random_erasing works on the output: only more of it, and `to`,
+         * may follow. */
+        if (erase_at >= 0 && o->kind != STK_OP_RANDOM_ERASING && o->kind != STK_OP_TO) {
+            rc = stk_spec_fail(text, o->col,
+                               "%s after random_erasing is not supported: random_erasing "
+                               "erases the finished tensor, so it comes last (before 'to')",
+                               o->def->name);
+            goto fail;
+        }
+        /* random_apply's group: ops of the float tail only. */
+        if (group_left > 0) {
+            stk_op_kind kd = o->kind;
+            int ok = kd == STK_OP_ROTATE || kd == STK_OP_COLOR_JITTER ||
+                     kd == STK_OP_GRAYSCALE || kd == STK_OP_GAUSSIAN_BLUR ||
+                     ((kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT) &&
+                      k > last_geo);
+            if (!ok) {
+                rc = stk_spec_fail(text, o->col,
+                                   "random_apply cannot hold %s%s; it can hold rotate, "
+                                   "color_jitter, grayscale, gaussian_blur, and flips and "
+                                   "point ops after the crops and resize",
+                                   o->def->name,
+                                   kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT
+                                       ? " before a crop or resize"
+                                       : "");
+                goto fail;
+            }
+            group_left--;
+        }
         switch (o->kind) {
         case STK_OP_DECODE:
         case STK_OP_TO:
@@ -338,7 +369,69 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             ip->float_path = 1;
             break;
         }
+        case STK_OP_GRAYSCALE: {
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_GRAY;
+            t->p = o->u.num.v[0];
+            seen_color = 1;
+            ip->float_path = 1;
+            break;
         }
+        case STK_OP_GAUSSIAN_BLUR: {
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_BLUR;
+            t->kx = o->u.blur.kx;
+            t->ky = o->u.blur.ky;
+            t->lo = o->u.blur.sigma[0];
+            t->hi = o->u.blur.sigma[1];
+            seen_color = 1;
+            ip->float_path = 1;
+            break;
+        }
+        case STK_OP_RANDOM_APPLY: {
+            if (group_left > 0) { /* not reached: refused above */
+                rc = stk_spec_fail(text, o->col, "random_apply cannot hold random_apply");
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_APPLY;
+            t->p = o->u.apply.p;
+            t->n = o->u.apply.n;
+            group_left = group_n = (int)o->u.apply.n;
+            group_col = o->col;
+            break;
+        }
+        case STK_OP_RANDOM_ERASING: {
+            if (ip->nerase == MAX_ERASE) {
+                rc = stk_spec_fail(text, o->col, "at most %d random_erasing stages", MAX_ERASE);
+                goto fail;
+            }
+            uint32_t nv = o->u.erase.nvalue;
+            if (nv != 1 && nv != (uint32_t)nc) {
+                rc = stk_spec_fail(text, o->u.erase.value_col,
+                                   "random_erasing has %u values but the image has %d "
+                                   "channel%s (give 1 value or %d)",
+                                   nv, nc, nc == 1 ? "" : "s", nc);
+                goto fail;
+            }
+            stk_erase_op *e = &ip->erase[ip->nerase++];
+            e->p = o->u.erase.p;
+            memcpy(e->scale, o->u.erase.scale, sizeof e->scale);
+            e->logr[0] = logf((float)o->u.erase.ratio[0]);
+            e->logr[1] = logf((float)o->u.erase.ratio[1]);
+            for (int c = 0; c < 3; c++)
+                e->value[c] = (float)o->u.erase.value[nv == 1 ? 0 : (c < nc ? c : 0)];
+            erase_at = k;
+            break;
+        }
+        }
+    }
+    if (group_left > 0) {
+        rc = stk_spec_fail(text, group_col,
+                           "random_apply n=%d needs %d more stage%s after it", group_n,
+                           group_left,
+                           group_left == 1 ? "" : "s");
+        goto fail;
     }
     if (!known) {
         rc = stk_spec_fail(text, last_geo >= 0 ? last_geo_col : 1,
@@ -354,6 +447,18 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     }
     ip->out_h = (uint32_t)kh;
     ip->out_w = (uint32_t)kw;
+    for (int k = last_pad + 1; k < spec->nops; k++) {
+        const stk_spec_op *o = &spec->ops[k];
+        if (o->kind == STK_OP_GAUSSIAN_BLUR &&
+            ((int64_t)(o->u.blur.kx / 2) >= kw || (int64_t)(o->u.blur.ky / 2) >= kh)) {
+            rc = stk_spec_fail(text, o->arg_col,
+                               "gaussian_blur kernel %ux%u (KX,KY) needs an image larger than "
+                               "half of it (reflect padding); the image here is %lldx%lld "
+                               "(HxW)",
+                               o->u.blur.kx, o->u.blur.ky, (long long)kh, (long long)kw);
+            goto fail;
+        }
+    }
 
     uint64_t bytes;
     if (!stk_mul_ok((uint64_t)kh * (uint64_t)kw, (uint64_t)nc * dtype_size(spec->dtype), &bytes) ||

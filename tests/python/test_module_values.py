@@ -224,3 +224,37 @@ def test_bfloat16_output_torch_and_numpy(cifar_dir):
     assert a.dtype == np.uint16
     assert np.array_equal(a, x.view(torch.int16).numpy().view(np.uint16))
     assert stoker.build_spec(["flip 1"], dtype="bf16") == "flip 1 | to bf16 chw"
+
+
+def test_augmentation_transforms_write_their_specs(cifar_dir):
+    """GaussianBlur, RandomGrayscale, RandomApply, RandomErasing take
+    torchvision's arguments and write the documented stages; a Loader given
+    the classes delivers what the same spec text delivers."""
+    assert stoker.GaussianBlur(23).spec() == "gaussian_blur 23 sigma=0.1:2"
+    assert stoker.GaussianBlur((5, 3), sigma=1.5).spec() == "gaussian_blur 5,3 sigma=1.5"
+    assert stoker.RandomGrayscale().spec() == "grayscale p=0.1"
+    assert stoker.RandomErasing().spec() == \
+        "random_erasing p=0.5 scale=0.02:0.33 ratio=0.3:3.3 value=0"
+    assert stoker.RandomErasing(0.25, value=(1, 2, 3), inplace=True).spec() == \
+        "random_erasing p=0.25 scale=0.02:0.33 ratio=0.3:3.3 value=1,2,3"
+    jitter = stoker.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    assert stoker.RandomApply([jitter, stoker.RandomGrayscale(1)], p=0.8).spec() == \
+        "random_apply p=0.8 n=2 | " + jitter.spec() + " | grayscale p=1"
+    assert stoker.RandomApply([], p=0.3).spec() == ""
+    with pytest.raises(ValueError, match="value='random'"):
+        stoker.RandomErasing(value="random")
+    with pytest.raises(stoker.SpecError, match="kernel sizes must be odd"):
+        stoker.GaussianBlur(4)
+    with pytest.raises(TypeError, match="list of transforms"):
+        stoker.RandomApply(jitter)
+    uri = "cifar10:" + cifar_dir[0]
+    transforms = [stoker.RandomCrop(28), stoker.RandomApply([jitter], p=0.8),
+                  stoker.RandomGrayscale(0.2), stoker.GaussianBlur(3, (0.1, 2.0)),
+                  stoker.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+                  stoker.RandomErasing()]
+    text = stoker.to_spec(transforms)
+    kw = dict(batch_size=10, seed=2, shuffle=True, num_threads=2)
+    a, _ = next(iter(stoker.Loader(uri, transforms=transforms, **kw)))
+    b, _ = next(iter(stoker.Loader(uri, pipeline=text, **kw)))
+    assert torch.equal(a, b) and tuple(a.shape) == (10, 3, 28, 28)
+    assert (a == 0).any()  # something was erased (p 0.5 over 10 samples)
