@@ -226,36 +226,53 @@ class RandomVerticalFlip(Transform):
         return "vflip " + _num(self.p, "p")
 
 
-def _bilinear_only(interpolation, antialias, what):
-    name = getattr(interpolation, "value", interpolation)
-    if str(name).lower() not in ("bilinear", "2", "interpolationmode.bilinear"):
-        raise ValueError("%s(interpolation=%r) is not supported by stoker: only bilinear "
-                         "(Pillow's antialiased resize)" % (what, interpolation))
+def _interpolation(interpolation, antialias, what, bicubic=True):
+    """'bilinear' or 'bicubic' (Pillow's antialiased filters) from
+    torchvision's InterpolationMode, its value or PIL's constant (2, 3)."""
+    name = str(getattr(interpolation, "value", interpolation)).lower()
+    name = {"2": "bilinear", "interpolationmode.bilinear": "bilinear",
+            "3": "bicubic", "interpolationmode.bicubic": "bicubic"}.get(name, name)
+    if name not in (("bilinear", "bicubic") if bicubic else ("bilinear",)):
+        raise ValueError("%s(interpolation=%r) is not supported by stoker: only %s "
+                         "(Pillow's antialiased resize)"
+                         % (what, interpolation, "bilinear or bicubic" if bicubic else "bilinear"))
     if antialias is False:
         raise ValueError("%s(antialias=False) is not supported: stoker always antialiases, "
                          "as torchvision does for PIL images" % what)
+    return name
+
+
+def _bilinear_only(interpolation, antialias, what):
+    _interpolation(interpolation, antialias, what, bicubic=False)
+
+
+def _interp_arg(name):
+    """The spec's ` interpolation=...`, written only when not the default."""
+    return "" if name == "bilinear" else " interpolation=" + name
 
 
 class RandomResizedCrop(Transform):
     """Crop a random area and aspect, then resize, like torchvision's
     ``RandomResizedCrop`` (same sampling procedure: up to 10 attempts, then
-    the central fallback; Pillow's antialiased bilinear resize).
-    Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI``.
+    the central fallback; Pillow's antialiased bilinear or bicubic resize).
+    Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI
+    [interpolation=bicubic]``.
     """
 
     op = "random_resized_crop"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                  interpolation="bilinear", antialias=None):
-        _bilinear_only(interpolation, antialias, "RandomResizedCrop")
+        self.interpolation = _interpolation(interpolation, antialias, "RandomResizedCrop")
         self.size = size
         self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
         self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
         _validate(self.spec())
 
     def spec(self):
-        return "random_resized_crop %s scale=%s ratio=%s" % (
-            _size(self.size), _range(self.scale, "scale"), _range(self.ratio, "ratio"))
+        return "random_resized_crop %s scale=%s ratio=%s%s" % (
+            _size(self.size), _range(self.scale, "scale"), _range(self.ratio, "ratio"),
+            _interp_arg(self.interpolation))
 
 
 class Resize(Transform):
@@ -263,13 +280,13 @@ class Resize(Transform):
     shorter side (the longer one truncated as torchvision computes it),
     (h, w) gives exactly that size — written ``resize H,W`` even when h == w,
     since ``resize S`` means the shorter side; Pillow's antialiased
-    bilinear. ``max_size`` is not supported.
+    bilinear or bicubic (``interpolation=``). ``max_size`` is not supported.
     """
 
     op = "resize"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
-        _bilinear_only(interpolation, antialias, "Resize")
+        self.interpolation = _interpolation(interpolation, antialias, "Resize")
         if max_size is not None:
             raise ValueError("Resize(max_size=...) is not supported by stoker")
         if isinstance(size, numbers.Integral) and not isinstance(size, bool):
@@ -281,10 +298,11 @@ class Resize(Transform):
 
     def spec(self):
         if isinstance(self.size, numbers.Integral) and not isinstance(self.size, bool):
-            return "resize " + _int(self.size, "size")
+            return "resize " + _int(self.size, "size") + _interp_arg(self.interpolation)
         # Always every number: "resize S" would mean the shorter side, so a
         # square (S, S) must stay "resize S,S" (exactly S x S).
-        return "resize " + ",".join(_int(v, "size") for v in _seq(self.size, "size"))
+        return "resize " + ",".join(_int(v, "size") for v in _seq(self.size, "size")) + \
+            _interp_arg(self.interpolation)
 
 
 class RandomRotation(Transform):

@@ -71,6 +71,7 @@ struct stk_imgplan {
     int float_path;            /* a rotate or color_jitter */
     int nerase;
     stk_erase_op erase[MAX_ERASE];
+    int filter;                /* the resize's STK_RS_BILINEAR or STK_RS_BICUBIC */
     uint32_t out_h, out_w;
     stk_outfmt fmt;
     size_t sample_bytes;

@@ -78,7 +78,7 @@ typedef struct axis_plan {
     int identity;
 } axis_plan;
 
-static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
+static int axis_setup(const stk_axis_geo *g, unsigned d, int filter, axis_plan *a)
 {
     int64_t dom0, dom1, off, out;
     double scale;
@@ -98,6 +98,7 @@ static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
     a->dd0 = dom0 / d;
     int64_t dd1 = (dom1 + d - 1) / d;
     a->p.in_size = (int32_t)(dd1 - a->dd0);
+    a->p.filter = g->resized ? filter : STK_RS_BILINEAR;
     a->p.out = (int32_t)out;
     a->p.off = (int32_t)off;
     a->p.in0 = d == 1 ? 0.0 : (double)dom0 / d - (double)a->dd0;
@@ -214,7 +215,8 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 
     /* 4. What the windows touch. */
     axis_plan xa, ya;
-    if ((rc = axis_setup(&dr.ax, d, &xa)) < 0 || (rc = axis_setup(&dr.ay, d, &ya)) < 0)
+    if ((rc = axis_setup(&dr.ax, d, ip->filter, &xa)) < 0 ||
+        (rc = axis_setup(&dr.ay, d, ip->filter, &ya)) < 0)
         return rc;
     if (xa.p.out != (int32_t)ip->out_w || ya.p.out != (int32_t)ip->out_h)
         return stk_fail(STK_EINVAL, "image pipeline: geometry gave %dx%d, expected %ux%u",
@@ -261,7 +263,7 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     int group = nc == 3 ? rk->group : 0;
     int32_t OW = (int32_t)ip->out_w, OH = (int32_t)ip->out_h;
     int need_h = !xa.identity || dr.hflip, need_v = !ya.identity;
-    int32_t ky = stk_rs_ksize(ya.p.scale), kx = stk_rs_ksize(xa.p.scale);
+    int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
     size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
     if (!bx || !by)
         return stk_fail(STK_EDATA, "image geometry out of range");

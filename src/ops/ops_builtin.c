@@ -388,10 +388,23 @@ static int parse_decode(stk_spec_parser *P, const stk_spec_stage *st, const stk_
     return 0;
 }
 
+/* interpolation=bilinear|bicubic (Pillow's filters; resample.h). */
+static int parse_interp(const stk_spec_parser *P, int va, int vb, int *bicubic)
+{
+    if (stk_spec_tok_is(P, va, vb, "bilinear"))
+        *bicubic = 0;
+    else if (stk_spec_tok_is(P, va, vb, "bicubic"))
+        *bicubic = 1;
+    else
+        return stk_spec_err(P, va, "unknown interpolation '%.*s' (known: bilinear, bicubic)",
+                            STK_SPEC_TOKARG(P, va, vb));
+    return 0;
+}
+
 static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
     static const char ctx[] = "after 'random_resized_crop'";
-    static const char *const keys[] = {"scale", "ratio", NULL};
+    static const char *const keys[] = {"scale", "ratio", "interpolation", NULL};
     int rc = 0, have_size = 0;
     stk_spec_arg a = {0};
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
@@ -401,9 +414,12 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
     op->u.rrc.scale[1] = 1.0;
     op->u.rrc.ratio[0] = 3.0 / 4.0;
     op->u.rrc.ratio[1] = 4.0 / 3.0;
-    while ((rc = stk_spec_next_arg(P, st, keys, "scale, ratio", &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, keys, "scale, ratio, interpolation", &a)) > 0) {
         int va = a.va, vb = a.vb;
-        if (a.key < 0) {
+        if (a.key == 2) {
+            if ((rc = parse_interp(P, va, vb, &op->u.rrc.bicubic)) < 0)
+                return rc;
+        } else if (a.key < 0) {
             if (have_size++)
                 return stk_spec_unexpected(P, st, a.t);
             uint32_t v[2];
@@ -440,13 +456,19 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
 
 static int parse_resize(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
+    static const char *const keys[] = {"interpolation", NULL};
     int rc = 0, have = 0;
     stk_spec_arg a = {0};
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
-    while ((rc = stk_spec_next_arg(P, st, NULL, NULL, &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, keys, "interpolation", &a)) > 0) {
         const stk_spec_tok *t = a.t;
+        if (a.key == 0) {
+            if ((rc = parse_interp(P, a.va, a.vb, &op->u.resize.bicubic)) < 0)
+                return rc;
+            continue;
+        }
         if (have++)
             return stk_spec_unexpected(P, st, t);
         uint32_t v[2];
@@ -627,10 +649,11 @@ const stk_op_desc stk_op_decode = {
     .syntax = {"decode", NULL, STK_OP_DECODE, STK_ORD_FIRST, NULL, parse_decode, NULL, 0, ""}};
 const stk_op_desc stk_op_random_resized_crop = {
     .syntax = {"random_resized_crop", NULL, STK_OP_RANDOM_RESIZED_CROP, STK_ORD_PIXELS, PIXELS_WHY,
-               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]"},
+               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI] [interpolation=I]"},
     .torchvision = "RandomResizedCrop"};
 const stk_op_desc stk_op_resize = {.syntax = {"resize", NULL, STK_OP_RESIZE, STK_ORD_PIXELS,
-                                              PIXELS_WHY, parse_resize, NULL, 0, "S | H,W"},
+                                              PIXELS_WHY, parse_resize, NULL, 0,
+                                              "S | H,W [interpolation=I]"},
     .torchvision = "Resize"};
 const stk_op_desc stk_op_rotate = {.syntax = {"rotate", NULL, STK_OP_ROTATE,
                                               STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,

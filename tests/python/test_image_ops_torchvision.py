@@ -455,3 +455,44 @@ def test_simclr_chain_replayed_in_torchvision(tmp_path, photo_files):
         diffs.append(d)
     report("SimCLR-style chain replayed in torchvision", diffs)
     assert all(seen.values()), seen  # each random op was exercised
+
+
+# ---------------------------------------------------------------- bicubic
+
+@pytest.mark.parametrize("size", [(37, 53), (160, 120), (300, 410), (13, 9), (96, 96)])
+def test_bicubic_resize_matches_pillow(tmp_path, photo_files, size):
+    """interpolation=bicubic is Pillow's Image.resize(BICUBIC) byte for byte
+    (downscales and upscales, the negative lobes clamped as Pillow's clip8),
+    on raw pixels and through every kernel variant."""
+    oh, ow = size
+    for f in photo_files[:4]:
+        a = rgb(f)
+        ref = np.asarray(Image.fromarray(a).resize((ow, oh), Image.BICUBIC))
+        for isa in ["c", "avx2", None]:
+            h, w, c = a.shape
+            src, out = str(tmp_path / "b.raw"), str(tmp_path / "b.out")
+            a.tofile(src)
+            dump(*(["--isa", isa] if isa else []), "runraw",
+                 "resize %d,%d interpolation=bicubic | to u8" % (oh, ow), src, h, w, c, out, 1)
+            got = np.fromfile(out, np.uint8).reshape(oh, ow, 3)
+            np.testing.assert_array_equal(got, ref)
+
+
+def test_bicubic_val_and_rrc_replayed(tmp_path, photo_files):
+    """Resize(256, BICUBIC) + CenterCrop(224) and RandomResizedCrop(224,
+    interpolation=BICUBIC) replayed through torchvision on PIL images: the
+    same bytes before Normalize (DCT scale 1)."""
+    BIC = InterpolationMode.BICUBIC
+    for i, f in enumerate(photo_files[:8]):
+        im = Image.open(f).convert("RGB")
+        out, tr = run_pipeline(tmp_path, "resize 256 interpolation=bicubic | center_crop 224 | "
+                               "to f32", f)
+        if tr["scale_denom"] == 1:
+            ref = F.to_tensor(F.center_crop(F.resize(im, 256, BIC), 224)).numpy()
+            assert np.abs(out - ref).max() <= 1e-6
+        out, tr = run_pipeline(tmp_path, "random_resized_crop 224 interpolation=bicubic | "
+                               "to f32", f, seed=4, index=i)
+        x, y, w, h = tr["box"]
+        if tr["scale_denom"] == 1:
+            ref = F.to_tensor(F.resized_crop(im, y, x, h, w, [224, 224], BIC)).numpy()
+            assert np.abs(out - ref).max() <= 1e-6

@@ -241,6 +241,15 @@ def test_augmentation_transforms_write_their_specs(cifar_dir):
     assert stoker.RandomApply([jitter, stoker.RandomGrayscale(1)], p=0.8).spec() == \
         "random_apply p=0.8 n=2 | " + jitter.spec() + " | grayscale p=1"
     assert stoker.RandomApply([], p=0.3).spec() == ""
+    from torchvision.transforms import InterpolationMode
+    assert stoker.Resize(256, interpolation=InterpolationMode.BICUBIC).spec() == \
+        "resize 256 interpolation=bicubic"
+    assert stoker.Resize((20, 30), interpolation=3).spec() == "resize 20,30 interpolation=bicubic"
+    assert stoker.Resize(256, interpolation="bilinear").spec() == "resize 256"
+    assert stoker.RandomResizedCrop(224, interpolation="bicubic", antialias=True).spec() == \
+        "random_resized_crop 224 scale=0.08:1 ratio=0.75:1.3333333333333333 interpolation=bicubic"
+    with pytest.raises(ValueError, match="antialias=False"):
+        stoker.Resize(256, interpolation="bicubic", antialias=False)
     with pytest.raises(ValueError, match="value='random'"):
         stoker.RandomErasing(value="random")
     with pytest.raises(stoker.SpecError, match="kernel sizes must be odd"):
