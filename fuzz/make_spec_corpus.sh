@@ -74,7 +74,7 @@ gaussian_blur 99
 random_apply 0.5 n=3 | grayscale
 random_apply | resize 4
 random_erasing | flip
-random_erasing value=random
+random_erasing value=random | to f16 hwc
 resize 8 interpolation=nearest
 SPECS
 echo "spec corpus: $(ls "$dir" | wc -l) files"

@@ -299,7 +299,7 @@ static const errcase errcases[] = {
     {"random_erasing scale=0.5", 0, 0, 0, 1, "scale= takes a range low:high"},
     {"random_erasing scale=0.5:2", 0, 0, 0, 1, "random_erasing scale= must lie within 0:1"},
     {"random_erasing ratio=0:2", 0, 0, 0, 1, "random_erasing ratio= must lie within (0, 1e6)"},
-    {"random_erasing value=random", 0, 0, 0, 1, "value=random (normal noise) is not supported"},
+    {"random_erasing value=noise", 0, 0, 0, 1, "in value="},
     {"random_erasing inplace=1", 0, 0, 0, 1, "unknown key 'inplace'"},
     {"random_apply 2", 0, 0, 0, 1, "random_apply p must be from 0 to 1, got '2'"},
     {"random_apply 0.5 n=0", 0, 0, 0, 1, "random_apply n must be a whole number from 1 to 16"},

@@ -396,8 +396,10 @@ class GaussianBlur(Transform):
 class RandomErasing(Transform):
     """Erase a random rectangle of the finished tensor, like torchvision's
     ``RandomErasing`` placed after Normalize (same get_params procedure).
-    ``value`` is a number or one per channel, in the tensor's units;
-    ``value='random'`` is not supported. ``inplace`` has no effect. It must
+    ``value`` is a number or one per channel, in the tensor's units, or
+    ``'random'`` (standard normal noise per element, drawn from the sample's
+    stream: torch's distribution, not its numbers). ``inplace`` has no
+    effect. It must
     be the last transform. Spec: ``random_erasing p=P scale=LO:HI
     ratio=LO:HI value=V``.
     """
@@ -405,9 +407,9 @@ class RandomErasing(Transform):
     op = "random_erasing"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
-        if isinstance(value, str):
-            raise ValueError("RandomErasing(value=%r) is not supported by stoker: give a number "
-                             "or one per channel" % (value,))
+        if isinstance(value, str) and value != "random":
+            raise ValueError("RandomErasing(value=%r): give a number, one per channel or "
+                             "'random'" % (value,))
         self.p = p
         self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
         self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
@@ -418,7 +420,7 @@ class RandomErasing(Transform):
         vals = self.value if isinstance(self.value, tuple) else (self.value,)
         return "random_erasing p=%s scale=%s ratio=%s value=%s" % (
             _num(self.p, "p"), _range(self.scale, "scale"), _range(self.ratio, "ratio"),
-            ",".join(_num(v, "value") for v in vals))
+            "random" if self.value == "random" else ",".join(_num(v, "value") for v in vals))
 
 
 class RandomApply(Transform):

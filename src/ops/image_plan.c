@@ -420,6 +420,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             }
             stk_erase_op *e = &ip->erase[ip->nerase++];
             e->p = o->u.erase.p;
+            e->random = o->u.erase.random;
             memcpy(e->scale, o->u.erase.scale, sizeof e->scale);
             e->logr[0] = logf((float)o->u.erase.ratio[0]);
             e->logr[1] = logf((float)o->u.erase.ratio[1]);

@@ -58,6 +58,7 @@ typedef struct stk_erase_op {
     double p, scale[2];
     float logr[2];  /* log(ratio) in float32, as torch */
     float value[3]; /* per channel, in output units */
+    int random;     /* value=random: standard normal noise instead */
 } stk_erase_op;
 
 struct stk_imgplan {

@@ -108,29 +108,52 @@ static int axis_setup(const stk_axis_geo *g, unsigned d, int filter, axis_plan *
     return 0;
 }
 
-/* random_erasing: the rectangle r = (top, left, h, w) of the finished
- * output takes value[c] (output units) in the output dtype. */
-static void erase_out(const stk_outfmt *o, const float *value, const int32_t *r, void *out)
+/* One output element of value v in the output dtype (u8: rounded, clamped). */
+static void put_value(const stk_outfmt *o, void *out, size_t at, float v)
 {
-    int nc = o->nc;
-    size_t W = (size_t)o->width, plane = W * (size_t)o->height;
-    for (int c = 0; c < nc; c++) {
-        float v = value[c];
-        uint16_t h16 = o->dtype == STK_BF16 ? stk_f32_to_bf16(v) : stk_f32_to_f16(v);
+    switch (o->dtype) {
+    case STK_U8: {
         float u = nearbyintf(v);
-        uint8_t b = (uint8_t)(u < 0.0f ? 0.0f : u > 255.0f ? 255.0f : u);
+        ((uint8_t *)out)[at] = (uint8_t)(u < 0.0f ? 0.0f : u > 255.0f ? 255.0f : u);
+        break;
+    }
+    case STK_F32: ((float *)out)[at] = v; break;
+    case STK_BF16: ((uint16_t *)out)[at] = stk_f32_to_bf16(v); break;
+    default: ((uint16_t *)out)[at] = stk_f32_to_f16(v); break;
+    }
+}
+
+/* random_erasing: the rectangle r = (top, left, h, w) of the finished
+ * output takes e's value[c] (output units) in the output dtype, or with
+ * value=random standard normal noise drawn from `rng` in C, H, W order
+ * (Box-Muller: u1, u2 -> two normals). */
+static void erase_out(const stk_outfmt *o, const stk_erase_op *e, const int32_t *r, stk_rng *rng,
+                      void *out)
+{
+    int nc = o->nc, have = 0;
+    size_t W = (size_t)o->width, plane = W * (size_t)o->height;
+    double spare = 0.0;
+    for (int c = 0; c < nc; c++)
         for (int32_t y = r[0]; y < r[0] + r[2]; y++)
             for (int32_t x = r[1]; x < r[1] + r[3]; x++) {
                 size_t at = o->layout == STK_CHW || nc == 1
                                 ? (size_t)c * plane + (size_t)y * W + (size_t)x
                                 : ((size_t)y * W + (size_t)x) * (size_t)nc + (size_t)c;
-                switch (o->dtype) {
-                case STK_U8: ((uint8_t *)out)[at] = b; break;
-                case STK_F32: ((float *)out)[at] = v; break;
-                default: ((uint16_t *)out)[at] = h16; break;
+                float v = e->value[c];
+                if (e->random) {
+                    if (have) {
+                        v = (float)spare;
+                        have = 0;
+                    } else {
+                        double u1 = 1.0 - stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+                        double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+                        v = (float)(m * cos(a));
+                        spare = m * sin(a);
+                        have = 1;
+                    }
                 }
+                put_value(o, out, at, v);
             }
-    }
 }
 
 int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
@@ -499,7 +522,7 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     ck->fence();
     if (dr.nerase) {
         for (int k = 0; k < dr.nerase; k++)
-            erase_out(fmt, ip->erase[dr.erase[k][4]].value, dr.erase[k], out);
+            erase_out(fmt, &ip->erase[dr.erase[k][4]], dr.erase[k], rng, out);
         ck->fence();
     }
     return 0;

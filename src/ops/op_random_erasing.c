@@ -21,8 +21,11 @@
  * the units of the tensor at that point — normalized units after
  * normalize — written in the output dtype (rounded to half / bfloat16 as
  * every output value; for u8 output, rounded to nearest and clamped to
- * 0-255). torchvision's value='random' (normal noise from torch's
- * generator) is not supported. It must be the last op before `to` (several
+ * 0-255). `value=random` (torchvision's value='random') fills it with
+ * standard normal noise, drawn per element in C, H, W order from the
+ * sample's stream after every other draw (Box-Muller on stk_rng_uniform
+ * pairs: the same distribution as torch's normal_(), not its numbers). It
+ * must be the last op before `to` (several
  * random_erasing stages may follow one another, as timm's count), since it
  * works on the output.
  */
@@ -88,10 +91,13 @@ static int parse(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_op
                                 which == 1 ? "scale" : "ratio")) < 0)
                 return rc;
         } else {
-            if (stk_spec_tok_is(P, va, vb, "random"))
-                return stk_spec_err(P, va,
-                                    "random_erasing value=random (normal noise) is not "
-                                    "supported; give a value or one per channel");
+            if (stk_spec_tok_is(P, va, vb, "random")) {
+                op->u.erase.random = 1;
+                op->u.erase.nvalue = 1;
+                op->u.erase.value_col = va + 1;
+                continue;
+            }
+            op->u.erase.random = 0;
             stk_spec_numlist L;
             if ((rc = stk_spec_list(P, va, vb, &L, "in value=")) < 0)
                 return rc;

@@ -145,6 +145,7 @@ typedef struct stk_spec_op {
             double p;
             double scale[2], ratio[2]; /* 0 < lo <= hi */
             uint32_t nvalue;           /* 1 (broadcast) or per channel */
+            int random;                /* value=random: standard normal noise */
             double value[STK_SPEC_MAX_LIST];
             int value_col;
         } erase;

@@ -496,3 +496,29 @@ def test_bicubic_val_and_rrc_replayed(tmp_path, photo_files):
         if tr["scale_denom"] == 1:
             ref = F.to_tensor(F.resized_crop(im, y, x, h, w, [224, 224], BIC)).numpy()
             assert np.abs(out - ref).max() <= 1e-6
+
+
+def test_random_erasing_value_random_is_standard_normal(tmp_path, photo_files):
+    """value=random: the drawn rectangle holds N(0, 1) noise (as torch's
+    normal_()), the rest is untouched, and the same stream gives the same
+    noise."""
+    a = photo_crop(photo_files[2], 64)
+    noise = []
+    for i in range(12):
+        spec = "resize 60,64 | normalize imagenet | random_erasing 1 value=random | to f32"
+        out, tr = runraw(tmp_path, spec, a, seed=6, index=i)
+        again, _ = runraw(tmp_path, spec, a, seed=6, index=i)
+        assert np.array_equal(out, again)
+        out = out.reshape(3, 60, 64)
+        t = F.normalize(F.to_tensor(Image.fromarray(a).resize((64, 60), Image.BILINEAR)),
+                        MEAN, STD).numpy()
+        assert tr["nerase"] == 1
+        top, left, h, w = tr["erase"]
+        mask = np.zeros((60, 64), bool)
+        mask[top:top + h, left:left + w] = True
+        assert np.abs(out[:, ~mask] - t[:, ~mask]).max() <= 1e-5
+        noise.append(out[:, mask].ravel())
+    z = np.concatenate(noise)
+    assert z.size > 2000
+    assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.std() - 1) < 0.05
+    assert 0.6 < np.mean(np.abs(z) < 1) < 0.76  # P(|Z| < 1) = 0.683
