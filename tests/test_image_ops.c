@@ -875,7 +875,7 @@ static void test_plans_raw_inputs(void **state)
                      "random_erasing 1 value=200 | to u8",
                      &cin, 32, 32, 3, 20 + k);
         run_all_isas("random_crop 20 | grayscale 1 | gaussian_blur 5 | normalize mnist | "
-                     "random_erasing 1 | to f16",
+                     "random_erasing 1 | random_erasing 1 value=random | to f16",
                      &gin, 28, 28, 1, 30 + k);
     }
 }
