@@ -8,7 +8,9 @@
  *
  * Order (docs/pipeline.md, "Random numbers"): the head ops in spec order
  * (flips, crops, random_resized_crop's attempts, point ops), then the tail
- * (flips, rotations, colour jitter, point ops). The head composes into one
+ * (flips, rotations, colour jitter, point ops, grayscale, blur sigmas;
+ * random_apply skips its group's draws when it does not apply), then the
+ * random_erasing rectangles on the output size. The head composes into one
  * affine map per axis (stk_axis_geo); a flip after a rotation is moved
  * before it by negating the angle; the point ops that apply compose into
  * two 256-entry tables, before and after the resize.

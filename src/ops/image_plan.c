@@ -18,8 +18,9 @@
  *           possibly mirrored. `resize 256 | center_crop 224` is thus the
  *           224 central outputs of the full resize, evaluated directly;
  *           random_resized_crop is a crop (the domain) resized to its size.
- *   tail    flips, rotations and colour jitter after the head, then
- *           normalize and to.
+ *   tail    flips, rotations, colour jitter, grayscale, Gaussian blur and
+ *           random_apply groups of those after the head, then normalize,
+ *           random_erasing (on the finished output) and to.
  *
  * Run, per sample (image_run.c; step 2 is image_draws.c):
  *
@@ -51,11 +52,14 @@
  *      jitter or rotation it is converted to float (ToTensor) and the tail
  *      runs in "segments". A segment ends where an op needs the whole image
  *      first: contrast needs the mean gray level of the image as it stands,
- *      rotation reads any pixel. Until then each row goes through the
+ *      rotation reads any pixel, the Gaussian blur the rows around it
+ *      (grayscale is a per-row op). Until then each row goes through the
  *      segment's ops while it is in L1; at a barrier rows are parked in a
  *      float image (and the gray sum accumulated), and the next segment
  *      reads them back. imagenet-train-extensive is thus 2 passes after the
  *      resample when contrast comes after another op, 1 otherwise.
+ *      random_erasing then overwrites its rectangles of the finished
+ *      sample in the output dtype.
  *
  * Memory: everything per sample lives in the caller's scratch, laid out as
  * [source pixels | slack | tables | row buffers | float images]. The scratch
