@@ -333,17 +333,27 @@ CATTR static void CN(blur_row)(const stk_blur *B, const float *src, int nc, int3
             for (int32_t x = 0; x < w; x++)
                 t[x] += k * r[x];
         }
+        /* Horizontal: each output sums its taps j = 0..kx-1 in order from
+         * 0.0f; the interior runs tap by tap over all x (vectorisable, the
+         * same sums in the same order), the edges reflect. */
         float *d = p[c];
+        int32_t x0 = rx < w ? rx : w, x1 = w - rx > x0 ? w - rx : x0;
         for (int32_t x = 0; x < w; x++) {
-            float acc = 0.0f;
-            if (x >= rx && x + rx < w) {
-                const float *q = t + (x - rx);
-                for (int j = 0; j < B->kx; j++)
-                    acc += B->wx[j] * q[j];
-            } else {
-                for (int j = 0; j < B->kx; j++)
-                    acc += B->wx[j] * t[CN(reflect)(x + j - rx, w)];
+            if (x == x0 && x1 > x0) {
+                for (int32_t xi = x0; xi < x1; xi++)
+                    d[xi] = 0.0f;
+                for (int j = 0; j < B->kx; j++) {
+                    float k = B->wx[j];
+                    int32_t s0 = j - rx;
+                    for (int32_t xi = x0; xi < x1; xi++)
+                        d[xi] += k * t[xi + s0];
+                }
+                x = x1 - 1;
+                continue;
             }
+            float acc = 0.0f;
+            for (int j = 0; j < B->kx; j++)
+                acc += B->wx[j] * t[CN(reflect)(x + j - rx, w)];
             d[x] = acc;
         }
     }
