@@ -75,6 +75,7 @@ random_apply 0.5 n=3 | grayscale
 random_apply | resize 4
 random_erasing | flip
 random_erasing value=random | to f16 hwc
-resize 8 interpolation=nearest
+resize 8 interpolation=nearest | center_crop 6
+resize 8 interpolation=area
 SPECS
 echo "spec corpus: $(ls "$dir" | wc -l) files"

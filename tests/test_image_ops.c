@@ -318,6 +318,10 @@ static const errcase errcases[] = {
     {"random_apply 0.5 n=3 | grayscale | gaussian_blur 3", 32, 32, 3, 0,
      "random_apply n=3 needs 1 more stage after it"},
     {"grayscale | center_crop 20", 32, 32, 3, 0, "center_crop after rotate or color_jitter"},
+    {"resize 8 interpolation=area", 0, 0, 0, 1,
+     "unknown interpolation 'area' (known: bilinear, bicubic, nearest)"},
+    {"random_resized_crop 8 interpolation=lanczos", 0, 0, 0, 1, "unknown interpolation 'lanczos'"},
+    {"resize 8 mode=bicubic", 0, 0, 0, 1, "unknown key 'mode' for 'resize' (known: interpolation)"},
     {"random_erasing x", 0, 0, 0, 1, "expected a number after 'random_erasing', got 'x'"},
 };
 
@@ -874,6 +878,13 @@ static void test_plans_raw_inputs(void **state)
         run_all_isas("resize 30,20 | gaussian_blur 9 sigma=0.1:5 | rotate 20 | gaussian_blur 3 | "
                      "random_erasing 1 value=200 | to u8",
                      &cin, 32, 32, 3, 20 + k);
+        run_all_isas(k % 2 ? "resize 45,17 interpolation=bicubic | to u8"
+                           : "random_resized_crop 20,40 interpolation=bicubic | flip | to u8",
+                     &cin, 32, 32, 3, 40 + k);
+        run_all_isas(k % 2 ? "resize 45,17 interpolation=nearest | vflip 1 | to u8"
+                           : "resize 24 interpolation=nearest | center_crop 20 | to u8",
+                     &cin, 32, 32, 3, 50 + k);
+        run_all_isas("resize 9,40 interpolation=bicubic | to u8", &gin, 28, 28, 1, 60 + k);
         run_all_isas("random_crop 20 | grayscale 1 | gaussian_blur 5 | normalize mnist | "
                      "random_erasing 1 | random_erasing 1 value=random | to f16",
                      &gin, 28, 28, 1, 30 + k);

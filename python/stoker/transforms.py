@@ -227,15 +227,18 @@ class RandomVerticalFlip(Transform):
 
 
 def _interpolation(interpolation, antialias, what, bicubic=True):
-    """'bilinear' or 'bicubic' (Pillow's antialiased filters) from
-    torchvision's InterpolationMode, its value or PIL's constant (2, 3)."""
+    """'bilinear', 'bicubic' (Pillow's antialiased filters) or 'nearest'
+    (Pillow's) from torchvision's InterpolationMode, its value or PIL's
+    constant (2, 3, 0)."""
     name = str(getattr(interpolation, "value", interpolation)).lower()
     name = {"2": "bilinear", "interpolationmode.bilinear": "bilinear",
-            "3": "bicubic", "interpolationmode.bicubic": "bicubic"}.get(name, name)
-    if name not in (("bilinear", "bicubic") if bicubic else ("bilinear",)):
+            "3": "bicubic", "interpolationmode.bicubic": "bicubic",
+            "0": "nearest", "interpolationmode.nearest": "nearest"}.get(name, name)
+    if name not in (("bilinear", "bicubic", "nearest") if bicubic else ("bilinear",)):
         raise ValueError("%s(interpolation=%r) is not supported by stoker: only %s "
-                         "(Pillow's antialiased resize)"
-                         % (what, interpolation, "bilinear or bicubic" if bicubic else "bilinear"))
+                         "(Pillow's resize)"
+                         % (what, interpolation,
+                            "bilinear, bicubic or nearest" if bicubic else "bilinear"))
     if antialias is False:
         raise ValueError("%s(antialias=False) is not supported: stoker always antialiases, "
                          "as torchvision does for PIL images" % what)

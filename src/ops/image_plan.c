@@ -300,10 +300,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                                    "only one resize or random_resized_crop per pipeline");
                 goto fail;
             }
-            ip->filter = (o->kind == STK_OP_RANDOM_RESIZED_CROP ? o->u.rrc.bicubic
-                                                                : o->u.resize.bicubic)
-                             ? STK_RS_BICUBIC
-                             : STK_RS_BILINEAR;
+            {
+                int f = o->kind == STK_OP_RANDOM_RESIZED_CROP ? o->u.rrc.bicubic
+                                                              : o->u.resize.bicubic;
+                ip->filter = f == 2 ? STK_RS_NEAREST : f == 1 ? STK_RS_BICUBIC : STK_RS_BILINEAR;
+            }
             if (o->kind == STK_OP_RANDOM_RESIZED_CROP) {
                 g->kind = G_RRC;
                 g->h = o->u.rrc.height;

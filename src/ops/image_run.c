@@ -229,7 +229,8 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 
     /* 3. DCT scale. */
     unsigned d = 1;
-    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG) {
+    /* (nearest picks pixels: a reduced IDCT would average them, so never) */
+    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG && ip->filter != STK_RS_NEAREST) {
         double sx = dr.ax.resized ? dr.ax.scale : 1.0, sy = dr.ay.resized ? dr.ay.scale : 1.0;
         for (d = 8; d > 1; d /= 2)
             if (sx >= (double)d && sy >= (double)d)

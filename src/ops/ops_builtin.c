@@ -388,15 +388,19 @@ static int parse_decode(stk_spec_parser *P, const stk_spec_stage *st, const stk_
     return 0;
 }
 
-/* interpolation=bilinear|bicubic (Pillow's filters; resample.h). */
-static int parse_interp(const stk_spec_parser *P, int va, int vb, int *bicubic)
+/* interpolation=bilinear|bicubic|nearest (Pillow's filters; resample.h):
+ * 0, 1, 2 as STK_RS_BILINEAR, STK_RS_BICUBIC, STK_RS_NEAREST. */
+static int parse_interp(const stk_spec_parser *P, int va, int vb, int *filter)
 {
     if (stk_spec_tok_is(P, va, vb, "bilinear"))
-        *bicubic = 0;
+        *filter = 0;
     else if (stk_spec_tok_is(P, va, vb, "bicubic"))
-        *bicubic = 1;
+        *filter = 1;
+    else if (stk_spec_tok_is(P, va, vb, "nearest"))
+        *filter = 2;
     else
-        return stk_spec_err(P, va, "unknown interpolation '%.*s' (known: bilinear, bicubic)",
+        return stk_spec_err(P, va,
+                            "unknown interpolation '%.*s' (known: bilinear, bicubic, nearest)",
                             STK_SPEC_TOKARG(P, va, vb));
     return 0;
 }

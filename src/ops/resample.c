@@ -72,6 +72,8 @@ static inline double rs_support(double scale, int filter)
 /* Pillow's bilinear_filter and bicubic_filter (a = -0.5), in double. */
 static inline double rs_filter(double x, int filter)
 {
+    if (filter == STK_RS_NEAREST) /* the window is the one pixel */
+        return 1.0;
     if (x < 0.0)
         x = -x;
     if (filter == STK_RS_BICUBIC) {
@@ -87,6 +89,8 @@ static inline double rs_filter(double x, int filter)
 
 int32_t stk_rs_ksize(double scale, int filter)
 {
+    if (filter == STK_RS_NEAREST)
+        return 1;
     return (int32_t)ceil(rs_support(scale, filter)) * 2 + 1;
 }
 
@@ -95,8 +99,36 @@ static inline double rs_center(const stk_rs_params *p, int32_t xx)
     return p->in0 + ((double)xx + p->off + 0.5) * p->scale;
 }
 
+/* Pillow's nearest (ImagingScaleAffine): the position of output 0 is
+ * in0 + scale * 0.5, and each next one adds scale (accumulated, as Pillow
+ * does, not multiplied); the pixel is COORD(pos) = (int)pos, -1 below 0,
+ * clamped here to the source. */
+static inline int32_t rs_nearest_pixel(const stk_rs_params *p, double pos)
+{
+    int32_t i = pos < 0.0 ? -1 : (int32_t)pos;
+    if (i >= p->in_size)
+        i = p->in_size - 1;
+    return i < 0 ? 0 : i;
+}
+
+static double rs_nearest_start(const stk_rs_params *p)
+{
+    double xo = p->in0 + p->scale * 0.5;
+    for (int32_t k = 0; k < p->off; k++)
+        xo += p->scale;
+    return xo;
+}
+
 static inline void rs_window(const stk_rs_params *p, int32_t xx, int32_t *xmin, int32_t *n)
 {
+    if (p->filter == STK_RS_NEAREST) { /* O(off + xx): only stk_rs_range calls this */
+        double xo = rs_nearest_start(p);
+        for (int32_t k = 0; k < xx; k++)
+            xo += p->scale;
+        *xmin = rs_nearest_pixel(p, xo);
+        *n = 1;
+        return;
+    }
     double support = rs_support(p->scale, p->filter);
     double c = rs_center(p, xx);
     int32_t lo = (int32_t)(c - support + 0.5);
@@ -116,7 +148,8 @@ static int rs_params_ok(const stk_rs_params *p)
     /* Every centre and support must stay far inside int32. */
     double c0 = rs_center(p, 0), c1 = rs_center(p, p->out - 1);
     double s = rs_support(p->scale, p->filter);
-    return (p->filter == STK_RS_BILINEAR || p->filter == STK_RS_BICUBIC) &&
+    return (p->filter == STK_RS_BILINEAR || p->filter == STK_RS_BICUBIC ||
+            p->filter == STK_RS_NEAREST) &&
            fabs(c0) + s < RS_MAX_COORD && fabs(c1) + s < RS_MAX_COORD &&
            stk_rs_ksize(p->scale, p->filter) < (1 << 24);
 }
@@ -187,6 +220,17 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
     double w[64];
     double *wbuf = ksize <= 64 ? w : NULL;
     int32_t taps = 1;
+    if (p->filter == STK_RS_NEAREST) { /* one tap of weight 1 per output */
+        double xo = rs_nearest_start(p);
+        ax->taps = 1;
+        for (int32_t xx = 0; xx < out; xx++, xo += p->scale) {
+            int32_t dst = reverse ? out - 1 - xx : xx;
+            ax->coef[dst] = 1 << STK_RS_PRECISION;
+            ax->bounds[dst] = rs_nearest_pixel(p, xo) - base;
+        }
+        taps = 1;
+        goto lanes;
+    }
     /* First pass: window starts and lengths (the lengths go in coef[0] for
      * now), to learn `taps`. */
     for (int32_t xx = 0; xx < out; xx++) {
@@ -223,6 +267,7 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
             k[x] = 0;
         ax->bounds[dst] = xmin - base;
     }
+lanes:
     if (group) {
         /* For each group of `group` outputs and each tap: the tap's weight of
          * each output repeated 4 times (one 128-bit lane per output). */

@@ -39,8 +39,11 @@
 /* Pillow's filters: the triangle (support 1) of Image.BILINEAR, and the
  * cubic convolution with a = -0.5 (support 2) of Image.BICUBIC. Both are
  * stretched by the downscale factor (antialiasing); bicubic weights can be
- * negative, and the passes clamp each sum to 0..255 as Pillow's clip8. */
-enum { STK_RS_BILINEAR = 0, STK_RS_BICUBIC = 1 };
+ * negative, and the passes clamp each sum to 0..255 as Pillow's clip8.
+ * STK_RS_NEAREST is Pillow's Image.NEAREST resize (ImagingScaleAffine):
+ * output x takes source pixel (int)(in0 + (x + 0.5) * scale), as a window
+ * of one tap of weight 1. */
+enum { STK_RS_BILINEAR = 0, STK_RS_BICUBIC = 1, STK_RS_NEAREST = 2 };
 
 /* Bytes that may be read past the last used source pixel of a row. */
 #define STK_RS_SLACK(taps, nc) ((size_t)(taps) * (size_t)(nc) + 64)
@@ -51,7 +54,7 @@ typedef struct stk_rs_params {
     int32_t off;     /* output index offset */
     double in0;      /* box start */
     double scale;    /* source pixels per output pixel, > 0 */
-    int filter;      /* STK_RS_BILINEAR or STK_RS_BICUBIC (Pillow's filters) */
+    int filter;      /* STK_RS_BILINEAR, STK_RS_BICUBIC or STK_RS_NEAREST (Pillow's) */
 } stk_rs_params;
 
 typedef struct stk_rs_axis {

@@ -115,12 +115,12 @@ typedef struct stk_spec_op {
             uint32_t height, width;
             double scale[2]; /* area fraction range, 0 < lo <= hi */
             double ratio[2]; /* aspect (w/h) range, 0 < lo <= hi */
-            int bicubic;     /* interpolation=bicubic (else bilinear) */
+            int bicubic;     /* interpolation=: 0 bilinear, 1 bicubic, 2 nearest */
         } rrc;
         struct {
             uint32_t height, width; /* `resize H,W` */
             int shorter;            /* `resize S`: the shorter side to S (height = width = S) */
-            int bicubic;            /* interpolation=bicubic (else bilinear) */
+            int bicubic;            /* interpolation=: 0 bilinear, 1 bicubic, 2 nearest */
         } resize;
         struct {
             double lo, hi;                   /* angle range in degrees, lo <= hi */

@@ -459,39 +459,46 @@ def test_simclr_chain_replayed_in_torchvision(tmp_path, photo_files):
 
 # ---------------------------------------------------------------- bicubic
 
+@pytest.mark.parametrize("interp", ["bicubic", "nearest"])
 @pytest.mark.parametrize("size", [(37, 53), (160, 120), (300, 410), (13, 9), (96, 96)])
-def test_bicubic_resize_matches_pillow(tmp_path, photo_files, size):
+def test_bicubic_resize_matches_pillow(tmp_path, photo_files, size, interp):
     """interpolation=bicubic is Pillow's Image.resize(BICUBIC) byte for byte
     (downscales and upscales, the negative lobes clamped as Pillow's clip8),
-    on raw pixels and through every kernel variant."""
+    nearest Pillow's Image.resize(NEAREST), on raw pixels and through every
+    kernel variant."""
     oh, ow = size
     for f in photo_files[:4]:
         a = rgb(f)
-        ref = np.asarray(Image.fromarray(a).resize((ow, oh), Image.BICUBIC))
+        ref = np.asarray(Image.fromarray(a).resize(
+            (ow, oh), Image.BICUBIC if interp == "bicubic" else Image.NEAREST))
         for isa in ["c", "avx2", None]:
             h, w, c = a.shape
             src, out = str(tmp_path / "b.raw"), str(tmp_path / "b.out")
             a.tofile(src)
             dump(*(["--isa", isa] if isa else []), "runraw",
-                 "resize %d,%d interpolation=bicubic | to u8" % (oh, ow), src, h, w, c, out, 1)
+                 "resize %d,%d interpolation=%s | to u8" % (oh, ow, interp), src, h, w, c, out, 1)
             got = np.fromfile(out, np.uint8).reshape(oh, ow, 3)
             np.testing.assert_array_equal(got, ref)
 
 
-def test_bicubic_val_and_rrc_replayed(tmp_path, photo_files):
+@pytest.mark.parametrize("interp", ["bicubic", "nearest"])
+def test_bicubic_val_and_rrc_replayed(tmp_path, photo_files, interp):
     """Resize(256, BICUBIC) + CenterCrop(224) and RandomResizedCrop(224,
     interpolation=BICUBIC) replayed through torchvision on PIL images: the
-    same bytes before Normalize (DCT scale 1)."""
-    BIC = InterpolationMode.BICUBIC
+    same bytes before Normalize (DCT scale 1; nearest always decodes at 1);
+    the same with NEAREST."""
+    BIC = InterpolationMode.BICUBIC if interp == "bicubic" else InterpolationMode.NEAREST
     for i, f in enumerate(photo_files[:8]):
         im = Image.open(f).convert("RGB")
-        out, tr = run_pipeline(tmp_path, "resize 256 interpolation=bicubic | center_crop 224 | "
-                               "to f32", f)
+        out, tr = run_pipeline(tmp_path, "resize 256 interpolation=%s | center_crop 224 | "
+                               "to f32" % interp, f)
+        if interp == "nearest":
+            assert tr["scale_denom"] == 1
         if tr["scale_denom"] == 1:
             ref = F.to_tensor(F.center_crop(F.resize(im, 256, BIC), 224)).numpy()
             assert np.abs(out - ref).max() <= 1e-6
-        out, tr = run_pipeline(tmp_path, "random_resized_crop 224 interpolation=bicubic | "
-                               "to f32", f, seed=4, index=i)
+        out, tr = run_pipeline(tmp_path, "random_resized_crop 224 interpolation=%s | "
+                               "to f32" % interp, f, seed=4, index=i)
         x, y, w, h = tr["box"]
         if tr["scale_denom"] == 1:
             ref = F.to_tensor(F.resized_crop(im, y, x, h, w, [224, 224], BIC)).numpy()

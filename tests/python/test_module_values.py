@@ -246,6 +246,8 @@ def test_augmentation_transforms_write_their_specs(cifar_dir):
         "resize 256 interpolation=bicubic"
     assert stoker.Resize((20, 30), interpolation=3).spec() == "resize 20,30 interpolation=bicubic"
     assert stoker.Resize(256, interpolation="bilinear").spec() == "resize 256"
+    assert stoker.Resize(32, interpolation=InterpolationMode.NEAREST).spec() == \
+        "resize 32 interpolation=nearest"
     assert stoker.RandomResizedCrop(224, interpolation="bicubic", antialias=True).spec() == \
         "random_resized_crop 224 scale=0.08:1 ratio=0.75:1.3333333333333333 interpolation=bicubic"
     with pytest.raises(ValueError, match="antialias=False"):
