@@ -1,6 +1,8 @@
 /*
  * resample.c — Pillow's antialiased bilinear resize, bit-exact, with plain C
- * and AVX2 passes (see resample.h for what is reproduced and why).
+ * and AVX2 passes (see resample.h for what is reproduced and why); bicubic
+ * swaps the filter and its support (2), nearest builds one-tap windows at
+ * Pillow's accumulated positions, and the passes are unchanged.
  *
  * Tables. stk_rs_build mirrors precompute_coeffs() and
  * normalize_coeffs_8bpc() of Pillow 9 line by line: for output xx,

@@ -1,6 +1,8 @@
 /*
  * resample.h — antialiased bilinear resampling of uint8 images, exactly as
- * Pillow's Image.resize(size, Image.BILINEAR, box) computes it (internal).
+ * Pillow's Image.resize(size, Image.BILINEAR, box) computes it (internal);
+ * also Image.BICUBIC (the same machinery with the cubic filter) and
+ * Image.NEAREST (one tap of weight 1 per output), see the filters below.
  *
  * Pillow (ImagingResample in libImaging/Resample.c) resizes in two separable
  * passes, horizontal then vertical, each rounding back to uint8. For every
