@@ -262,11 +262,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         case STK_OP_RANDOM_RESIZED_CROP:
         case STK_OP_RESIZE: {
             last_geo_col = o->col;
-            if (seen_color) {
+            if (seen_color) { /* the first float stage, as k + 1 */
                 rc = stk_spec_fail(text, o->col,
-                                   "%s after rotate or color_jitter is not supported; put the "
-                                   "crops and the resize first",
-                                   o->def->name);
+                                   "%s after %s is not supported; put the crops and the resize "
+                                   "first",
+                                   o->def->name, spec->ops[seen_color - 1].def->name);
                 goto fail;
             }
             stk_geo_op *g = &ip->geo[ip->ngeo++];
@@ -358,7 +358,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             t->hi = o->u.rotate.hi;
             for (int c = 0; c < 3; c++)
                 t->fill[c] = (float)o->u.rotate.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
@@ -374,7 +374,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 t->rlo[q] = r[q][0];
                 t->rhi[q] = r[q][1];
             }
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
@@ -382,7 +382,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             stk_tail_op *t = &ip->tail[ip->ntail++];
             t->kind = T_GRAY;
             t->p = o->u.num.v[0];
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
@@ -393,7 +393,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             t->ky = o->u.blur.ky;
             t->lo = o->u.blur.sigma[0];
             t->hi = o->u.blur.sigma[1];
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
