@@ -92,7 +92,10 @@ static void print_trace(const char *name, const stk_plan_trace *t)
         else
             printf("%s%.17g", i ? ", " : "", t->factor[i]);
     }
-    printf("]}\n");
+    printf("], \"ngray\": %d, \"nblur\": %d, \"sigma\": %.17g, \"applied\": %d, "
+           "\"nerase\": %d, \"erase\": [%d, %d, %d, %d]}\n",
+           t->ngray, t->nblur, t->sigma, t->applied, t->nerase, t->erase[0], t->erase[1],
+           t->erase[2], t->erase[3]);
 }
 
 static int run_plan(const char *spec, const stk_plan_input *in, uint64_t seed, uint64_t index,

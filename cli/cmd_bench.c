@@ -78,7 +78,7 @@ typedef struct bench_args {
 
 static const char *dtype_name(stk_dtype d)
 {
-    return d == STK_U8 ? "u8" : d == STK_F16 ? "f16" : "f32";
+    return d == STK_U8 ? "u8" : d == STK_F16 ? "f16" : d == STK_BF16 ? "bf16" : "f32";
 }
 
 static void json_string(const char *s)

@@ -95,7 +95,8 @@ static void check_ops(const char *text, const stk_spec *s)
         if (o->def->order & STK_ORD_LAST)
             CHECK(i == s->nops - 1);
     }
-    CHECK(s->dtype == STK_U8 || s->dtype == STK_F16 || s->dtype == STK_F32);
+    CHECK(s->dtype == STK_U8 || s->dtype == STK_F16 || s->dtype == STK_F32 ||
+          s->dtype == STK_BF16);
     CHECK(!(s->has_normalize && s->dtype == STK_U8));
 }
 

@@ -66,5 +66,16 @@ pad 16777216 | pad 16777216 | pad 16777216 | pad 16777216 | pad 16777216
 imagenet-val | flip
 1e400
 flip 0.5 0.5
+random_resized_crop 24 interpolation=bicubic | flip | random_apply 0.8 | color_jitter 0.4 0.4 0.4 0.1 | grayscale 0.2 | gaussian_blur 5 sigma=0.1:2 | normalize imagenet | random_erasing 0.5 | to bf16
+resize 12,10 interpolation=bicubic | random_apply p=0.5 n=2 | gaussian_blur 3,5 2 | rotate 10 | random_erasing p=1 scale=0.1:0.5 ratio=0.5:2 value=1,2,3 | random_erasing 0.3 | to u8
+grayscale p=1 | gaussian_blur kernel_size=7 sigma=0.5 | to bfloat16 hwc
+gaussian_blur 4
+gaussian_blur 99
+random_apply 0.5 n=3 | grayscale
+random_apply | resize 4
+random_erasing | flip
+random_erasing value=random | to f16 hwc
+resize 8 interpolation=nearest | center_crop 6
+resize 8 interpolation=area
 SPECS
 echo "spec corpus: $(ls "$dir" | wc -l) files"

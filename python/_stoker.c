@@ -78,7 +78,7 @@ PyMODINIT_FUNC PyInit__stoker(void);
 /* build does not need dlpack.h. Layouts are fixed by the DLPack standard.   */
 /* ------------------------------------------------------------------------ */
 
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4 };
 enum { DL_CPU = 1 };
 
 typedef struct {
@@ -138,7 +138,9 @@ static PyObject *gc_module; /* the gc module, for gc.collect() */
 static PyObject *code_exc[N_CODES];
 
 /* Element kinds: struct format, DLPack type, name. */
-enum { K_U8, K_F16, K_F32, K_I64 };
+/* bfloat16 has no struct format and no numpy dtype: its buffer is uint16
+ * ("H", the bit patterns; docs/python.md), its DLPack type kDLBfloat. */
+enum { K_U8, K_F16, K_F32, K_I64, K_BF16 };
 static const struct kind {
     const char *fmt;
     const char *name;
@@ -149,9 +151,13 @@ static const struct kind {
     [K_F16] = {"e", "float16", 2, DL_FLOAT, 16},
     [K_F32] = {"f", "float32", 4, DL_FLOAT, 32},
     [K_I64] = {"q", "int64", 8, DL_INT, 64},
+    [K_BF16] = {"H", "bfloat16", 2, DL_BFLOAT, 16},
 };
 
-static int kind_of_dtype(stk_dtype d) { return d == STK_U8 ? K_U8 : d == STK_F16 ? K_F16 : K_F32; }
+static int kind_of_dtype(stk_dtype d)
+{
+    return d == STK_U8 ? K_U8 : d == STK_F16 ? K_F16 : d == STK_BF16 ? K_BF16 : K_F32;
+}
 
 /* A C message as str: UTF-8, bytes that are not (a file name's) kept as
  * lone surrogates, as os.fsdecode does, never a UnicodeDecodeError. */

@@ -33,6 +33,10 @@ PIPELINES = [  # (name, dataset, spec, batch)
      "| to f32 chw", 64),
     ("imagenet-train-few", "photos", "imagenet-train-few", 32),
     ("imagenet-train-extensive", "photos", "imagenet-train-extensive", 32),
+    ("simclr-bicubic-bf16", "photos",
+     "random_resized_crop 96 interpolation=bicubic | flip | random_apply 0.8 | "
+     "color_jitter 0.4 0.4 0.4 0.1 | grayscale 0.2 | gaussian_blur 9 | normalize imagenet | "
+     "random_erasing 0.5 | to bf16", 32),
 ]
 SEED = 11
 

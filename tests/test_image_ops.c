@@ -278,12 +278,53 @@ static const errcase errcases[] = {
     {"pad 4 | center_crop 224", 0, 0, 0, 0, "pad needs images of one fixed size"},
     {"random_crop 24 padding=4", 0, 0, 0, 0, "pad needs images of one fixed size"},
     {"random_resized_crop 24 | pad 2", 32, 32, 3, 0, "pad after random_resized_crop"},
-    {"rotate 10 | center_crop 20", 32, 32, 3, 0, "center_crop after rotate or color_jitter"},
+    {"rotate 10 | center_crop 20", 32, 32, 3, 0, "center_crop after rotate is not supported"},
     {"resize 10,10 | random_resized_crop 5", 32, 32, 3, 0, "only one resize or random_resized_crop"},
     {"color_jitter 0.1", 32, 32, 4, 0, "needs images with 1 or 3 channels, got 4"},
     {"resize 10 | center_crop 12", 32, 32, 3, 0, "larger than its input 10x10"},
     {"rotate 3 fill=1,2", 32, 32, 3, 0, "fill has 2 values but the image has 3 channels"},
     {"resize 8,8 | normalize 0.5,0.5 0.2", 32, 32, 3, 0, "normalize has 2 mean values"},
+    /* grayscale, gaussian_blur, random_erasing, random_apply */
+    {"grayscale 2", 0, 0, 0, 1, "grayscale p must be a number from 0 to 1, got '2'"},
+    {"normalize mnist | grayscale", 0, 0, 0, 1, "grayscale must come before normalize"},
+    {"grayscale | posterize 2", 0, 0, 0, 1, "posterize must come before grayscale"},
+    {"gaussian_blur", 0, 0, 0, 1, "expected a kernel size after 'gaussian_blur'"},
+    {"gaussian_blur 4", 0, 0, 0, 1, "gaussian_blur kernel sizes must be odd, got '4'"},
+    {"gaussian_blur 3,4", 0, 0, 0, 1, "gaussian_blur kernel sizes must be odd, got '3,4'"},
+    {"gaussian_blur 257", 0, 0, 0, 1, "from 1 to 255"},
+    {"gaussian_blur 3 sigma=0", 0, 0, 0, 1, "sigma must be > 0"},
+    {"gaussian_blur 3 sigma=2:1", 0, 0, 0, 1, "must be low:high"},
+    {"gaussian_blur 3 0.5 kernel_size=5", 0, 0, 0, 1, "'kernel_size' is given twice"},
+    {"random_erasing 1.5", 0, 0, 0, 1, "random_erasing p must be from 0 to 1, got '1.5'"},
+    {"random_erasing scale=0.5", 0, 0, 0, 1, "scale= takes a range low:high"},
+    {"random_erasing scale=0.5:2", 0, 0, 0, 1, "random_erasing scale= must lie within 0:1"},
+    {"random_erasing ratio=0:2", 0, 0, 0, 1, "random_erasing ratio= must lie within (0, 1e6)"},
+    {"random_erasing value=noise", 0, 0, 0, 1, "in value="},
+    {"random_erasing inplace=1", 0, 0, 0, 1, "unknown key 'inplace'"},
+    {"random_apply 2", 0, 0, 0, 1, "random_apply p must be from 0 to 1, got '2'"},
+    {"random_apply 0.5 n=0", 0, 0, 0, 1, "random_apply n must be a whole number from 1 to 16"},
+    {"random_apply 0.5 n=1.5", 0, 0, 0, 1, "random_apply n must be a whole number from 1 to 16"},
+    {"gaussian_blur 65", 32, 32, 3, 0, "gaussian_blur kernel 65x65 (KX,KY) needs an image larger"},
+    {"resize 20,40 | gaussian_blur 31,41", 32, 32, 3, 0, "the image here is 20x40 (HxW)"},
+    {"random_erasing | flip", 32, 32, 3, 0, "flip after random_erasing is not supported"},
+    {"normalize mnist | random_erasing value=1,2", 28, 28, 1, 0,
+     "random_erasing has 2 values but the image has 1 channel (give 1 value or 1)"},
+    {"random_apply 0.5 | resize 10", 32, 32, 3, 0, "random_apply cannot hold resize"},
+    {"random_apply 0.5 | flip | resize 10", 32, 32, 3, 0,
+     "random_apply cannot hold flip before a crop or resize"},
+    {"random_apply 0.5 | random_apply | grayscale", 32, 32, 3, 0,
+     "random_apply cannot hold random_apply"},
+    {"random_apply 0.5 | normalize mnist", 28, 28, 1, 0, "random_apply cannot hold normalize"},
+    {"random_apply 0.5 n=3 | grayscale | gaussian_blur 3", 32, 32, 3, 0,
+     "random_apply n=3 needs 1 more stage after it"},
+    {"grayscale | center_crop 20", 32, 32, 3, 0, "center_crop after grayscale is not supported"},
+    {"flip | gaussian_blur 3 | color_jitter 0.1 | resize 8", 32, 32, 3, 0,
+     "resize after gaussian_blur is not supported; put the crops and the resize first"},
+    {"resize 8 interpolation=area", 0, 0, 0, 1,
+     "unknown interpolation 'area' (known: bilinear, bicubic, nearest)"},
+    {"random_resized_crop 8 interpolation=lanczos", 0, 0, 0, 1, "unknown interpolation 'lanczos'"},
+    {"resize 8 mode=bicubic", 0, 0, 0, 1, "unknown key 'mode' for 'resize' (known: interpolation)"},
+    {"random_erasing x", 0, 0, 0, 1, "expected a number after 'random_erasing', got 'x'"},
 };
 
 static void test_spec_errors(void **state)
@@ -443,6 +484,74 @@ static void test_rrc_documented_draws(void **state)
         }
         stk_plan_free(p);
     }
+}
+
+/* random_apply, grayscale, gaussian_blur and random_erasing draw as
+ * docs/pipeline.md writes it (the procedure re-derived here). */
+static void test_new_op_documented_draws(void **state)
+{
+    (void)state;
+    stk_plan *p = compile_ok("resize 30,40 | random_apply 0.6 n=2 | grayscale 0.5 | "
+                             "gaussian_blur 5 sigma=0.2:3 | flip | normalize 0.5 0.2 | "
+                             "random_erasing 0.7 scale=0.02:0.5 ratio=0.3:3.3 | "
+                             "random_erasing 0.4 value=1",
+                             0, 0, 0);
+    int ran = 0, skipped = 0, grays = 0, erased = 0;
+    for (uint64_t idx = 0; idx < 400; idx++) {
+        stk_plan_trace t;
+        assert_int_equal(trace_raw(p, 50, 70, 9, idx, &t), 0);
+        stk_rng r;
+        stk_rng_init(&r, 9, STK_RNG_DOMAIN_SAMPLE, 0, idx);
+        int apply = stk_rng_uniform(&r) < 0.6, gray = 0;
+        float sigma = 0.0f;
+        if (apply) {
+            gray = stk_rng_uniform(&r) < 0.5;
+            sigma = (float)(0.2 + (3.0 - 0.2) * stk_rng_uniform(&r));
+        }
+        int flip = stk_rng_uniform(&r) < 0.5;
+        assert_int_equal(t.applied, apply);
+        assert_int_equal(t.ngray, gray);
+        assert_int_equal(t.nblur, apply);
+        assert_true(t.sigma == (double)sigma);
+        assert_int_equal(t.hflip, flip);
+        /* RandomErasing.get_params on the 30 x 40 output */
+        int n = 0;
+        int32_t first[4] = {0, 0, 0, 0};
+        static const double P[2] = {0.7, 0.4}, S[2][2] = {{0.02, 0.5}, {0.02, 0.33}},
+                            R[2][2] = {{0.3, 3.3}, {0.3, 3.3}};
+        for (int e = 0; e < 2; e++) {
+            if (!(stk_rng_uniform(&r) < P[e]))
+                continue;
+            float l0 = logf((float)R[e][0]), l1 = logf((float)R[e][1]);
+            for (int a = 0; a < 10; a++) {
+                double u1 = stk_rng_uniform(&r), u2 = stk_rng_uniform(&r);
+                float s = (float)(S[e][0] + (S[e][1] - S[e][0]) * u1);
+                float lr = (float)((double)l0 + ((double)l1 - (double)l0) * u2);
+                double ar = (double)expf(lr), area = 30.0 * 40.0 * (double)s;
+                double h = py_round(sqrt(area * ar)), w = py_round(sqrt(area / ar));
+                if (!(h < 30 && w < 40))
+                    continue;
+                int32_t top = (int32_t)stk_rng_range(&r, 0, 30 - (int64_t)h);
+                int32_t left = (int32_t)stk_rng_range(&r, 0, 40 - (int64_t)w);
+                if (n++ == 0) {
+                    first[0] = top;
+                    first[1] = left;
+                    first[2] = (int32_t)h;
+                    first[3] = (int32_t)w;
+                }
+                break;
+            }
+        }
+        assert_int_equal(t.nerase, n);
+        if (n)
+            assert_memory_equal(t.erase, first, sizeof first);
+        ran += apply;
+        skipped += !apply;
+        grays += gray;
+        erased += n;
+    }
+    assert_true(ran > 200 && skipped > 100 && grays > 80 && erased > 250);
+    stk_plan_free(p);
 }
 
 /* torchvision's get_params driven by splitmix64 instead of torch's RNG. */
@@ -762,6 +871,26 @@ static void test_plans_raw_inputs(void **state)
     stk_plan_input gin = {&gv, NULL, 0};
     run_all_isas("resize 16 | color_jitter 0.5 0.5 0.5 0.5 | normalize mnist", &gin, 28, 28, 1, 3);
     run_all_isas("random_resized_crop 20 | rotate 30 fill=128 | to u8", &gin, 28, 28, 1, 4);
+    /* grayscale, gaussian_blur, random_apply, random_erasing, bf16 */
+    for (uint64_t k = 0; k < 6; k++) {
+        run_all_isas("random_resized_crop 24 | random_apply 0.7 n=2 | grayscale 0.5 | "
+                     "gaussian_blur 7,3 | color_jitter 0.4 0.4 0.4 | normalize cifar10 | "
+                     "random_erasing 0.8 value=1,2,3 | to bf16 hwc",
+                     &cin, 32, 32, 3, 10 + k);
+        run_all_isas("resize 30,20 | gaussian_blur 9 sigma=0.1:5 | rotate 20 | gaussian_blur 3 | "
+                     "random_erasing 1 value=200 | to u8",
+                     &cin, 32, 32, 3, 20 + k);
+        run_all_isas(k % 2 ? "resize 45,17 interpolation=bicubic | to u8"
+                           : "random_resized_crop 20,40 interpolation=bicubic | flip | to u8",
+                     &cin, 32, 32, 3, 40 + k);
+        run_all_isas(k % 2 ? "resize 45,17 interpolation=nearest | vflip 1 | to u8"
+                           : "resize 24 interpolation=nearest | center_crop 20 | to u8",
+                     &cin, 32, 32, 3, 50 + k);
+        run_all_isas("resize 9,40 interpolation=bicubic | to u8", &gin, 28, 28, 1, 60 + k);
+        run_all_isas("random_crop 20 | grayscale 1 | gaussian_blur 5 | normalize mnist | "
+                     "random_erasing 1 | random_erasing 1 value=random | to f16",
+                     &gin, 28, 28, 1, 30 + k);
+    }
 }
 
 static void test_determinism_and_streams(void **state)
@@ -1245,6 +1374,7 @@ int main(void)
         cmocka_unit_test(test_spec_shapes),
         cmocka_unit_test(test_rrc_documented_draws),
         cmocka_unit_test(test_rrc_distribution),
+        cmocka_unit_test(test_new_op_documented_draws),
         cmocka_unit_test(test_resize_constant),
         cmocka_unit_test(test_resize_half_by_hand),
         cmocka_unit_test(test_resize_variants_identical),

@@ -408,6 +408,45 @@ static void test_half_known(void **state)
     assert_true((n & 0xfc00) == 0xfc00 && (n & 0x03ff) != 0);
 }
 
+/* bfloat16: hand-computed bit patterns (the top 16 bits, rounded to nearest
+ * even), and every bfloat16 converts to float and back exactly. */
+static void test_bf16_known(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t f;
+        uint16_t h;
+    } k[] = {
+        {0x00000000u, 0x0000}, {0x80000000u, 0x8000}, {0x3f800000u, 0x3f80}, /* 0, -0, 1 */
+        {0x3f808000u, 0x3f80}, /* 1 + half an ulp: tie, even stays */
+        {0x3f818000u, 0x3f82}, /* tie, odd rounds up */
+        {0x3f808001u, 0x3f81}, /* just above the tie */
+        {0x3f807fffu, 0x3f80}, /* just below */
+        {0x7f7fffffu, 0x7f80}, /* the largest float rounds past the largest bf16: inf */
+        {0x7f7f7fffu, 0x7f7f}, /* below the midpoint: the largest bf16 */
+        {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80}, /* +-inf */
+        {0x00000001u, 0x0000}, /* the smallest subnormal rounds to 0 */
+        {0x00018000u, 0x0002}, /* subnormal tie, odd rounds up */
+        {0x3dcccccdu, 0x3dcd}, /* 0.1f */
+        {0xbeaaaaabu, 0xbeab}, /* -1/3 */
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        uint16_t h = stk_f32_to_bf16(bits_f(k[i].f));
+        if (h != k[i].h) {
+            print_error("f32_to_bf16(0x%08x) = 0x%04x, want 0x%04x\n", k[i].f, h, k[i].h);
+            fail();
+        }
+    }
+    assert_int_equal(stk_f32_to_bf16(bits_f(0x7fc00000u)), 0x7fc0);
+    assert_int_equal(stk_f32_to_bf16(bits_f(0x7f800001u)), 0x7fc0); /* NaN stays NaN */
+    assert_int_equal(stk_f32_to_bf16(bits_f(0xffffffffu)), 0x7fc0);
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7f80) == 0x7f80 && (h & 0x7f))
+            continue; /* NaN */
+        assert_int_equal(stk_f32_to_bf16(stk_bf16_to_f32((uint16_t)h)), h);
+    }
+}
+
 /* Every half converts to a float and back exactly; the midpoint between
  * neighbours rounds to the even one, and a hair either side of it to the
  * nearer one. */
@@ -1045,6 +1084,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_known),
         cmocka_unit_test(test_half_exhaustive),
+        cmocka_unit_test(test_bf16_known),
         cmocka_unit_test(test_half_vs_compiler),
         cmocka_unit_test(test_geometry_vs_reference),
         cmocka_unit_test(test_variants_identical),

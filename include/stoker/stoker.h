@@ -592,7 +592,9 @@ STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_
  */
 typedef struct stk_loader stk_loader;
 
-typedef enum stk_dtype { STK_U8 = 0, STK_F16 = 1, STK_F32 = 2 } stk_dtype;
+/* STK_BF16: bfloat16 (the top 16 bits of a float32, rounded to nearest, ties
+ * to even), as torch's .to(torch.bfloat16). */
+typedef enum stk_dtype { STK_U8 = 0, STK_F16 = 1, STK_F32 = 2, STK_BF16 = 3 } stk_dtype;
 typedef enum stk_layout { STK_HWC = 0, STK_CHW = 1 } stk_layout;
 typedef enum stk_error_policy {
     STK_ON_ERROR_RAISE = 0, /* a corrupt sample stops the loader with its error */

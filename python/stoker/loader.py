@@ -13,7 +13,7 @@ __all__ = ["Loader", "Dataset", "open", "from_numpy", "pack", "concat"]
 _builtin_open = open
 
 _DTYPES = {"uint8": "u8", "u8": "u8", "float16": "f16", "half": "f16", "f16": "f16",
-           "float32": "f32", "float": "f32", "f32": "f32"}
+           "float32": "f32", "float": "f32", "f32": "f32", "bfloat16": "bf16", "bf16": "bf16"}
 _LAYOUTS = {"nchw": "chw", "chw": "chw", "nhwc": "hwc", "hwc": "hwc"}
 _OUTPUTS = ("torch", "numpy", "dlpack")
 _ON_ERROR = {"raise": 0, "skip": 1}
@@ -252,7 +252,8 @@ def _norm_dtype(dtype):
     if name.startswith("torch."):
         name = name[6:]
     if name not in _DTYPES:
-        raise ValueError("dtype must be 'uint8', 'float16' or 'float32', got %r" % (dtype,))
+        raise ValueError("dtype must be 'uint8', 'float16', 'bfloat16' or 'float32', got %r"
+                         % (dtype,))
     return _DTYPES[name]
 
 
@@ -447,7 +448,10 @@ class Loader:
       max_batches: cap on batch buffers, lent ones included (default
         prefetch + 4). Holding more batches than that raises PoolExhausted.
       drop_last: drop each rank's last incomplete batch.
-      dtype: 'float32' (default), 'float16' or 'uint8' (also numpy/torch dtypes).
+      dtype: 'float32' (default), 'float16', 'bfloat16' or 'uint8' (also
+        numpy/torch dtypes). bfloat16 comes out as torch.bfloat16 with
+        output='torch'; numpy has no bfloat16, so output='numpy' gives the
+        bit patterns as uint16 (``torch.from_numpy(a).view(torch.bfloat16)``).
       layout: 'NCHW' (default) or 'NHWC'.
       output: 'torch' (torch.Tensor, default), 'numpy' (numpy.ndarray) or
         'dlpack' (stoker.Batch objects and int64 arrays that implement
@@ -710,7 +714,7 @@ class Loader:
 
     @property
     def dtype(self):
-        """Output element type name: 'uint8', 'float16' or 'float32'."""
+        """Output element type name: 'uint8', 'float16', 'bfloat16' or 'float32'."""
         return self._core.dtype
 
     @property

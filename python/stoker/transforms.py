@@ -226,36 +226,56 @@ class RandomVerticalFlip(Transform):
         return "vflip " + _num(self.p, "p")
 
 
-def _bilinear_only(interpolation, antialias, what):
-    name = getattr(interpolation, "value", interpolation)
-    if str(name).lower() not in ("bilinear", "2", "interpolationmode.bilinear"):
-        raise ValueError("%s(interpolation=%r) is not supported by stoker: only bilinear "
-                         "(Pillow's antialiased resize)" % (what, interpolation))
+def _interpolation(interpolation, antialias, what, bicubic=True):
+    """'bilinear', 'bicubic' (Pillow's antialiased filters) or 'nearest'
+    (Pillow's) from torchvision's InterpolationMode, its value or PIL's
+    constant (2, 3, 0)."""
+    name = str(getattr(interpolation, "value", interpolation)).lower()
+    name = {"2": "bilinear", "interpolationmode.bilinear": "bilinear",
+            "3": "bicubic", "interpolationmode.bicubic": "bicubic",
+            "0": "nearest", "interpolationmode.nearest": "nearest"}.get(name, name)
+    if name not in (("bilinear", "bicubic", "nearest") if bicubic else ("bilinear",)):
+        raise ValueError("%s(interpolation=%r) is not supported by stoker: only %s "
+                         "(Pillow's resize)"
+                         % (what, interpolation,
+                            "bilinear, bicubic or nearest" if bicubic else "bilinear"))
     if antialias is False:
         raise ValueError("%s(antialias=False) is not supported: stoker always antialiases, "
                          "as torchvision does for PIL images" % what)
+    return name
+
+
+def _bilinear_only(interpolation, antialias, what):
+    _interpolation(interpolation, antialias, what, bicubic=False)
+
+
+def _interp_arg(name):
+    """The spec's ` interpolation=...`, written only when not the default."""
+    return "" if name == "bilinear" else " interpolation=" + name
 
 
 class RandomResizedCrop(Transform):
     """Crop a random area and aspect, then resize, like torchvision's
     ``RandomResizedCrop`` (same sampling procedure: up to 10 attempts, then
-    the central fallback; Pillow's antialiased bilinear resize).
-    Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI``.
+    the central fallback; Pillow's antialiased bilinear or bicubic resize).
+    Spec: ``random_resized_crop H[,W] scale=LO:HI ratio=LO:HI
+    [interpolation=bicubic]``.
     """
 
     op = "random_resized_crop"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                  interpolation="bilinear", antialias=None):
-        _bilinear_only(interpolation, antialias, "RandomResizedCrop")
+        self.interpolation = _interpolation(interpolation, antialias, "RandomResizedCrop")
         self.size = size
         self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
         self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
         _validate(self.spec())
 
     def spec(self):
-        return "random_resized_crop %s scale=%s ratio=%s" % (
-            _size(self.size), _range(self.scale, "scale"), _range(self.ratio, "ratio"))
+        return "random_resized_crop %s scale=%s ratio=%s%s" % (
+            _size(self.size), _range(self.scale, "scale"), _range(self.ratio, "ratio"),
+            _interp_arg(self.interpolation))
 
 
 class Resize(Transform):
@@ -263,13 +283,13 @@ class Resize(Transform):
     shorter side (the longer one truncated as torchvision computes it),
     (h, w) gives exactly that size — written ``resize H,W`` even when h == w,
     since ``resize S`` means the shorter side; Pillow's antialiased
-    bilinear. ``max_size`` is not supported.
+    bilinear or bicubic (``interpolation=``). ``max_size`` is not supported.
     """
 
     op = "resize"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
-        _bilinear_only(interpolation, antialias, "Resize")
+        self.interpolation = _interpolation(interpolation, antialias, "Resize")
         if max_size is not None:
             raise ValueError("Resize(max_size=...) is not supported by stoker")
         if isinstance(size, numbers.Integral) and not isinstance(size, bool):
@@ -281,10 +301,11 @@ class Resize(Transform):
 
     def spec(self):
         if isinstance(self.size, numbers.Integral) and not isinstance(self.size, bool):
-            return "resize " + _int(self.size, "size")
+            return "resize " + _int(self.size, "size") + _interp_arg(self.interpolation)
         # Always every number: "resize S" would mean the shorter side, so a
         # square (S, S) must stay "resize S,S" (exactly S x S).
-        return "resize " + ",".join(_int(v, "size") for v in _seq(self.size, "size"))
+        return "resize " + ",".join(_int(v, "size") for v in _seq(self.size, "size")) + \
+            _interp_arg(self.interpolation)
 
 
 class RandomRotation(Transform):
@@ -350,6 +371,87 @@ class Normalize(Transform):
     def spec(self):
         return "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
                                              ",".join(_num(s, "std") for s in self.std))
+
+
+class GaussianBlur(Transform):
+    """Blur with a Gaussian kernel whose sigma is drawn per sample, like
+    torchvision's ``GaussianBlur`` on a float tensor. ``kernel_size`` is an
+    odd int or (kx, ky) — width, then height, torchvision's order; ``sigma``
+    a number or a (min, max) range. Spec: ``gaussian_blur KX,KY sigma=LO:HI``.
+    """
+
+    op = "gaussian_blur"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        self.kernel_size = kernel_size
+        self.sigma = sigma
+        _validate(self.spec())
+
+    def spec(self):
+        if isinstance(self.kernel_size, numbers.Integral) and not isinstance(self.kernel_size,
+                                                                              bool):
+            ks = _int(self.kernel_size, "kernel_size")
+        else:
+            ks = ",".join(_int(v, "kernel_size") for v in _seq(self.kernel_size, "kernel_size"))
+        return "gaussian_blur %s sigma=%s" % (ks, _range(self.sigma, "sigma"))
+
+
+class RandomErasing(Transform):
+    """Erase a random rectangle of the finished tensor, like torchvision's
+    ``RandomErasing`` placed after Normalize (same get_params procedure).
+    ``value`` is a number or one per channel, in the tensor's units, or
+    ``'random'`` (standard normal noise per element, drawn from the sample's
+    stream: torch's distribution, not its numbers). ``inplace`` has no
+    effect. It must
+    be the last transform. Spec: ``random_erasing p=P scale=LO:HI
+    ratio=LO:HI value=V``.
+    """
+
+    op = "random_erasing"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        if isinstance(value, str) and value != "random":
+            raise ValueError("RandomErasing(value=%r): give a number, one per channel or "
+                             "'random'" % (value,))
+        self.p = p
+        self.scale = tuple(_seq(scale, "scale", "a (min, max) pair"))
+        self.ratio = tuple(_seq(ratio, "ratio", "a (min, max) pair"))
+        self.value = tuple(value) if isinstance(value, (list, tuple)) else value
+        _validate(self.spec())
+
+    def spec(self):
+        vals = self.value if isinstance(self.value, tuple) else (self.value,)
+        return "random_erasing p=%s scale=%s ratio=%s value=%s" % (
+            _num(self.p, "p"), _range(self.scale, "scale"), _range(self.ratio, "ratio"),
+            "random" if self.value == "random" else ",".join(_num(v, "value") for v in vals))
+
+
+class RandomApply(Transform):
+    """Apply a list of transforms together with probability ``p``, like
+    torchvision's ``RandomApply`` (one draw per sample; the transforms draw
+    only when applied). They may be the float-tensor transforms after the
+    crops and resize: ColorJitter, RandomRotation, RandomGrayscale,
+    GaussianBlur, flips, the point ops. Spec: ``random_apply p=P n=N``
+    followed by the N stages.
+    """
+
+    op = "random_apply"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, transforms, p=0.5):
+        if isinstance(transforms, (str, Transform)):
+            raise TypeError("RandomApply takes a list of transforms, got %r" % (transforms,))
+        self.transforms = list(transforms)
+        self.p = p
+        _validate(self.spec())
+
+    def spec(self):
+        stages = [s for s in (to_spec([t]) for t in self.transforms) if s]
+        if not stages:  # torchvision's RandomApply([]) changes nothing
+            return ""
+        return " | ".join(["random_apply p=%s n=%d" % (_num(self.p, "p"), len(stages))] + stages)
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.spec()))
 
 
 def _text(x, what):

@@ -53,8 +53,9 @@ static void u8_to_out_c(const stk_outfmt *o, const uint8_t *row, int32_t y, void
 static void fence_none(void) {}
 
 static const stk_color_kernels color_c = {
-    u8_to_float_c, u8_to_out_c, float_to_out_c, brightness_c, contrast_c,
-    saturation_c,  hue_c,       gray_sum_c,     rotate_row_c, fence_none,
+    u8_to_float_c, u8_to_out_c,  float_to_out_c, brightness_c, contrast_c,
+    saturation_c,  hue_c,        gray_sum_c,     rotate_row_c, fence_none,
+    grayscale_c,   blur_row_c,
 };
 
 #if COLOR_X86
@@ -68,7 +69,7 @@ static const stk_color_kernels color_c = {
 
 CATTR static void u8_to_out_avx2(const stk_outfmt *o, const uint8_t *row, int32_t y, void *out)
 {
-    if (o->nc != 3 || o->layout != STK_CHW || o->dtype == STK_U8) {
+    if (o->nc != 3 || o->layout != STK_CHW || (o->dtype != STK_F32 && o->dtype != STK_F16)) {
         u8_to_out_generic_avx2(o, row, y, out);
         return;
     }
@@ -133,6 +134,7 @@ static void fence_sfence(void) { _mm_sfence(); }
 static const stk_color_kernels color_avx2 = {
     u8_to_float_avx2, u8_to_out_avx2, float_to_out_avx2, brightness_avx2, contrast_avx2,
     saturation_avx2,  hue_avx2,       gray_sum_avx2,     rotate_row_avx2, fence_sfence,
+    grayscale_avx2,   blur_row_avx2,
 };
 #endif
 
@@ -172,4 +174,26 @@ void stk_rotation_init(stk_rotation *r, double degrees, int32_t w, int32_t h, co
     r->m[3] = c / hh;
     for (int k = 0; k < 3; k++)
         r->fill[k] = fill ? fill[nc == 1 ? 0 : k] : 0.0f;
+}
+
+void stk_blur_init(stk_blur *b, float sigma, int kx, int ky, int32_t w, int32_t h, float *tmp)
+{
+    b->w = w;
+    b->h = h;
+    b->kx = kx;
+    b->ky = ky;
+    b->tmp = tmp;
+    for (int axis = 0; axis < 2; axis++) {
+        int k = axis ? ky : kx;
+        float *wt = axis ? b->wy : b->wx;
+        float half = (float)(k - 1) * 0.5f, sum = 0.0f;
+        for (int i = 0; i < k; i++) {
+            float x = (float)i - half; /* linspace(-half, half, k): exact */
+            float q = x / sigma;
+            wt[i] = expf(-0.5f * (q * q));
+            sum += wt[i];
+        }
+        for (int i = 0; i < k; i++)
+            wt[i] = wt[i] / sum;
+    }
 }

@@ -57,6 +57,18 @@ typedef struct stk_rotation {
     float fill[3];  /* in [0, 1] */
 } stk_rotation;
 
+/* A Gaussian blur of a w x h image, as torchvision's F.gaussian_blur on a
+ * float tensor: 1-D kernels of kx (along the width) and ky taps, reflect
+ * padding; run separably, vertical then horizontal, through `tmp` (w
+ * floats, owned by the caller). */
+#define STK_BLUR_MAX 255
+typedef struct stk_blur {
+    int32_t w, h;
+    int kx, ky;
+    float wx[STK_BLUR_MAX], wy[STK_BLUR_MAX];
+    float *tmp;
+} stk_blur;
+
 typedef struct stk_color_kernels {
     /* ToTensor: p[c][i] = row[i*nc + c] / 255 (float division). */
     void (*u8_to_float)(const uint8_t *row, int32_t n, int nc, float *const *p);
@@ -79,7 +91,15 @@ typedef struct stk_color_kernels {
                        float *const *p);
     /* After the last row of a sample: orders streaming stores (x86 SFENCE). */
     void (*fence)(void);
+    /* RandomGrayscale: every channel becomes 0.2989 r + 0.587 g + 0.114 b
+     * (nc 3; nothing for nc 1). */
+    void (*grayscale)(float *const *p, int32_t n, int nc);
+    /* Output row y of the Gaussian blur of the planar image `src`. */
+    void (*blur_row)(const stk_blur *b, const float *src, int nc, int32_t y, float *const *p);
 } stk_color_kernels;
+
+/* torchvision's kernels for sigma (float32, as _get_gaussian_kernel1d). */
+void stk_blur_init(stk_blur *b, float sigma, int kx, int ky, int32_t w, int32_t h, float *tmp);
 
 const stk_color_kernels *stk_color_kernels_get(void);
 const stk_color_kernels *stk_color_kernels_c(void);

@@ -167,6 +167,10 @@ CATTR static void CN(float_to_out)(const stk_outfmt *o, float *const *p, int32_t
                 uint16_t *d = (uint16_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
                     d[i] = stk_f32_to_f16(x[i] * sc + bi);
+            } else if (o->dtype == STK_BF16) {
+                uint16_t *d = (uint16_t *)out + at;
+                for (int32_t i = 0; i < w; i++)
+                    d[i] = stk_f32_to_bf16(x[i] * sc + bi);
             } else {
                 uint8_t *d = (uint8_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
@@ -182,6 +186,10 @@ CATTR static void CN(float_to_out)(const stk_outfmt *o, float *const *p, int32_t
                 uint16_t *d = (uint16_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
                     d[(size_t)i * nc] = stk_f32_to_f16(x[i] * sc + bi);
+            } else if (o->dtype == STK_BF16) {
+                uint16_t *d = (uint16_t *)out + at;
+                for (int32_t i = 0; i < w; i++)
+                    d[(size_t)i * nc] = stk_f32_to_bf16(x[i] * sc + bi);
             } else {
                 uint8_t *d = (uint8_t *)out + at;
                 for (int32_t i = 0; i < w; i++)
@@ -206,6 +214,10 @@ CATTR static void CN(u8_to_out_generic)(const stk_outfmt *o, const uint8_t *row,
             float *d = (float *)out + at;
             for (size_t i = 0; i < n; i++)
                 d[i] = (float)row[i] * o->scale[i % nc] + o->bias[i % nc];
+        } else if (o->dtype == STK_BF16) {
+            uint16_t *d = (uint16_t *)out + at;
+            for (size_t i = 0; i < n; i++)
+                d[i] = stk_f32_to_bf16((float)row[i] * o->scale[i % nc] + o->bias[i % nc]);
         } else {
             uint16_t *d = (uint16_t *)out + at;
             for (size_t i = 0; i < n; i++)
@@ -225,6 +237,10 @@ CATTR static void CN(u8_to_out_generic)(const stk_outfmt *o, const uint8_t *row,
             float *d = (float *)out + at;
             for (int32_t i = 0; i < w; i++)
                 d[i] = (float)s[(size_t)i * nc] * sc + bi;
+        } else if (o->dtype == STK_BF16) {
+            uint16_t *d = (uint16_t *)out + at;
+            for (int32_t i = 0; i < w; i++)
+                d[i] = stk_f32_to_bf16((float)s[(size_t)i * nc] * sc + bi);
         } else {
             uint16_t *d = (uint16_t *)out + at;
             for (int32_t i = 0; i < w; i++)
@@ -273,6 +289,72 @@ CATTR static void CN(rotate_row)(const stk_rotation *R, const float *src, int nc
             float vse = mse != 0.0f ? s[(size_t)y1 * w + x1] : 0.0f;
             float v = ((vnw * mnw + vne * mne) + vsw * msw) + vse * mse;
             p[c][j] = v * mask + (1.0f - mask) * R->fill[c];
+        }
+    }
+}
+
+CATTR static void CN(grayscale)(float *const *p, int32_t n, int nc)
+{
+    if (nc != 3)
+        return;
+    float *r = p[0], *g = p[1], *b = p[2];
+    for (int32_t i = 0; i < n; i++) {
+        float l = (0.2989f * r[i] + 0.587f * g[i]) + 0.114f * b[i];
+        r[i] = l;
+        g[i] = l;
+        b[i] = l;
+    }
+}
+
+/* torch's "reflect" index: -1 -> 1, n -> n - 2 (|pad| < n, checked at compile). */
+static inline int32_t CN(reflect)(int32_t i, int32_t n)
+{
+    if (i < 0)
+        return -i;
+    if (i >= n)
+        return 2 * (n - 1) - i;
+    return i;
+}
+
+CATTR static void CN(blur_row)(const stk_blur *B, const float *src, int nc, int32_t y,
+                               float *const *p)
+{
+    int32_t w = B->w, h = B->h;
+    int rx = B->kx / 2, ry = B->ky / 2;
+    size_t plane = (size_t)w * (size_t)h;
+    float *t = B->tmp;
+    for (int c = 0; c < nc; c++) {
+        const float *s = src + (size_t)c * plane;
+        for (int32_t x = 0; x < w; x++)
+            t[x] = 0.0f;
+        for (int i = 0; i < B->ky; i++) {
+            const float *r = s + (size_t)CN(reflect)(y + i - ry, h) * (size_t)w;
+            float k = B->wy[i];
+            for (int32_t x = 0; x < w; x++)
+                t[x] += k * r[x];
+        }
+        /* Horizontal: each output sums its taps j = 0..kx-1 in order from
+         * 0.0f; the interior runs tap by tap over all x (vectorisable, the
+         * same sums in the same order), the edges reflect. */
+        float *d = p[c];
+        int32_t x0 = rx < w ? rx : w, x1 = w - rx > x0 ? w - rx : x0;
+        for (int32_t x = 0; x < w; x++) {
+            if (x == x0 && x1 > x0) {
+                for (int32_t xi = x0; xi < x1; xi++)
+                    d[xi] = 0.0f;
+                for (int j = 0; j < B->kx; j++) {
+                    float k = B->wx[j];
+                    int32_t s0 = j - rx;
+                    for (int32_t xi = x0; xi < x1; xi++)
+                        d[xi] += k * t[xi + s0];
+                }
+                x = x1 - 1;
+                continue;
+            }
+            float acc = 0.0f;
+            for (int j = 0; j < B->kx; j++)
+                acc += B->wx[j] * t[CN(reflect)(x + j - rx, w)];
+            d[x] = acc;
         }
     }
 }

@@ -62,6 +62,29 @@ static inline uint16_t stk_f32_to_f16(float f)
     return (uint16_t)(sign | r);
 }
 
+/* float -> bfloat16: the top half of the float's bits, rounded to nearest,
+ * ties to even (as torch's c10::BFloat16 round_to_nearest_even: NaN becomes
+ * the quiet NaN 0x7fc0; a finite value that rounds past the largest
+ * bfloat16 becomes infinity). */
+static inline uint16_t stk_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)0x7fc0u;
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* bfloat16 -> float, exact. */
+static inline float stk_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
 static inline float stk_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

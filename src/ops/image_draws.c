@@ -8,7 +8,9 @@
  *
  * Order (docs/pipeline.md, "Random numbers"): the head ops in spec order
  * (flips, crops, random_resized_crop's attempts, point ops), then the tail
- * (flips, rotations, colour jitter, point ops). The head composes into one
+ * (flips, rotations, colour jitter, point ops, grayscale, blur sigmas;
+ * random_apply skips its group's draws when it does not apply), then the
+ * random_erasing rectangles on the output size. The head composes into one
  * affine map per axis (stk_axis_geo); a flip after a rotation is moved
  * before it by negating the angle; the point ops that apply compose into
  * two 256-entry tables, before and after the resize.
@@ -213,9 +215,37 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
     d->hflip = d->ax.flip;
     d->vflip = d->ay.flip;
 
+    int napply = 0;
     for (int k = 0; k < ip->ntail; k++) {
         const stk_tail_op *t = &ip->tail[k];
         switch (t->kind) {
+        case T_APPLY: { /* RandomApply: u < p runs the group, else it is skipped (no draws) */
+            int run = stk_rng_uniform(rng) < t->p;
+            if (tr && run && napply < 31)
+                tr->applied |= 1 << napply;
+            napply++;
+            if (!run)
+                k += (int)t->n;
+            break;
+        }
+        case T_GRAY:
+            if (stk_rng_uniform(rng) < t->p) {
+                stk_draw_step *s = &d->steps[d->nsteps++];
+                s->kind = S_GRAY;
+                if (tr)
+                    tr->ngray++;
+            }
+            break;
+        case T_BLUR: {
+            double u = stk_rng_uniform(rng);
+            stk_draw_step *s = &d->steps[d->nsteps++];
+            s->kind = S_BLUR;
+            s->f = (float)(t->lo + (t->hi - t->lo) * u);
+            s->rot = k;
+            if (tr && tr->nblur++ == 0)
+                tr->sigma = (double)s->f;
+            break;
+        }
         case T_LUT:
             if (t->lut->draw(t->arg, rng))
                 lut_then(d, 1, t->lut, t->arg);
@@ -269,6 +299,33 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             }
             break;
         }
+        }
+    }
+
+    /* random_erasing on the output (RandomErasing.forward, get_params). */
+    for (int k = 0; k < ip->nerase; k++) {
+        const stk_erase_op *e = &ip->erase[k];
+        if (!(stk_rng_uniform(rng) < e->p))
+            continue;
+        int64_t OH = ip->out_h, OW = ip->out_w;
+        double area = (double)OH * (double)OW;
+        for (int attempt = 0; attempt < 10; attempt++) {
+            double u1 = stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+            float s = (float)(e->scale[0] + (e->scale[1] - e->scale[0]) * u1);
+            float lr = (float)((double)e->logr[0] + ((double)e->logr[1] - (double)e->logr[0]) * u2);
+            double aspect = (double)expf(lr), target = area * (double)s;
+            double hd = nearbyint(sqrt(target * aspect)), wd = nearbyint(sqrt(target / aspect));
+            if (!(hd < (double)OH && wd < (double)OW))
+                continue;
+            int32_t *r = d->erase[d->nerase++];
+            r[2] = (int32_t)hd;
+            r[3] = (int32_t)wd;
+            r[0] = (int32_t)stk_rng_range(rng, 0, OH - r[2]);
+            r[1] = (int32_t)stk_rng_range(rng, 0, OW - r[3]);
+            r[4] = k;
+            if (tr && tr->nerase++ == 0)
+                memcpy(tr->erase, r, 4 * sizeof(int32_t));
+            break;
         }
     }
     return 0;

@@ -18,8 +18,9 @@
  *           possibly mirrored. `resize 256 | center_crop 224` is thus the
  *           224 central outputs of the full resize, evaluated directly;
  *           random_resized_crop is a crop (the domain) resized to its size.
- *   tail    flips, rotations and colour jitter after the head, then
- *           normalize and to.
+ *   tail    flips, rotations, colour jitter, grayscale, Gaussian blur and
+ *           random_apply groups of those after the head, then normalize,
+ *           random_erasing (on the finished output) and to.
  *
  * Run, per sample (image_run.c; step 2 is image_draws.c):
  *
@@ -51,11 +52,14 @@
  *      jitter or rotation it is converted to float (ToTensor) and the tail
  *      runs in "segments". A segment ends where an op needs the whole image
  *      first: contrast needs the mean gray level of the image as it stands,
- *      rotation reads any pixel. Until then each row goes through the
+ *      rotation reads any pixel, the Gaussian blur the rows around it
+ *      (grayscale is a per-row op). Until then each row goes through the
  *      segment's ops while it is in L1; at a barrier rows are parked in a
  *      float image (and the gray sum accumulated), and the next segment
  *      reads them back. imagenet-train-extensive is thus 2 passes after the
  *      resample when contrast comes after another op, 1 otherwise.
+ *      random_erasing then overwrites its rectangles of the finished
+ *      sample in the output dtype.
  *
  * Memory: everything per sample lives in the caller's scratch, laid out as
  * [source pixels | slack | tables | row buffers | float images]. The scratch
@@ -83,7 +87,8 @@
 static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
-           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT;
+           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
+           k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -96,7 +101,7 @@ int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint3
     return 0;
 }
 
-static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F16 ? 2 : 4; }
+static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F32 ? 4 : 2; }
 
 int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
                         uint32_t in_c, stk_imgplan **out, uint32_t *out_h, uint32_t *out_w,
@@ -167,8 +172,38 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
 
     double mean[3] = {0, 0, 0}, stdv[3] = {1, 1, 1};
     int have_norm = 0, have_resize = 0, seen_color = 0, nrot = 0, last_geo_col = 1;
+    int group_left = 0, group_col = 0, group_n = 0, erase_at = -1;
     for (int k = last_pad + 1; k < spec->nops; k++) {
         const stk_spec_op *o = &spec->ops[k];
+        /* random_erasing works on the output: only more of it, and `to`,
+         * may follow. */
+        if (erase_at >= 0 && o->kind != STK_OP_RANDOM_ERASING && o->kind != STK_OP_TO) {
+            rc = stk_spec_fail(text, o->col,
+                               "%s after random_erasing is not supported: random_erasing "
+                               "erases the finished tensor, so it comes last (before 'to')",
+                               o->def->name);
+            goto fail;
+        }
+        /* random_apply's group: ops of the float tail only. */
+        if (group_left > 0) {
+            stk_op_kind kd = o->kind;
+            int ok = kd == STK_OP_ROTATE || kd == STK_OP_COLOR_JITTER ||
+                     kd == STK_OP_GRAYSCALE || kd == STK_OP_GAUSSIAN_BLUR ||
+                     ((kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT) &&
+                      k > last_geo);
+            if (!ok) {
+                rc = stk_spec_fail(text, o->col,
+                                   "random_apply cannot hold %s%s; it can hold rotate, "
+                                   "color_jitter, grayscale, gaussian_blur, and flips and "
+                                   "point ops after the crops and resize",
+                                   o->def->name,
+                                   kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT
+                                       ? " before a crop or resize"
+                                       : "");
+                goto fail;
+            }
+            group_left--;
+        }
         switch (o->kind) {
         case STK_OP_DECODE:
         case STK_OP_TO:
@@ -227,11 +262,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         case STK_OP_RANDOM_RESIZED_CROP:
         case STK_OP_RESIZE: {
             last_geo_col = o->col;
-            if (seen_color) {
+            if (seen_color) { /* the first float stage, as k + 1 */
                 rc = stk_spec_fail(text, o->col,
-                                   "%s after rotate or color_jitter is not supported; put the "
-                                   "crops and the resize first",
-                                   o->def->name);
+                                   "%s after %s is not supported; put the crops and the resize "
+                                   "first",
+                                   o->def->name, spec->ops[seen_color - 1].def->name);
                 goto fail;
             }
             stk_geo_op *g = &ip->geo[ip->ngeo++];
@@ -264,6 +299,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 rc = stk_spec_fail(text, o->col,
                                    "only one resize or random_resized_crop per pipeline");
                 goto fail;
+            }
+            {
+                int f = o->kind == STK_OP_RANDOM_RESIZED_CROP ? o->u.rrc.bicubic
+                                                              : o->u.resize.bicubic;
+                ip->filter = f == 2 ? STK_RS_NEAREST : f == 1 ? STK_RS_BICUBIC : STK_RS_BILINEAR;
             }
             if (o->kind == STK_OP_RANDOM_RESIZED_CROP) {
                 g->kind = G_RRC;
@@ -318,7 +358,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             t->hi = o->u.rotate.hi;
             for (int c = 0; c < 3; c++)
                 t->fill[c] = (float)o->u.rotate.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
@@ -334,11 +374,74 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 t->rlo[q] = r[q][0];
                 t->rhi[q] = r[q][1];
             }
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }
+        case STK_OP_GRAYSCALE: {
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_GRAY;
+            t->p = o->u.num.v[0];
+            seen_color = seen_color ? seen_color : k + 1;
+            ip->float_path = 1;
+            break;
         }
+        case STK_OP_GAUSSIAN_BLUR: {
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_BLUR;
+            t->kx = o->u.blur.kx;
+            t->ky = o->u.blur.ky;
+            t->lo = o->u.blur.sigma[0];
+            t->hi = o->u.blur.sigma[1];
+            seen_color = seen_color ? seen_color : k + 1;
+            ip->float_path = 1;
+            break;
+        }
+        case STK_OP_RANDOM_APPLY: {
+            if (group_left > 0) { /* not reached: refused above */
+                rc = stk_spec_fail(text, o->col, "random_apply cannot hold random_apply");
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_APPLY;
+            t->p = o->u.apply.p;
+            t->n = o->u.apply.n;
+            group_left = group_n = (int)o->u.apply.n;
+            group_col = o->col;
+            break;
+        }
+        case STK_OP_RANDOM_ERASING: {
+            if (ip->nerase == MAX_ERASE) {
+                rc = stk_spec_fail(text, o->col, "at most %d random_erasing stages", MAX_ERASE);
+                goto fail;
+            }
+            uint32_t nv = o->u.erase.nvalue;
+            if (nv != 1 && nv != (uint32_t)nc) {
+                rc = stk_spec_fail(text, o->u.erase.value_col,
+                                   "random_erasing has %u values but the image has %d "
+                                   "channel%s (give 1 value or %d)",
+                                   nv, nc, nc == 1 ? "" : "s", nc);
+                goto fail;
+            }
+            stk_erase_op *e = &ip->erase[ip->nerase++];
+            e->p = o->u.erase.p;
+            e->random = o->u.erase.random;
+            memcpy(e->scale, o->u.erase.scale, sizeof e->scale);
+            e->logr[0] = logf((float)o->u.erase.ratio[0]);
+            e->logr[1] = logf((float)o->u.erase.ratio[1]);
+            for (int c = 0; c < 3; c++)
+                e->value[c] = (float)o->u.erase.value[nv == 1 ? 0 : (c < nc ? c : 0)];
+            erase_at = k;
+            break;
+        }
+        }
+    }
+    if (group_left > 0) {
+        rc = stk_spec_fail(text, group_col,
+                           "random_apply n=%d needs %d more stage%s after it", group_n,
+                           group_left,
+                           group_left == 1 ? "" : "s");
+        goto fail;
     }
     if (!known) {
         rc = stk_spec_fail(text, last_geo >= 0 ? last_geo_col : 1,
@@ -354,6 +457,18 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     }
     ip->out_h = (uint32_t)kh;
     ip->out_w = (uint32_t)kw;
+    for (int k = last_pad + 1; k < spec->nops; k++) {
+        const stk_spec_op *o = &spec->ops[k];
+        if (o->kind == STK_OP_GAUSSIAN_BLUR &&
+            ((int64_t)(o->u.blur.kx / 2) >= kw || (int64_t)(o->u.blur.ky / 2) >= kh)) {
+            rc = stk_spec_fail(text, o->arg_col,
+                               "gaussian_blur kernel %ux%u (KX,KY) needs an image larger than "
+                               "half of it (reflect padding); the image here is %lldx%lld "
+                               "(HxW)",
+                               o->u.blur.kx, o->u.blur.ky, (long long)kh, (long long)kw);
+            goto fail;
+        }
+    }
 
     uint64_t bytes;
     if (!stk_mul_ok((uint64_t)kh * (uint64_t)kw, (uint64_t)nc * dtype_size(spec->dtype), &bytes) ||

@@ -23,10 +23,11 @@
 
 #define MAX_SIDE ((1 << 30) - 1)
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
+#define MAX_ERASE 8 /* random_erasing stages (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT };
-enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY };
+enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_GRAY, S_BLUR };
 
 typedef struct stk_geo_op {
     int kind;
@@ -48,7 +49,17 @@ typedef struct stk_tail_op {
     double rlo[4], rhi[4];
     const stk_op_desc *lut; /* T_LUT: the op's row */
     double arg[STK_SPEC_MAX_PARAMS];
+    uint32_t kx, ky;       /* T_BLUR: kernel sizes (sigma range in lo, hi) */
+    uint32_t n;            /* T_APPLY: the next n tail ops are the group (p: its probability) */
 } stk_tail_op;
+
+/* random_erasing (op_random_erasing.c), run on the finished output. */
+typedef struct stk_erase_op {
+    double p, scale[2];
+    float logr[2];  /* log(ratio) in float32, as torch */
+    float value[3]; /* per channel, in output units */
+    int random;     /* value=random: standard normal noise instead */
+} stk_erase_op;
 
 struct stk_imgplan {
     uint32_t in_h, in_w, in_c; /* 0: any size */
@@ -59,6 +70,9 @@ struct stk_imgplan {
     stk_geo_op geo[STK_SPEC_MAX_OPS];
     stk_tail_op tail[STK_SPEC_MAX_OPS];
     int float_path;            /* a rotate or color_jitter */
+    int nerase;
+    stk_erase_op erase[MAX_ERASE];
+    int filter;                /* the resize's STK_RS_BILINEAR or STK_RS_BICUBIC */
     uint32_t out_h, out_w;
     stk_outfmt fmt;
     size_t sample_bytes;
@@ -79,8 +93,8 @@ typedef struct stk_axis_geo {
 
 typedef struct stk_draw_step {
     int kind;   /* S_* */
-    float f, g; /* factor; (float)(1 - factor) */
-    int rot;    /* S_ROT: index into rots */
+    float f, g; /* factor; (float)(1 - factor); S_BLUR: f = sigma */
+    int rot;    /* S_ROT: index into rots; S_BLUR: index into the plan's tail */
 } stk_draw_step;
 
 /* Everything drawn for one sample. */
@@ -97,6 +111,10 @@ typedef struct stk_draws {
      * it (applied to each resampled row). */
     int has_lut[2];
     uint8_t lut[2][256];
+    /* random_erasing rectangles to write over the output: [k] = top, left,
+     * h, w and the index of its op in the plan's erase list. */
+    int nerase;
+    int32_t erase[MAX_ERASE][5];
 } stk_draws;
 
 /* Draw everything for one sample whose head input is W x H (image_draws.c):

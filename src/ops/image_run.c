@@ -10,6 +10,7 @@
  */
 #include "ops/image_plan_impl.h"
 
+#include "ops/half.h"
 #include "core/error.h"
 #include "core/util.h"
 
@@ -77,7 +78,7 @@ typedef struct axis_plan {
     int identity;
 } axis_plan;
 
-static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
+static int axis_setup(const stk_axis_geo *g, unsigned d, int filter, axis_plan *a)
 {
     int64_t dom0, dom1, off, out;
     double scale;
@@ -97,6 +98,7 @@ static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
     a->dd0 = dom0 / d;
     int64_t dd1 = (dom1 + d - 1) / d;
     a->p.in_size = (int32_t)(dd1 - a->dd0);
+    a->p.filter = g->resized ? filter : STK_RS_BILINEAR;
     a->p.out = (int32_t)out;
     a->p.off = (int32_t)off;
     a->p.in0 = d == 1 ? 0.0 : (double)dom0 / d - (double)a->dd0;
@@ -104,6 +106,54 @@ static int axis_setup(const stk_axis_geo *g, unsigned d, axis_plan *a)
     if (stk_rs_range(&a->p, &a->f, &a->e, &a->identity) < 0)
         return stk_fail(STK_EDATA, "image geometry out of range");
     return 0;
+}
+
+/* One output element of value v in the output dtype (u8: rounded, clamped). */
+static void put_value(const stk_outfmt *o, void *out, size_t at, float v)
+{
+    switch (o->dtype) {
+    case STK_U8: {
+        float u = nearbyintf(v);
+        ((uint8_t *)out)[at] = (uint8_t)(u < 0.0f ? 0.0f : u > 255.0f ? 255.0f : u);
+        break;
+    }
+    case STK_F32: ((float *)out)[at] = v; break;
+    case STK_BF16: ((uint16_t *)out)[at] = stk_f32_to_bf16(v); break;
+    default: ((uint16_t *)out)[at] = stk_f32_to_f16(v); break;
+    }
+}
+
+/* random_erasing: the rectangle r = (top, left, h, w) of the finished
+ * output takes e's value[c] (output units) in the output dtype, or with
+ * value=random standard normal noise drawn from `rng` in C, H, W order
+ * (Box-Muller: u1, u2 -> two normals). */
+static void erase_out(const stk_outfmt *o, const stk_erase_op *e, const int32_t *r, stk_rng *rng,
+                      void *out)
+{
+    int nc = o->nc, have = 0;
+    size_t W = (size_t)o->width, plane = W * (size_t)o->height;
+    double spare = 0.0;
+    for (int c = 0; c < nc; c++)
+        for (int32_t y = r[0]; y < r[0] + r[2]; y++)
+            for (int32_t x = r[1]; x < r[1] + r[3]; x++) {
+                size_t at = o->layout == STK_CHW || nc == 1
+                                ? (size_t)c * plane + (size_t)y * W + (size_t)x
+                                : ((size_t)y * W + (size_t)x) * (size_t)nc + (size_t)c;
+                float v = e->value[c];
+                if (e->random) {
+                    if (have) {
+                        v = (float)spare;
+                        have = 0;
+                    } else {
+                        double u1 = 1.0 - stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+                        double m = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+                        v = (float)(m * cos(a));
+                        spare = m * sin(a);
+                        have = 1;
+                    }
+                }
+                put_value(o, out, at, v);
+            }
 }
 
 int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
@@ -179,7 +229,8 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 
     /* 3. DCT scale. */
     unsigned d = 1;
-    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG) {
+    /* (nearest picks pixels: a reduced IDCT would average them, so never) */
+    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG && ip->filter != STK_RS_NEAREST) {
         double sx = dr.ax.resized ? dr.ax.scale : 1.0, sy = dr.ay.resized ? dr.ay.scale : 1.0;
         for (d = 8; d > 1; d /= 2)
             if (sx >= (double)d && sy >= (double)d)
@@ -188,7 +239,8 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 
     /* 4. What the windows touch. */
     axis_plan xa, ya;
-    if ((rc = axis_setup(&dr.ax, d, &xa)) < 0 || (rc = axis_setup(&dr.ay, d, &ya)) < 0)
+    if ((rc = axis_setup(&dr.ax, d, ip->filter, &xa)) < 0 ||
+        (rc = axis_setup(&dr.ay, d, ip->filter, &ya)) < 0)
         return rc;
     if (xa.p.out != (int32_t)ip->out_w || ya.p.out != (int32_t)ip->out_h)
         return stk_fail(STK_EINVAL, "image pipeline: geometry gave %dx%d, expected %ux%u",
@@ -235,7 +287,7 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     int group = nc == 3 ? rk->group : 0;
     int32_t OW = (int32_t)ip->out_w, OH = (int32_t)ip->out_h;
     int need_h = !xa.identity || dr.hflip, need_v = !ya.identity;
-    int32_t ky = stk_rs_ksize(ya.p.scale), kx = stk_rs_ksize(xa.p.scale);
+    int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
     size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
     if (!bx || !by)
         return stk_fail(STK_EDATA, "image geometry out of range");
@@ -243,23 +295,25 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     size_t tmp_bytes = (need_h || need_v) ? tstride * ((size_t)rows + (size_t)ky + 1) : 0;
     size_t fplane = al64((size_t)OW * 4), fimg = (size_t)OW * OH * 4 * (size_t)nc;
 
-    /* Segments of the float tail: boundaries before contrast and rotation. */
+    /* Segments of the float tail: boundaries before contrast, rotation and
+     * blur (the last two read other rows of the image). */
     int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
     segb[0] = 0;
     for (int k = 0; k < dr.nsteps; k++)
-        if (dr.steps[k].kind == S_CONTRAST || dr.steps[k].kind == S_ROT)
+        if (dr.steps[k].kind == S_CONTRAST || dr.steps[k].kind == S_ROT ||
+            dr.steps[k].kind == S_BLUR)
             segb[nseg++] = k;
     segb[nseg] = dr.nsteps;
     int float_path = dr.nsteps > 0;
     if (nseg > 1)
         nimg = 1;
     for (int s = 1; s < nseg - 1; s++)
-        if (dr.steps[segb[s]].kind == S_ROT)
+        if (dr.steps[segb[s]].kind == S_ROT || dr.steps[segb[s]].kind == S_BLUR)
             nimg = 2;
     /* Every term is below 2^50 (sides < 2^30, region under the pixel
      * limit); refuse a sum no machine could hold rather than wrap. */
     uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
-                    (float_path ? 3 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
+                    (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
     if (ws64 > SIZE_MAX / 4)
         return stk_fail(STK_EDATA, "image too large for this pipeline (%llu bytes of buffers)",
                         (unsigned long long)ws64);
@@ -340,10 +394,12 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     m += al64(rowb + 64);
     int32_t *acc = (int32_t *)m;
     m += al64(rowb * 4);
-    float *frow[3] = {NULL, NULL, NULL}, *img[2] = {NULL, NULL};
+    float *frow[3] = {NULL, NULL, NULL}, *img[2] = {NULL, NULL}, *brow = NULL;
     if (float_path) {
         for (int c = 0; c < 3; c++, m += fplane)
             frow[c] = (float *)m;
+        brow = (float *)m; /* the blur's vertical pass */
+        m += fplane;
         for (int i = 0; i < nimg; i++, m += al64(fimg))
             img[i] = (float *)m;
     }
@@ -378,18 +434,24 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     size_t plane = (size_t)OW * OH;
     int cur = 0;
     float contrast_b = 0.0f;
+    stk_blur blur;
     for (int s = 0; s < nseg; s++) {
         int k0 = segb[s], k1 = segb[s + 1], last = s == nseg - 1;
         int first_kind = s > 0 ? dr.steps[k0].kind : -1;
         int want_gray = !last && dr.steps[k1].kind == S_CONTRAST;
         int dst_img = cur;
-        if (first_kind == S_ROT && !last)
+        if ((first_kind == S_ROT || first_kind == S_BLUR) && !last)
             dst_img = 1 - cur;
         double gsum = 0.0;
         if (first_kind == S_CONTRAST)
             k0++; /* applied below with the image's mean */
         else if (first_kind == S_ROT)
             k0++;
+        else if (first_kind == S_BLUR) {
+            const stk_tail_op *t = &ip->tail[dr.steps[k0].rot];
+            stk_blur_init(&blur, dr.steps[k0].f, (int)t->kx, (int)t->ky, OW, OH, brow);
+            k0++;
+        }
         for (int32_t y = 0; y < OH; y++) {
             const uint8_t *row = NULL;
             if (s == 0) {
@@ -420,6 +482,11 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                     for (int c = 0; c < nc; c++)
                         p[c] = img[dst_img] + c * plane + (size_t)y * OW;
                 ck->rotate_row(&rots[dr.steps[k0 - 1].rot], img[cur], nc, y, p);
+            } else if (first_kind == S_BLUR) {
+                if (!last)
+                    for (int c = 0; c < nc; c++)
+                        p[c] = img[dst_img] + c * plane + (size_t)y * OW;
+                ck->blur_row(&blur, img[cur], nc, y, p);
             } else {
                 for (int c = 0; c < nc; c++)
                     p[c] = img[cur] + c * plane + (size_t)y * OW;
@@ -431,7 +498,8 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                 case S_BRIGHT: ck->brightness(p, OW, nc, st->f); break;
                 case S_SAT: ck->saturation(p, OW, nc, st->f, st->g); break;
                 case S_HUE: ck->hue(p, OW, nc, st->f); break;
-                default: break; /* contrast and rotation start segments */
+                case S_GRAY: ck->grayscale(p, OW, nc); break;
+                default: break; /* contrast, rotation and blur start segments */
                 }
             }
             if (last) {
@@ -453,6 +521,11 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         }
     }
     ck->fence();
+    if (dr.nerase) {
+        for (int k = 0; k < dr.nerase; k++)
+            erase_out(fmt, &ip->erase[dr.erase[k][4]], dr.erase[k], rng, out);
+        ck->fence();
+    }
     return 0;
 }
 

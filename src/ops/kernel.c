@@ -214,6 +214,16 @@ stk_kernel_fn stk_kernel_select(stk_dtype dtype)
     static const stk_kernel_fn avx2[3] = {kernel_u8_avx2, kernel_f16_avx2, kernel_f32_avx2};
 #endif
     unsigned d = (unsigned)dtype;
+    if (d == STK_BF16) {
+        /* bf16: the f16 kernel's 256-entry table path (the plan fills the
+         * table with bfloat16 values); its AVX2 build converts with F16C
+         * instead, so it stops at SSE2. */
+#if STK_X86_SIMD
+        return pick() == STK_ISA_C ? c[1] : sse2[1];
+#else
+        return c[1];
+#endif
+    }
     if (d > 2)
         return NULL;
     switch (pick()) {

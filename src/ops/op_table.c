@@ -30,6 +30,10 @@
     X(posterize)                                                                               \
     X(solarize)                                                                                \
     X(invert)                                                                                  \
+    X(grayscale)                                                                               \
+    X(gaussian_blur)                                                                           \
+    X(random_erasing)                                                                          \
+    X(random_apply)                                                                            \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;

@@ -327,13 +327,14 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         const char *name;
         stk_dtype dtype;
     } dtypes[] = {{"u8", STK_U8},    {"uint8", STK_U8}, {"f16", STK_F16},     {"float16", STK_F16},
-                  {"half", STK_F16}, {"f32", STK_F32},  {"float32", STK_F32}, {"float", STK_F32}};
+                  {"half", STK_F16}, {"f32", STK_F32},  {"float32", STK_F32}, {"float", STK_F32},
+                  {"bf16", STK_BF16}, {"bfloat16", STK_BF16}};
     int rc = 0;
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
     if (st->nargs == 0)
-        return stk_spec_err(P, missing_at(st), "expected a dtype after 'to' (u8, f16 or f32)");
+        return stk_spec_err(P, missing_at(st), "expected a dtype after 'to' (u8, f16, bf16 or f32)");
     stk_spec_arg a = {0};
     while ((rc = stk_spec_next_arg(P, st, NULL, NULL, &a)) > 0)
         if (a.next > 2) /* DTYPE [LAYOUT] */
@@ -346,7 +347,7 @@ static int parse_to(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec
         if (stk_spec_tok_is(P, t->a, t->b, dtypes[k].name))
             break;
     if (k == sizeof dtypes / sizeof dtypes[0])
-        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, f32)",
+        return stk_spec_err(P, t->a, "unknown dtype '%.*s' (known: u8, f16, bf16, f32)",
                             STK_SPEC_TOKARG(P, t->a, t->b));
     op->u.to.dtype = dtypes[k].dtype;
     op->arg_col = t->a + 1;
@@ -387,10 +388,27 @@ static int parse_decode(stk_spec_parser *P, const stk_spec_stage *st, const stk_
     return 0;
 }
 
+/* interpolation=bilinear|bicubic|nearest (Pillow's filters; resample.h):
+ * 0, 1, 2 as STK_RS_BILINEAR, STK_RS_BICUBIC, STK_RS_NEAREST. */
+static int parse_interp(const stk_spec_parser *P, int va, int vb, int *filter)
+{
+    if (stk_spec_tok_is(P, va, vb, "bilinear"))
+        *filter = 0;
+    else if (stk_spec_tok_is(P, va, vb, "bicubic"))
+        *filter = 1;
+    else if (stk_spec_tok_is(P, va, vb, "nearest"))
+        *filter = 2;
+    else
+        return stk_spec_err(P, va,
+                            "unknown interpolation '%.*s' (known: bilinear, bicubic, nearest)",
+                            STK_SPEC_TOKARG(P, va, vb));
+    return 0;
+}
+
 static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
     static const char ctx[] = "after 'random_resized_crop'";
-    static const char *const keys[] = {"scale", "ratio", NULL};
+    static const char *const keys[] = {"scale", "ratio", "interpolation", NULL};
     int rc = 0, have_size = 0;
     stk_spec_arg a = {0};
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
@@ -400,9 +418,12 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
     op->u.rrc.scale[1] = 1.0;
     op->u.rrc.ratio[0] = 3.0 / 4.0;
     op->u.rrc.ratio[1] = 4.0 / 3.0;
-    while ((rc = stk_spec_next_arg(P, st, keys, "scale, ratio", &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, keys, "scale, ratio, interpolation", &a)) > 0) {
         int va = a.va, vb = a.vb;
-        if (a.key < 0) {
+        if (a.key == 2) {
+            if ((rc = parse_interp(P, va, vb, &op->u.rrc.bicubic)) < 0)
+                return rc;
+        } else if (a.key < 0) {
             if (have_size++)
                 return stk_spec_unexpected(P, st, a.t);
             uint32_t v[2];
@@ -439,13 +460,19 @@ static int parse_rrc(stk_spec_parser *P, const stk_spec_stage *st, const stk_spe
 
 static int parse_resize(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
+    static const char *const keys[] = {"interpolation", NULL};
     int rc = 0, have = 0;
     stk_spec_arg a = {0};
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
-    while ((rc = stk_spec_next_arg(P, st, NULL, NULL, &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, keys, "interpolation", &a)) > 0) {
         const stk_spec_tok *t = a.t;
+        if (a.key == 0) {
+            if ((rc = parse_interp(P, a.va, a.vb, &op->u.resize.bicubic)) < 0)
+                return rc;
+            continue;
+        }
         if (have++)
             return stk_spec_unexpected(P, st, t);
         uint32_t v[2];
@@ -626,10 +653,11 @@ const stk_op_desc stk_op_decode = {
     .syntax = {"decode", NULL, STK_OP_DECODE, STK_ORD_FIRST, NULL, parse_decode, NULL, 0, ""}};
 const stk_op_desc stk_op_random_resized_crop = {
     .syntax = {"random_resized_crop", NULL, STK_OP_RANDOM_RESIZED_CROP, STK_ORD_PIXELS, PIXELS_WHY,
-               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI]"},
+               parse_rrc, NULL, 0, "S | H,W [scale=LO:HI] [ratio=LO:HI] [interpolation=I]"},
     .torchvision = "RandomResizedCrop"};
 const stk_op_desc stk_op_resize = {.syntax = {"resize", NULL, STK_OP_RESIZE, STK_ORD_PIXELS,
-                                              PIXELS_WHY, parse_resize, NULL, 0, "S | H,W"},
+                                              PIXELS_WHY, parse_resize, NULL, 0,
+                                              "S | H,W [interpolation=I]"},
     .torchvision = "Resize"};
 const stk_op_desc stk_op_rotate = {.syntax = {"rotate", NULL, STK_OP_ROTATE,
                                               STK_ORD_PIXELS | STK_ORD_FLOAT, PIXELS_WHY,

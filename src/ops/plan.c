@@ -94,7 +94,7 @@ struct stk_plan {
                             the output description */
 };
 
-static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F16 ? 2 : 4; }
+static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F32 ? 4 : 2; }
 
 /* torchvision CenterCrop: int(round(d / 2.0)) with Python's round, which
  * rounds halves to even. d >= 0. */
@@ -127,7 +127,7 @@ static int build_tables(stk_plan *p, const stk_spec *spec, int nops, const doubl
         (size_t)C * sizeof(float),                      /* bias */
         p->dtype != STK_U8 && p->layout == STK_HWC ? (size_t)p->out_w * C * sizeof(float) : 0,
         p->dtype != STK_U8 && p->layout == STK_HWC ? (size_t)p->out_w * C * sizeof(float) : 0,
-        p->dtype == STK_F16 ? (size_t)C * 256 * sizeof(uint16_t) : 0,
+        p->dtype == STK_F16 || p->dtype == STK_BF16 ? (size_t)C * 256 * sizeof(uint16_t) : 0,
         (size_t)(p->nops ? p->nops : 1) * C * es,       /* fill */
     };
     for (int i = 0; i < 6; i++) {
@@ -163,11 +163,14 @@ static int build_tables(stk_plan *p, const stk_spec *spec, int nops, const doubl
     uint16_t *lut = NULL;
     if (sizes[4]) {
         /* The same float expression as the f32 kernel, then rounded: f16
-         * output is exactly the f32 output rounded to half. */
+         * (bf16) output is exactly the f32 output rounded to half (bfloat16).
+         * bf16 runs the f16 kernel's table path (stk_kernel_select). */
         lut = (uint16_t *)(mem + off[4]);
         for (uint32_t c = 0; c < C; c++)
             for (unsigned v = 0; v < 256; v++)
-                lut[c * 256 + v] = stk_f32_to_f16((float)v * sc[c] + bi[c]);
+                lut[c * 256 + v] = p->dtype == STK_BF16
+                                       ? stk_f32_to_bf16((float)v * sc[c] + bi[c])
+                                       : stk_f32_to_f16((float)v * sc[c] + bi[c]);
         p->kc.lut16 = lut;
     }
 
@@ -186,7 +189,7 @@ static int build_tables(stk_plan *p, const stk_spec *spec, int nops, const doubl
                 size_t at = (size_t)k * C + c;
                 if (p->dtype == STK_U8)
                     ((uint8_t *)fill)[at] = v;
-                else if (p->dtype == STK_F16)
+                else if (p->dtype == STK_F16 || p->dtype == STK_BF16)
                     ((uint16_t *)fill)[at] = lut[c * 256 + v];
                 else
                     ((float *)fill)[at] = (float)v * sc[c] + bi[c];
@@ -341,6 +344,10 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_ROTATE:
         case STK_OP_COLOR_JITTER:
         case STK_OP_LUT:
+        case STK_OP_GRAYSCALE:
+        case STK_OP_GAUSSIAN_BLUR:
+        case STK_OP_RANDOM_ERASING:
+        case STK_OP_RANDOM_APPLY:
             rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
             goto fail;
         }

@@ -97,6 +97,12 @@ typedef struct stk_plan_trace {
     int perm[4];          /* first color_jitter: order of 0 brightness,
                              1 contrast, 2 saturation, 3 hue */
     double factor[4];     /* its factors; NaN for an op that is off */
+    int ngray;            /* grayscale steps applied */
+    int nblur;            /* gaussian_blur steps applied */
+    double sigma;         /* the first one's sigma (0 when none) */
+    int applied;          /* bit k: the k-th random_apply (k < 31) ran its group */
+    int nerase;           /* rectangles erased */
+    int32_t erase[4];     /* the first: top, left, h, w */
 } stk_plan_trace;
 
 /* STK_EINVAL for a fixed-shape plan without image stages. */

@@ -1,6 +1,8 @@
 /*
  * resample.c — Pillow's antialiased bilinear resize, bit-exact, with plain C
- * and AVX2 passes (see resample.h for what is reproduced and why).
+ * and AVX2 passes (see resample.h for what is reproduced and why); bicubic
+ * swaps the filter and its support (2), nearest builds one-tap windows at
+ * Pillow's accumulated positions, and the passes are unchanged.
  *
  * Tables. stk_rs_build mirrors precompute_coeffs() and
  * normalize_coeffs_8bpc() of Pillow 9 line by line: for output xx,
@@ -62,10 +64,36 @@
 
 #define RS_MAX_COORD 1073741823.0 /* 2^30 - 1: every coordinate fits int32 */
 
-int32_t stk_rs_ksize(double scale)
+/* Pillow's support: the filter's, stretched by the downscale factor. */
+static inline double rs_support(double scale, int filter)
 {
     double fs = scale < 1.0 ? 1.0 : scale;
-    return (int32_t)ceil(fs) * 2 + 1;
+    return (filter == STK_RS_BICUBIC ? 2.0 : 1.0) * fs;
+}
+
+/* Pillow's bilinear_filter and bicubic_filter (a = -0.5), in double. */
+static inline double rs_filter(double x, int filter)
+{
+    if (filter == STK_RS_NEAREST) /* the window is the one pixel */
+        return 1.0;
+    if (x < 0.0)
+        x = -x;
+    if (filter == STK_RS_BICUBIC) {
+        const double a = -0.5;
+        if (x < 1.0)
+            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+        if (x < 2.0)
+            return (((x - 5) * x + 8) * x - 4) * a;
+        return 0.0;
+    }
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+int32_t stk_rs_ksize(double scale, int filter)
+{
+    if (filter == STK_RS_NEAREST)
+        return 1;
+    return (int32_t)ceil(rs_support(scale, filter)) * 2 + 1;
 }
 
 static inline double rs_center(const stk_rs_params *p, int32_t xx)
@@ -73,9 +101,37 @@ static inline double rs_center(const stk_rs_params *p, int32_t xx)
     return p->in0 + ((double)xx + p->off + 0.5) * p->scale;
 }
 
+/* Pillow's nearest (ImagingScaleAffine): the position of output 0 is
+ * in0 + scale * 0.5, and each next one adds scale (accumulated, as Pillow
+ * does, not multiplied); the pixel is COORD(pos) = (int)pos, -1 below 0,
+ * clamped here to the source. */
+static inline int32_t rs_nearest_pixel(const stk_rs_params *p, double pos)
+{
+    int32_t i = pos < 0.0 ? -1 : (int32_t)pos;
+    if (i >= p->in_size)
+        i = p->in_size - 1;
+    return i < 0 ? 0 : i;
+}
+
+static double rs_nearest_start(const stk_rs_params *p)
+{
+    double xo = p->in0 + p->scale * 0.5;
+    for (int32_t k = 0; k < p->off; k++)
+        xo += p->scale;
+    return xo;
+}
+
 static inline void rs_window(const stk_rs_params *p, int32_t xx, int32_t *xmin, int32_t *n)
 {
-    double support = p->scale < 1.0 ? 1.0 : p->scale;
+    if (p->filter == STK_RS_NEAREST) { /* O(off + xx): only stk_rs_range calls this */
+        double xo = rs_nearest_start(p);
+        for (int32_t k = 0; k < xx; k++)
+            xo += p->scale;
+        *xmin = rs_nearest_pixel(p, xo);
+        *n = 1;
+        return;
+    }
+    double support = rs_support(p->scale, p->filter);
     double c = rs_center(p, xx);
     int32_t lo = (int32_t)(c - support + 0.5);
     int32_t hi = (int32_t)(c + support + 0.5);
@@ -93,9 +149,11 @@ static int rs_params_ok(const stk_rs_params *p)
         return 0;
     /* Every centre and support must stay far inside int32. */
     double c0 = rs_center(p, 0), c1 = rs_center(p, p->out - 1);
-    double s = p->scale < 1.0 ? 1.0 : p->scale;
-    return fabs(c0) + s < RS_MAX_COORD && fabs(c1) + s < RS_MAX_COORD &&
-           stk_rs_ksize(p->scale) < (1 << 24);
+    double s = rs_support(p->scale, p->filter);
+    return (p->filter == STK_RS_BILINEAR || p->filter == STK_RS_BICUBIC ||
+            p->filter == STK_RS_NEAREST) &&
+           fabs(c0) + s < RS_MAX_COORD && fabs(c1) + s < RS_MAX_COORD &&
+           stk_rs_ksize(p->scale, p->filter) < (1 << 24);
 }
 
 static int rs_is_identity(const stk_rs_params *p)
@@ -134,7 +192,7 @@ size_t stk_rs_axis_bytes(const stk_rs_params *p, int group)
 {
     if (!rs_params_ok(p))
         return 0;
-    uint64_t k = (uint64_t)stk_rs_ksize(p->scale), out = (uint64_t)p->out, coef, pr;
+    uint64_t k = (uint64_t)stk_rs_ksize(p->scale, p->filter), out = (uint64_t)p->out, coef, pr;
     if (!stk_mul_ok(out, k * 4, &coef))
         return 0;
     /* out, k < 2^24: no overflow. One group's tap holds 4 * group int32. */
@@ -146,7 +204,7 @@ size_t stk_rs_axis_bytes(const stk_rs_params *p, int group)
 void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, void *mem,
                   stk_rs_axis *ax)
 {
-    int32_t out = p->out, ksize = stk_rs_ksize(p->scale);
+    int32_t out = p->out, ksize = stk_rs_ksize(p->scale, p->filter);
     uint8_t *m = mem;
     memset(ax, 0, sizeof *ax);
     ax->out = out;
@@ -164,6 +222,17 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
     double w[64];
     double *wbuf = ksize <= 64 ? w : NULL;
     int32_t taps = 1;
+    if (p->filter == STK_RS_NEAREST) { /* one tap of weight 1 per output */
+        double xo = rs_nearest_start(p);
+        ax->taps = 1;
+        for (int32_t xx = 0; xx < out; xx++, xo += p->scale) {
+            int32_t dst = reverse ? out - 1 - xx : xx;
+            ax->coef[dst] = 1 << STK_RS_PRECISION;
+            ax->bounds[dst] = rs_nearest_pixel(p, xo) - base;
+        }
+        taps = 1;
+        goto lanes;
+    }
     /* First pass: window starts and lengths (the lengths go in coef[0] for
      * now), to learn `taps`. */
     for (int32_t xx = 0; xx < out; xx++) {
@@ -179,10 +248,7 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
         rs_window(p, xx, &xmin, &n);
         int32_t *k = ax->coef + (size_t)dst * taps;
         for (int32_t x = 0; x < n; x++) {
-            double t = ((double)x + xmin - center + 0.5) * ss;
-            if (t < 0.0)
-                t = -t;
-            double v = t < 1.0 ? 1.0 - t : 0.0;
+            double v = rs_filter(((double)x + xmin - center + 0.5) * ss, p->filter);
             if (wbuf)
                 wbuf[x] = v;
             ww += v;
@@ -192,10 +258,7 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
             if (wbuf) {
                 v = wbuf[x];
             } else { /* very long windows: recompute instead of storing */
-                double t = ((double)x + xmin - center + 0.5) * ss;
-                if (t < 0.0)
-                    t = -t;
-                v = t < 1.0 ? 1.0 - t : 0.0;
+                v = rs_filter(((double)x + xmin - center + 0.5) * ss, p->filter);
             }
             if (ww != 0.0)
                 v /= ww;
@@ -206,6 +269,7 @@ void stk_rs_build(const stk_rs_params *p, int32_t base, int reverse, int group, 
             k[x] = 0;
         ax->bounds[dst] = xmin - base;
     }
+lanes:
     if (group) {
         /* For each group of `group` outputs and each tap: the tap's weight of
          * each output repeated 4 times (one 128-bit lane per output). */
@@ -570,6 +634,14 @@ int stk_rs_resize_u8(const uint8_t *src, uint32_t h, uint32_t w, ptrdiff_t strid
                      const double box[4], uint32_t out_h, uint32_t out_w, uint8_t *dst,
                      const stk_rs_kernels *k)
 {
+    return stk_rs_resize_u8_filter(src, h, w, stride, nc, box, out_h, out_w, dst, k,
+                                   STK_RS_BILINEAR);
+}
+
+int stk_rs_resize_u8_filter(const uint8_t *src, uint32_t h, uint32_t w, ptrdiff_t stride, int nc,
+                            const double box[4], uint32_t out_h, uint32_t out_w, uint8_t *dst,
+                            const stk_rs_kernels *k, int filter)
+{
     if (!src || !dst || (nc != 1 && nc != 3) || !h || !w || !out_h || !out_w ||
         h > (1u << 24) || w > (1u << 24) || out_h > (1u << 24) || out_w > (1u << 24))
         return stk_fail(STK_EINVAL, "stk_rs_resize_u8: bad arguments");
@@ -582,12 +654,12 @@ int stk_rs_resize_u8(const uint8_t *src, uint32_t h, uint32_t w, ptrdiff_t strid
         for (int i = 0; i < 4; i++)
             b[i] = (float)box[i];
     float bw = b[2] - b[0], bh = b[3] - b[1];
-    stk_rs_params px = {(int32_t)w, (int32_t)out_w, 0, b[0], (double)bw / out_w};
-    stk_rs_params py = {(int32_t)h, (int32_t)out_h, 0, b[1], (double)bh / out_h};
+    stk_rs_params px = {(int32_t)w, (int32_t)out_w, 0, b[0], (double)bw / out_w, filter};
+    stk_rs_params py = {(int32_t)h, (int32_t)out_h, 0, b[1], (double)bh / out_h, filter};
     size_t bx = stk_rs_axis_bytes(&px, k->group), by = stk_rs_axis_bytes(&py, 0);
     if (!bx || !by)
         return stk_fail(STK_EINVAL, "stk_rs_resize_u8: box out of range");
-    int32_t kv = stk_rs_ksize(py.scale), kh = stk_rs_ksize(px.scale);
+    int32_t kv = stk_rs_ksize(py.scale, filter), kh = stk_rs_ksize(px.scale, filter);
     size_t rowb = (size_t)out_w * nc;
     /* The source copied with slack, so windows padded with zeros stay in
      * bounds. */

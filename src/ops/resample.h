@@ -1,6 +1,8 @@
 /*
  * resample.h — antialiased bilinear resampling of uint8 images, exactly as
- * Pillow's Image.resize(size, Image.BILINEAR, box) computes it (internal).
+ * Pillow's Image.resize(size, Image.BILINEAR, box) computes it (internal);
+ * also Image.BICUBIC (the same machinery with the cubic filter) and
+ * Image.NEAREST (one tap of weight 1 per output), see the filters below.
  *
  * Pillow (ImagingResample in libImaging/Resample.c) resizes in two separable
  * passes, horizontal then vertical, each rounding back to uint8. For every
@@ -36,6 +38,15 @@
 
 #define STK_RS_PRECISION 22 /* Pillow's PRECISION_BITS for 8-bit images */
 
+/* Pillow's filters: the triangle (support 1) of Image.BILINEAR, and the
+ * cubic convolution with a = -0.5 (support 2) of Image.BICUBIC. Both are
+ * stretched by the downscale factor (antialiasing); bicubic weights can be
+ * negative, and the passes clamp each sum to 0..255 as Pillow's clip8.
+ * STK_RS_NEAREST is Pillow's Image.NEAREST resize (ImagingScaleAffine):
+ * output x takes source pixel (int)(in0 + (x + 0.5) * scale), as a window
+ * of one tap of weight 1. */
+enum { STK_RS_BILINEAR = 0, STK_RS_BICUBIC = 1, STK_RS_NEAREST = 2 };
+
 /* Bytes that may be read past the last used source pixel of a row. */
 #define STK_RS_SLACK(taps, nc) ((size_t)(taps) * (size_t)(nc) + 64)
 
@@ -45,6 +56,7 @@ typedef struct stk_rs_params {
     int32_t off;     /* output index offset */
     double in0;      /* box start */
     double scale;    /* source pixels per output pixel, > 0 */
+    int filter;      /* STK_RS_BILINEAR, STK_RS_BICUBIC or STK_RS_NEAREST (Pillow's) */
 } stk_rs_params;
 
 typedef struct stk_rs_axis {
@@ -61,8 +73,8 @@ typedef struct stk_rs_axis {
     int group;       /* 2 (AVX2) or 4 (AVX-512); 0 without `lanes` */
 } stk_rs_axis;
 
-/* Pillow's window length bound for `scale`. */
-int32_t stk_rs_ksize(double scale);
+/* Pillow's window length bound for `scale` and `filter`. */
+int32_t stk_rs_ksize(double scale, int filter);
 
 /* Source range [first, end) that the windows of `p` cover, without building
  * tables. Returns 0, or -1 when the parameters are out of range. */
@@ -111,5 +123,9 @@ const stk_rs_kernels *stk_rs_kernels_variant(int i);
 int stk_rs_resize_u8(const uint8_t *src, uint32_t h, uint32_t w, ptrdiff_t stride, int nc,
                      const double box[4], uint32_t out_h, uint32_t out_w, uint8_t *dst,
                      const stk_rs_kernels *k);
+/* The same with Pillow's `filter` (STK_RS_BILINEAR or STK_RS_BICUBIC). */
+int stk_rs_resize_u8_filter(const uint8_t *src, uint32_t h, uint32_t w, ptrdiff_t stride, int nc,
+                            const double box[4], uint32_t out_h, uint32_t out_w, uint8_t *dst,
+                            const stk_rs_kernels *k, int filter);
 
 #endif

@@ -65,6 +65,11 @@ typedef enum stk_op_kind {
      * wholly by its table row (ops/op.h: lut and draw hooks); its arguments
      * are u.num, in the order of the row's params. posterize, solarize. */
     STK_OP_LUT,
+    /* Float-tensor ops of the image pipeline's tail (issue 11). */
+    STK_OP_GRAYSCALE,      /* u.num: p (op_grayscale.c) */
+    STK_OP_GAUSSIAN_BLUR,  /* u.blur (op_gaussian_blur.c) */
+    STK_OP_RANDOM_ERASING, /* u.erase (op_random_erasing.c) */
+    STK_OP_RANDOM_APPLY,   /* u.apply (op_random_apply.c) */
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
@@ -110,10 +115,12 @@ typedef struct stk_spec_op {
             uint32_t height, width;
             double scale[2]; /* area fraction range, 0 < lo <= hi */
             double ratio[2]; /* aspect (w/h) range, 0 < lo <= hi */
+            int bicubic;     /* interpolation=: 0 bilinear, 1 bicubic, 2 nearest */
         } rrc;
         struct {
             uint32_t height, width; /* `resize H,W` */
             int shorter;            /* `resize S`: the shorter side to S (height = width = S) */
+            int bicubic;            /* interpolation=: 0 bilinear, 1 bicubic, 2 nearest */
         } resize;
         struct {
             double lo, hi;                   /* angle range in degrees, lo <= hi */
@@ -130,6 +137,22 @@ typedef struct stk_spec_op {
         struct {
             double v[STK_SPEC_MAX_PARAMS]; /* the row's params, in order */
         } num; /* ops parsed from their schema (stk_spec_opdef.params) */
+        struct {
+            uint32_t kx, ky;  /* odd kernel sizes, x (width) then y, as torchvision */
+            double sigma[2];  /* sigma range, 0 < lo <= hi */
+        } blur;
+        struct {
+            double p;
+            double scale[2], ratio[2]; /* 0 < lo <= hi */
+            uint32_t nvalue;           /* 1 (broadcast) or per channel */
+            int random;                /* value=random: standard normal noise */
+            double value[STK_SPEC_MAX_LIST];
+            int value_col;
+        } erase;
+        struct {
+            double p;
+            uint32_t n; /* the next n ops form the group */
+        } apply;
     } u;
 } stk_spec_op;
 

@@ -176,6 +176,7 @@ static float sample_value(const stk_batch *b, const uint8_t *s, int64_t y, int64
     case STK_U8: return (float)s[at];
     case STK_F16: return stk_f16_to_f32(((const uint16_t *)s)[at]);
     case STK_F32: return ((const float *)s)[at];
+    case STK_BF16: return stk_bf16_to_f32(((const uint16_t *)s)[at]);
     }
     return 0.0f;
 }

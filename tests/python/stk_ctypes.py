@@ -39,7 +39,7 @@ lib.stk_loader_next.argtypes = [C.c_void_p, C.POINTER(Batch)]
 lib.stk_loader_release.argtypes = [C.c_void_p, C.POINTER(Batch)]
 lib.stk_loader_set_epoch.argtypes = [C.c_void_p, C.c_uint64]
 
-DTYPES = {0: np.uint8, 1: np.float16, 2: np.float32}
+DTYPES = {0: np.uint8, 1: np.float16, 2: np.float32, 3: np.uint16}  # 3: bfloat16 bits
 
 
 class Error(Exception):

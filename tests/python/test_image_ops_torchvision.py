@@ -347,3 +347,185 @@ def test_preview_png(tmp_path, image_folder):
     assert np.abs(da - db).max() <= 1
     p = run_stoker("preview", image_folder, "--pipeline", "resize 64", "-o", a, check=False)
     assert p.returncode == 2 and "vary in size" in p.stderr
+
+
+# ------------------------------------------- grayscale, blur, erasing, apply
+
+def runraw(tmp_path, spec, a, seed=1, index=0, dtype=np.float32):
+    """A variable-size plan on the raw H x W x C image a: (output, trace)."""
+    h, w, c = a.shape
+    src, out = str(tmp_path / "rr.raw"), str(tmp_path / "rr.out")
+    np.ascontiguousarray(a).tofile(src)
+    trace = json.loads(dump("runraw", spec, src, h, w, c, out, seed, index))
+    return np.fromfile(out, dtype), trace
+
+
+def photo_crop(path, size=96):
+    return np.asarray(F.center_crop(F.resize(Image.open(path).convert("RGB"), size), size))
+
+
+BLUR_TOL = 2e-6  # 0-1 units: separable passes vs torch's 2-D conv2d, a few ulps
+
+
+@pytest.mark.parametrize("ks,sigma", [(3, "0.1:2"), (5, "0.5:0.5"), ((7, 3), "0.2:5"),
+                                      ((3, 9), "1:3"), (23, "0.1:2"), (1, "1:1")])
+def test_gaussian_blur_drawn_sigma_replayed(tmp_path, photo_files, ks, sigma):
+    kx, ky = ks if isinstance(ks, tuple) else (ks, ks)
+    worst = 0.0
+    sigmas = set()
+    for i, f in enumerate(photo_files[:5]):
+        a = photo_crop(f, 64)
+        out, tr = runraw(tmp_path, "resize 64,60 | gaussian_blur %d,%d sigma=%s | to f32"
+                         % (kx, ky, sigma), a, seed=2, index=i)
+        assert tr["nblur"] == 1
+        lo, hi = map(float, sigma.split(":"))
+        assert lo <= tr["sigma"] <= hi
+        sigmas.add(tr["sigma"])
+        t = F.to_tensor(Image.fromarray(a).resize((60, 64), Image.BILINEAR))
+        ref = F.gaussian_blur(t, [kx, ky], [tr["sigma"], tr["sigma"]]).numpy()
+        worst = max(worst, float(np.abs(out.reshape(3, 64, 60) - ref).max()))
+    print("gaussian_blur %s sigma %s vs F.gaussian_blur: max %.3g (0-1 units)" % (ks, sigma, worst))
+    assert worst <= BLUR_TOL
+    assert len(sigmas) == (1 if lo == hi else 5)
+
+
+def test_grayscale_and_probability(tmp_path, photo_files):
+    a = photo_crop(photo_files[0], 50)
+    out, tr = runraw(tmp_path, "resize 40,50 | grayscale 1 | normalize imagenet | to f32", a)
+    assert tr["ngray"] == 1
+    t = F.to_tensor(Image.fromarray(a).resize((50, 40), Image.BILINEAR))
+    ref = F.normalize(F.rgb_to_grayscale(t, 3), MEAN, STD).numpy()
+    assert np.abs(out.reshape(3, 40, 50) - ref).max() <= 1e-6
+    n = 0
+    for i in range(200):
+        _, tr = runraw(tmp_path, "resize 8,8 | grayscale 0.3 | to f32", a, seed=4, index=i)
+        n += tr["ngray"]
+    assert 30 <= n <= 90  # binomial(200, 0.3): mean 60, sd 6.5
+
+
+def test_random_erasing_drawn_rectangle_replayed(tmp_path, photo_files):
+    a = photo_crop(photo_files[1], 48)
+    hits = 0
+    for i in range(40):
+        spec = ("resize 40,44 | normalize imagenet | random_erasing 0.6 scale=0.05:0.4 "
+                "value=-1,0.5,2 | to f32")
+        out, tr = runraw(tmp_path, spec, a, seed=5, index=i)
+        t = F.normalize(F.to_tensor(Image.fromarray(a).resize((44, 40), Image.BILINEAR)),
+                        MEAN, STD)
+        if tr["nerase"]:
+            top, left, h, w = tr["erase"]
+            assert 0 < h < 40 and 0 < w < 44
+            t = F.erase(t, top, left, h, w, torch.tensor([-1.0, 0.5, 2.0])[:, None, None])
+            hits += 1
+        assert np.abs(out.reshape(3, 40, 44) - t.numpy()).max() <= 1e-5
+    assert 14 <= hits <= 34  # p = 0.6 of 40
+
+
+def test_simclr_chain_replayed_in_torchvision(tmp_path, photo_files):
+    """random_resized_crop, flip, RandomApply(ColorJitter, 0.8), grayscale,
+    GaussianBlur, Normalize, RandomErasing: every drawn parameter replayed
+    through torchvision's functional ops gives the same tensor."""
+    spec = ("random_resized_crop 224 | flip | random_apply 0.8 | color_jitter 0.4 0.4 0.4 0.1 | "
+            "grayscale 0.2 | gaussian_blur 23 | normalize imagenet | random_erasing 0.5")
+    fns = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue]
+    diffs, seen = [], {"applied": 0, "ngray": 0, "nerase": 0}
+    for i, f in enumerate(photo_files):
+        out, tr = run_pipeline(tmp_path, spec, f, seed=7, index=i)
+        x, y, w, h = tr["box"]
+        t = F.to_tensor(F.resized_crop(Image.open(f).convert("RGB"), y, x, h, w, [224, 224]))
+        if tr["hflip"]:
+            t = F.hflip(t)
+        if tr["applied"]:
+            for k in tr["perm"]:
+                if tr["factor"][k] is not None:
+                    t = fns[k](t, tr["factor"][k])
+        else:
+            assert tr["perm"] == []
+        if tr["ngray"]:
+            t = F.rgb_to_grayscale(t, 3)
+        t = F.gaussian_blur(t, [23, 23], [tr["sigma"], tr["sigma"]])
+        t = F.normalize(t, MEAN, STD)
+        if tr["nerase"]:
+            t = F.erase(t, *tr["erase"], torch.tensor(0.0))
+        for k in seen:
+            seen[k] += bool(tr[k])
+        d = np.abs(to_255(out - t.numpy()))
+        if tr["scale_denom"] == 1:
+            assert d.max() < 1e-2, (f, tr)
+        diffs.append(d)
+    report("SimCLR-style chain replayed in torchvision", diffs)
+    assert all(seen.values()), seen  # each random op was exercised
+
+
+# ---------------------------------------------------------------- bicubic
+
+@pytest.mark.parametrize("interp", ["bicubic", "nearest"])
+@pytest.mark.parametrize("size", [(37, 53), (160, 120), (300, 410), (13, 9), (96, 96)])
+def test_bicubic_resize_matches_pillow(tmp_path, photo_files, size, interp):
+    """interpolation=bicubic is Pillow's Image.resize(BICUBIC) byte for byte
+    (downscales and upscales, the negative lobes clamped as Pillow's clip8),
+    nearest Pillow's Image.resize(NEAREST), on raw pixels and through every
+    kernel variant."""
+    oh, ow = size
+    for f in photo_files[:4]:
+        a = rgb(f)
+        ref = np.asarray(Image.fromarray(a).resize(
+            (ow, oh), Image.BICUBIC if interp == "bicubic" else Image.NEAREST))
+        for isa in ["c", "avx2", None]:
+            h, w, c = a.shape
+            src, out = str(tmp_path / "b.raw"), str(tmp_path / "b.out")
+            a.tofile(src)
+            dump(*(["--isa", isa] if isa else []), "runraw",
+                 "resize %d,%d interpolation=%s | to u8" % (oh, ow, interp), src, h, w, c, out, 1)
+            got = np.fromfile(out, np.uint8).reshape(oh, ow, 3)
+            np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("interp", ["bicubic", "nearest"])
+def test_bicubic_val_and_rrc_replayed(tmp_path, photo_files, interp):
+    """Resize(256, BICUBIC) + CenterCrop(224) and RandomResizedCrop(224,
+    interpolation=BICUBIC) replayed through torchvision on PIL images: the
+    same bytes before Normalize (DCT scale 1; nearest always decodes at 1);
+    the same with NEAREST."""
+    BIC = InterpolationMode.BICUBIC if interp == "bicubic" else InterpolationMode.NEAREST
+    for i, f in enumerate(photo_files[:8]):
+        im = Image.open(f).convert("RGB")
+        out, tr = run_pipeline(tmp_path, "resize 256 interpolation=%s | center_crop 224 | "
+                               "to f32" % interp, f)
+        if interp == "nearest":
+            assert tr["scale_denom"] == 1
+        if tr["scale_denom"] == 1:
+            ref = F.to_tensor(F.center_crop(F.resize(im, 256, BIC), 224)).numpy()
+            assert np.abs(out - ref).max() <= 1e-6
+        out, tr = run_pipeline(tmp_path, "random_resized_crop 224 interpolation=%s | "
+                               "to f32" % interp, f, seed=4, index=i)
+        x, y, w, h = tr["box"]
+        if tr["scale_denom"] == 1:
+            ref = F.to_tensor(F.resized_crop(im, y, x, h, w, [224, 224], BIC)).numpy()
+            assert np.abs(out - ref).max() <= 1e-6
+
+
+def test_random_erasing_value_random_is_standard_normal(tmp_path, photo_files):
+    """value=random: the drawn rectangle holds N(0, 1) noise (as torch's
+    normal_()), the rest is untouched, and the same stream gives the same
+    noise."""
+    a = photo_crop(photo_files[2], 64)
+    noise = []
+    for i in range(12):
+        spec = "resize 60,64 | normalize imagenet | random_erasing 1 value=random | to f32"
+        out, tr = runraw(tmp_path, spec, a, seed=6, index=i)
+        again, _ = runraw(tmp_path, spec, a, seed=6, index=i)
+        assert np.array_equal(out, again)
+        out = out.reshape(3, 60, 64)
+        t = F.normalize(F.to_tensor(Image.fromarray(a).resize((64, 60), Image.BILINEAR)),
+                        MEAN, STD).numpy()
+        assert tr["nerase"] == 1
+        top, left, h, w = tr["erase"]
+        mask = np.zeros((60, 64), bool)
+        mask[top:top + h, left:left + w] = True
+        assert np.abs(out[:, ~mask] - t[:, ~mask]).max() <= 1e-5
+        noise.append(out[:, mask].ravel())
+    z = np.concatenate(noise)
+    assert z.size > 2000
+    assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.std() - 1) < 0.05
+    assert 0.6 < np.mean(np.abs(z) < 1) < 0.76  # P(|Z| < 1) = 0.683

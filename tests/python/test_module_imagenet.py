@@ -21,7 +21,7 @@ def test_transform_specs():
     assert stoker.ColorJitter(0.4, 0.4, 0.4).spec() == \
         "color_jitter brightness=0.4 contrast=0.4 saturation=0.4 hue=0"
     with pytest.raises(ValueError, match="interpolation"):
-        stoker.Resize(256, interpolation="nearest")
+        stoker.Resize(256, interpolation="nearest-exact")
     with pytest.raises(ValueError, match="hue"):
         stoker.ColorJitter(hue=0.7)
     # The specs compile (stk_spec_check with a variable input shape).

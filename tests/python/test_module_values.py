@@ -210,3 +210,67 @@ def test_transforms_let_no_text_into_the_spec():
         stoker.Pad(2, fill="1 | flip")
     with pytest.raises(TypeError, match="size must be an int"):
         stoker.CenterCrop(8.0)
+
+
+def test_bfloat16_output_torch_and_numpy(cifar_dir):
+    """dtype='bfloat16': torch.bfloat16 tensors equal to torch's rounding of
+    the float32 output; output='numpy' gives the same bits as uint16."""
+    uri = "cifar10:" + cifar_dir[0]
+    kw = dict(pipeline="random_crop 28 | flip | normalize cifar10", batch_size=16, seed=4,
+              shuffle=True, num_threads=2)
+    ref, _ = next(iter(stoker.Loader(uri, dtype="float32", **kw)))
+    x, _ = next(iter(stoker.Loader(uri, dtype=torch.bfloat16, **kw)))
+    assert x.dtype == torch.bfloat16 and tuple(x.shape) == (16, 3, 28, 28)
+    assert torch.equal(x.view(torch.int16), ref.to(torch.bfloat16).view(torch.int16))
+    loader = stoker.Loader(uri, dtype="bfloat16", output="numpy", **kw)
+    assert loader.dtype == "bfloat16"
+    a, _ = next(iter(loader))
+    assert a.dtype == np.uint16
+    assert np.array_equal(a, x.view(torch.int16).numpy().view(np.uint16))
+    assert stoker.build_spec(["flip 1"], dtype="bf16") == "flip 1 | to bf16 chw"
+
+
+def test_augmentation_transforms_write_their_specs(cifar_dir):
+    """GaussianBlur, RandomGrayscale, RandomApply, RandomErasing take
+    torchvision's arguments and write the documented stages; a Loader given
+    the classes delivers what the same spec text delivers."""
+    assert stoker.GaussianBlur(23).spec() == "gaussian_blur 23 sigma=0.1:2"
+    assert stoker.GaussianBlur((5, 3), sigma=1.5).spec() == "gaussian_blur 5,3 sigma=1.5"
+    assert stoker.RandomGrayscale().spec() == "grayscale p=0.1"
+    assert stoker.RandomErasing().spec() == \
+        "random_erasing p=0.5 scale=0.02:0.33 ratio=0.3:3.3 value=0"
+    assert stoker.RandomErasing(0.25, value=(1, 2, 3), inplace=True).spec() == \
+        "random_erasing p=0.25 scale=0.02:0.33 ratio=0.3:3.3 value=1,2,3"
+    jitter = stoker.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    assert stoker.RandomApply([jitter, stoker.RandomGrayscale(1)], p=0.8).spec() == \
+        "random_apply p=0.8 n=2 | " + jitter.spec() + " | grayscale p=1"
+    assert stoker.RandomApply([], p=0.3).spec() == ""
+    from torchvision.transforms import InterpolationMode
+    assert stoker.Resize(256, interpolation=InterpolationMode.BICUBIC).spec() == \
+        "resize 256 interpolation=bicubic"
+    assert stoker.Resize((20, 30), interpolation=3).spec() == "resize 20,30 interpolation=bicubic"
+    assert stoker.Resize(256, interpolation="bilinear").spec() == "resize 256"
+    assert stoker.Resize(32, interpolation=InterpolationMode.NEAREST).spec() == \
+        "resize 32 interpolation=nearest"
+    assert stoker.RandomResizedCrop(224, interpolation="bicubic", antialias=True).spec() == \
+        "random_resized_crop 224 scale=0.08:1 ratio=0.75:1.3333333333333333 interpolation=bicubic"
+    with pytest.raises(ValueError, match="antialias=False"):
+        stoker.Resize(256, interpolation="bicubic", antialias=False)
+    assert stoker.RandomErasing(value="random").spec().endswith(" value=random")
+    with pytest.raises(ValueError, match="value='noise'"):
+        stoker.RandomErasing(value="noise")
+    with pytest.raises(stoker.SpecError, match="kernel sizes must be odd"):
+        stoker.GaussianBlur(4)
+    with pytest.raises(TypeError, match="list of transforms"):
+        stoker.RandomApply(jitter)
+    uri = "cifar10:" + cifar_dir[0]
+    transforms = [stoker.RandomCrop(28), stoker.RandomApply([jitter], p=0.8),
+                  stoker.RandomGrayscale(0.2), stoker.GaussianBlur(3, (0.1, 2.0)),
+                  stoker.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+                  stoker.RandomErasing()]
+    text = stoker.to_spec(transforms)
+    kw = dict(batch_size=10, seed=2, shuffle=True, num_threads=2)
+    a, _ = next(iter(stoker.Loader(uri, transforms=transforms, **kw)))
+    b, _ = next(iter(stoker.Loader(uri, pipeline=text, **kw)))
+    assert torch.equal(a, b) and tuple(a.shape) == (10, 3, 28, 28)
+    assert (a == 0).any()  # something was erased (p 0.5 over 10 samples)

@@ -98,3 +98,38 @@ def test_bad_spec_raises_with_position():
     x, y = images(2, 8, 8, 3)
     with pytest.raises(Error, match="random_crop"):
         run_epoch(x, y, "pad 1 | random_crop 40")
+
+
+def bf16_bits(t):
+    """torch's own float32 -> bfloat16 rounding, as the uint16 bit patterns."""
+    return torch.from_numpy(np.ascontiguousarray(t, np.float32)).to(torch.bfloat16) \
+        .view(torch.int16).numpy().view(np.uint16)
+
+
+@pytest.mark.parametrize("spec", [
+    "pad 2 | random_crop 12 | flip | normalize cifar10",          # fixed-shape kernel
+    "flip | normalize 0.5 0.25",
+    "resize 9,11 | normalize cifar10",                             # image pipeline, u8 rows
+    "resize 9,11 | color_jitter 0.4 0.4 0.4 0.1 | normalize cifar10",  # float rows
+])
+@pytest.mark.parametrize("layout", ["chw", "hwc"])
+def test_bf16_is_torch_rounding_of_f32(spec, layout):
+    """`to bf16` is exactly torch's .to(torch.bfloat16) of the `to f32`
+    output of the same spec (round to nearest even), in both layouts."""
+    x, y = images(12, 14, 13, 3, seed=5)
+    f32, _, _ = run_epoch(x, y, spec + " | to f32 " + layout, batch_size=5, seed=9)
+    b16, _, _ = run_epoch(x, y, spec + " | to bf16 " + layout, batch_size=5, seed=9)
+    assert b16.dtype == np.uint16 and b16.shape == f32.shape
+    assert np.array_equal(b16, bf16_bits(f32))
+
+
+def test_bf16_ties_and_specials():
+    """Values exactly halfway between two bfloat16s round to the even one,
+    as torch does: 1/255 * v for every v is checked bit for bit, with the
+    aliases `bfloat16`."""
+    x = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1)
+    out, _, _ = run_epoch(x, [0], "to bfloat16 hwc", batch_size=1)
+    ref = F.to_tensor(x[0]).permute(1, 2, 0).numpy()
+    assert np.array_equal(out[0], bf16_bits(ref))
+    with pytest.raises(Error, match="known: u8, f16, bf16, f32"):
+        run_epoch(x, [0], "to b16")
