@@ -220,6 +220,10 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             if (t->lut->draw(t->arg, rng))
                 lut_then(d, 1, t->lut, t->arg);
             break;
+        case T_POLICY: /* after the head: the image is the output's size */
+            d->naug += stk_aug_draw(&t->pol, rng, (int32_t)ip->out_w, (int32_t)ip->out_h,
+                                    &d->aug[d->naug]);
+            break;
         case T_HFLIP:
         case T_VFLIP:
             if (stk_rng_uniform(rng) < t->p) {

@@ -16,6 +16,7 @@
 #ifndef STK_OPS_IMAGE_PLAN_IMPL_H
 #define STK_OPS_IMAGE_PLAN_IMPL_H
 
+#include "ops/augment.h"
 #include "ops/color.h"
 #include "ops/image_plan.h"
 #include "ops/op.h"
@@ -25,7 +26,8 @@
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_POLICY };
+#define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT };
 
 typedef struct stk_geo_op {
@@ -48,6 +50,7 @@ typedef struct stk_tail_op {
     double rlo[4], rhi[4];
     const stk_op_desc *lut; /* T_LUT: the op's row */
     double arg[STK_SPEC_MAX_PARAMS];
+    stk_aug_policy pol;     /* T_POLICY */
 } stk_tail_op;
 
 struct stk_imgplan {
@@ -59,6 +62,7 @@ struct stk_imgplan {
     stk_geo_op geo[STK_SPEC_MAX_OPS];
     stk_tail_op tail[STK_SPEC_MAX_OPS];
     int float_path;            /* a rotate or color_jitter */
+    int has_policy;            /* an augmentation policy (T_POLICY) */
     uint32_t out_h, out_w;
     stk_outfmt fmt;
     size_t sample_bytes;
@@ -97,6 +101,10 @@ typedef struct stk_draws {
      * it (applied to each resampled row). */
     int has_lut[2];
     uint8_t lut[2][256];
+    /* Augmentation-policy steps, in order, run on the whole uint8 image
+     * after the resample and the point-op tables. */
+    int naug;
+    stk_aug_step aug[MAX_AUG];
 } stk_draws;
 
 /* Draw everything for one sample whose head input is W x H (image_draws.c):

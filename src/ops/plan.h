@@ -97,6 +97,11 @@ typedef struct stk_plan_trace {
     int perm[4];          /* first color_jitter: order of 0 brightness,
                              1 contrast, 2 saturation, 3 hue */
     double factor[4];     /* its factors; NaN for an op that is off */
+    int naug;             /* augmentation-policy steps drawn (ops/augment.h) */
+    int aug_prim[32];     /* STK_AUG_*: the primitive */
+    int aug_bin[32];      /* its magnitude bin, -1 for none */
+    int aug_neg[32];      /* its magnitude was negated */
+    double aug_mag[32];   /* the magnitude torchvision's _apply_op receives */
 } stk_plan_trace;
 
 /* STK_EINVAL for a fixed-shape plan without image stages. */

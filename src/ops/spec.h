@@ -65,6 +65,10 @@ typedef enum stk_op_kind {
      * wholly by its table row (ops/op.h: lut and draw hooks); its arguments
      * are u.num, in the order of the row's params. posterize, solarize. */
     STK_OP_LUT,
+    /* An augmentation policy (auto_augment, rand_augment,
+     * trivial_augment_wide: ops/augment.h) run on the whole uint8 image
+     * after the head; arguments in u.num, the policy in the row. */
+    STK_OP_POLICY,
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
