@@ -310,6 +310,42 @@ class RandomRotation(Transform):
         return "rotate " + _range(self.degrees, "degrees") + _fill_mode(self.fill, "constant")
 
 
+def _nearest_only(interpolation, what):
+    """The policies run torchvision's default, nearest interpolation."""
+    name = getattr(interpolation, "value", interpolation)
+    if not isinstance(name, str) or name.lower() != "nearest":
+        raise ValueError("%s(interpolation=%r) is not supported (nearest only, torchvision's "
+                         "default)" % (what, interpolation))
+
+
+class AutoAugment(Transform):
+    """torchvision's ``AutoAugment`` with the ImageNet policy (the only one):
+    per sample one of its 25 sub-policies, each of whose two ops applies
+    with its probability, on the uint8 image after the crops, resize and
+    flips; nearest interpolation; ``fill`` is one pixel value 0-255 for the
+    area the geometric ops bring in (torchvision's ``fill=None`` is 0).
+    Spec: ``auto_augment imagenet [fill=V]``. RandAugment and
+    TrivialAugmentWide are generated from the op table."""
+
+    op = "auto_augment"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, policy="imagenet", interpolation="nearest", fill=None):
+        name = getattr(policy, "value", policy)
+        if not isinstance(name, str) or name.lower() != "imagenet":
+            raise ValueError("AutoAugment(policy=%r) is not supported (the IMAGENET policy "
+                             "only)" % (policy,))
+        _nearest_only(interpolation, "AutoAugment")
+        self.policy = "imagenet"
+        self.fill = fill
+        _validate(self.spec())
+
+    def spec(self):
+        s = "auto_augment imagenet"
+        if self.fill is not None:
+            s += " fill=" + _num(self.fill, "fill")
+        return s
+
+
 class ColorJitter(Transform):
     """Random brightness, contrast, saturation and hue in a random order,
     like torchvision's ``ColorJitter`` on float tensors. Each argument is a

@@ -18,8 +18,8 @@
  * Color, Contrast, Sharpness, Posterize, Solarize, AutoContrast, Equalize);
  * a signed op's magnitude is negated when its sign is 1 (RandAugment,
  * TrivialAugmentWide) or 0 (AutoAugment), as torchvision does. Magnitudes
- * are torch.linspace's float32 values (start + step * i below the middle,
- * end - step * (n - 1 - i) from it), turned into doubles as .item() does.
+ * are torch.linspace's float32 values (see linspace below), turned into
+ * doubles as .item() does.
  *
  * Primitives (stk_aug_apply), on a uint8 HWC image of 1 or 3 channels. The
  * blends of adjust_brightness / saturation / contrast / sharpness are
@@ -69,13 +69,23 @@ const char *stk_aug_name(int prim)
 /* Magnitudes                                                              */
 /* ---------------------------------------------------------------------- */
 
-/* torch.linspace(start, end, n)[i] in float32 (n >= 2). */
+/* torch.linspace(start, end, n)[i] in float32 (n >= 2), value for value as
+ * torch's CPU kernel computes it (checked against torch 1.13 for every bin
+ * count the policies use, tests/python/test_augment_torchvision.py): step =
+ * (end - start) / (n - 1); an index i gives start + step * i below n / 2
+ * and end - step * (n - 1 - i) from it, each one fused multiply-add (the
+ * kernel is compiled with contraction); the first n rounded down to 16 run
+ * as 8-lane vectors whose lane l is base + l * step (a multiply, then an
+ * add), base being the value at the vector's first index. fmaf is
+ * correctly rounded everywhere, so this is the same on every machine. */
 static double linspace(double start, double end, int n, int i)
 {
     float s = (float)start, e = (float)end;
     float step = (e - s) / (float)(n - 1);
-    int half = n / 2;
-    float v = i < half ? s + step * (float)i : e - step * (float)(n - i - 1);
+    int half = n / 2, vec_end = n / 16 * 16;
+    int i0 = i < vec_end ? i - i % 8 : i;
+    float base = i0 < half ? fmaf(step, (float)i0, s) : fmaf(-step, (float)(n - i0 - 1), e);
+    float v = i0 == i ? base : base + (float)(i - i0) * step;
     return (double)v;
 }
 

@@ -72,21 +72,21 @@ static int parse_auto(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
 #define WHY "(it works on uint8 pixels)"
 
 const stk_op_desc stk_op_auto_augment = {
-    .syntax = {"auto_augment", "autoaugment", STK_OP_POLICY, ORDER, WHY, parse_auto, NULL, 0,
+    .syntax = {"auto_augment", NULL, STK_OP_POLICY, ORDER, WHY, parse_auto, NULL, 0,
                "[imagenet] [fill=V]"},
     .torchvision = "AutoAugment",
     .aug_policy = STK_AUG_POLICY_AUTO,
 };
 
 const stk_op_desc stk_op_rand_augment = {
-    .syntax = {"rand_augment", "randaugment", STK_OP_POLICY, ORDER, WHY, NULL, rand_params, 4,
+    .syntax = {"rand_augment", NULL, STK_OP_POLICY, ORDER, WHY, NULL, rand_params, 4,
                "[NUM_OPS] [MAGNITUDE] [NUM_MAGNITUDE_BINS] [fill=V]"},
     .torchvision = "RandAugment",
     .aug_policy = STK_AUG_POLICY_RAND,
 };
 
 const stk_op_desc stk_op_trivial_augment_wide = {
-    .syntax = {"trivial_augment_wide", "trivialaugmentwide", STK_OP_POLICY, ORDER, WHY, NULL,
+    .syntax = {"trivial_augment_wide", NULL, STK_OP_POLICY, ORDER, WHY, NULL,
                trivial_params, 2, "[NUM_MAGNITUDE_BINS] [fill=V]"},
     .torchvision = "TrivialAugmentWide",
     .aug_policy = STK_AUG_POLICY_TRIVIAL,
