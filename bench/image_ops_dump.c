@@ -97,6 +97,17 @@ static void print_trace(const char *name, const stk_plan_trace *t)
         else
             printf("%s%.17g", i ? ", " : "", t->factor[i]);
     }
+    printf("], \"affine\": [");
+    for (int i = 0; i < t->nrot; i++) {
+        if (!t->rot_affine[i]) {
+            printf("%snull", i ? ", " : "");
+            continue;
+        }
+        printf("%s[", i ? ", " : "");
+        for (int k = 0; k < 6; k++)
+            printf("%s%.17g", k ? ", " : "", t->affine[i][k]);
+        printf("]");
+    }
     printf("], \"aug\": [");
     for (int i = 0; i < t->naug; i++)
         printf("%s[\"%s\", %d, %d, %.17g]", i ? ", " : "", stk_aug_name(t->aug_prim[i]),

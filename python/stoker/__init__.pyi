@@ -146,6 +146,12 @@ class RandomRotation(Transform):
     def __init__(self, degrees: Union[float, Tuple[float, float]], interpolation: Any = ...,
                  expand: bool = ..., center: None = ..., fill: _Fill = ...) -> None: ...
 
+class RandomAffine(Transform):
+    def __init__(self, degrees: Union[float, Tuple[float, float]],
+                 translate: Optional[Tuple[float, float]] = ...,
+                 scale: Optional[Tuple[float, float]] = ..., shear: Any = ...,
+                 interpolation: Any = ..., fill: _Fill = ..., center: None = ...) -> None: ...
+
 class AutoAugment(Transform):
     def __init__(self, policy: Any = ..., interpolation: Any = ...,
                  fill: Optional[float] = ...) -> None: ...

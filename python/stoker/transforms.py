@@ -346,6 +346,52 @@ class AutoAugment(Transform):
         return s
 
 
+class RandomAffine(Transform):
+    """torchvision's ``RandomAffine`` (angle, translation, scale, shear drawn
+    per sample as its get_params does) on the float image, computed as
+    ``F.affine`` on a tensor; nearest (torchvision's default) or bilinear
+    interpolation; ``fill`` is a pixel value 0-255 (or one per channel);
+    rotation about the image centre. Spec: ``affine D [translate=TX,TY]
+    [scale=LO:HI] [shear=...] [interpolation=...] [fill=F]``."""
+
+    op = "affine"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None,
+                 interpolation="nearest", fill=0, center=None):
+        name = getattr(interpolation, "value", interpolation)
+        if not isinstance(name, str) or name.lower() not in ("nearest", "bilinear"):
+            raise ValueError("RandomAffine(interpolation=%r) is not supported (nearest or "
+                             "bilinear)" % (interpolation,))
+        if center is not None:
+            raise ValueError("RandomAffine(center=...) is not supported (about the image "
+                             "centre)")
+        self.degrees = degrees
+        self.translate = translate
+        self.scale = scale
+        self.shear = shear
+        self.interpolation = name.lower()
+        self.fill = fill
+        _validate(self.spec())
+
+    def spec(self):
+        s = "affine " + _range(self.degrees, "degrees")
+        if self.translate is not None:
+            s += " translate=" + ",".join(_num(v, "translate")
+                                         for v in _seq(self.translate, "translate", "a pair"))
+        if self.scale is not None:
+            s += " scale=" + ":".join(_num(v, "scale")
+                                      for v in _seq(self.scale, "scale", "a pair"))
+        if self.shear is not None:
+            if isinstance(self.shear, numbers.Real):
+                s += " shear=" + _num(self.shear, "shear")
+            else:
+                s += " shear=" + ",".join(_num(v, "shear")
+                                          for v in _seq(self.shear, "shear", "a sequence"))
+        if self.interpolation != "nearest":
+            s += " interpolation=" + self.interpolation
+        return s + _fill_mode(self.fill, "constant")
+
+
 class ColorJitter(Transform):
     """Random brightness, contrast, saturation and hue in a random order,
     like torchvision's ``ColorJitter`` on float tensors. Each argument is a

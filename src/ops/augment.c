@@ -254,8 +254,8 @@ static void apply_tables(uint8_t *img, size_t npix, int nc, uint8_t t[3][256])
 }
 
 /* torchvision's _get_inverse_affine_matrix. */
-static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double scale,
-                           double shx, double shy, double m[6])
+void stk_aug_inverse_affine(double cx, double cy, double angle, double tx, double ty,
+                            double scale, double shx, double shy, double m[6])
 {
     const double deg = 3.141592653589793 / 180.0;
     double rot = angle * deg, sx = shx * deg, sy = shy * deg;
@@ -360,7 +360,7 @@ uint8_t *stk_aug_apply(int prim, double mag, const uint8_t fill[3], uint8_t *img
     case STK_AUG_SHEAR_X:
     case STK_AUG_SHEAR_Y: {
         double deg = atan(mag) * (180.0 / 3.141592653589793);
-        inverse_affine(-0.5 * w, -0.5 * h, 0.0, 0.0, 0.0, 1.0,
+        stk_aug_inverse_affine(-0.5 * w, -0.5 * h, 0.0, 0.0, 0.0, 1.0,
                        prim == STK_AUG_SHEAR_X ? deg : 0.0, prim == STK_AUG_SHEAR_Y ? deg : 0.0,
                        m);
         affine_nearest(m, img, tmp, w, h, nc, fill);
@@ -369,13 +369,13 @@ uint8_t *stk_aug_apply(int prim, double mag, const uint8_t fill[3], uint8_t *img
     case STK_AUG_TRANSLATE_X:
     case STK_AUG_TRANSLATE_Y: {
         double tr = trunc(mag);
-        inverse_affine(0.0, 0.0, 0.0, prim == STK_AUG_TRANSLATE_X ? tr : 0.0,
+        stk_aug_inverse_affine(0.0, 0.0, 0.0, prim == STK_AUG_TRANSLATE_X ? tr : 0.0,
                        prim == STK_AUG_TRANSLATE_Y ? tr : 0.0, 1.0, 0.0, 0.0, m);
         affine_nearest(m, img, tmp, w, h, nc, fill);
         return tmp;
     }
     case STK_AUG_ROTATE:
-        inverse_affine(0.0, 0.0, -mag, 0.0, 0.0, 1.0, 0.0, 0.0, m);
+        stk_aug_inverse_affine(0.0, 0.0, -mag, 0.0, 0.0, 1.0, 0.0, 0.0, m);
         affine_nearest(m, img, tmp, w, h, nc, fill);
         return tmp;
     case STK_AUG_BRIGHTNESS:

@@ -60,6 +60,11 @@ typedef struct stk_aug_step {
     uint8_t fill[3];
 } stk_aug_step;
 
+/* torchvision's _get_inverse_affine_matrix(center, angle, translate, scale,
+ * shear) in double, as Python computes it (degrees in, six values out). */
+void stk_aug_inverse_affine(double cx, double cy, double angle, double tx, double ty,
+                            double scale, double shx, double shy, double m[6]);
+
 /* The names torchvision's _apply_op uses ("ShearX", ...). */
 const char *stk_aug_name(int prim);
 

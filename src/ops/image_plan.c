@@ -83,7 +83,8 @@
 static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
-           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_POLICY;
+           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_POLICY ||
+           k == STK_OP_AFFINE;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -379,6 +380,33 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             t->hi = o->u.rotate.hi;
             for (int c = 0; c < 3; c++)
                 t->fill[c] = (float)o->u.rotate.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
+            seen_color = 1;
+            ip->float_path = 1;
+            break;
+        }
+        case STK_OP_AFFINE: {
+            if (nrot++ == MAX_ROT) {
+                rc = stk_spec_fail(text, o->col, "at most %d rotate and affine stages", MAX_ROT);
+                goto fail;
+            }
+            uint32_t nf = o->u.affine.nfill;
+            if (nf != 1 && nf != (uint32_t)nc) {
+                rc = stk_spec_fail(text, o->u.affine.fill_col,
+                                   "fill has %u values but the image has %d channel%s "
+                                   "(give 1 value or %d)",
+                                   nf, nc, nc == 1 ? "" : "s", nc);
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_AFFINE;
+            t->lo = o->u.affine.deg[0];
+            t->hi = o->u.affine.deg[1];
+            memcpy(t->tr, o->u.affine.tr, sizeof t->tr);
+            memcpy(t->scale, o->u.affine.scale, sizeof t->scale);
+            memcpy(t->shear, o->u.affine.shear, sizeof t->shear);
+            t->nearest = o->u.affine.nearest;
+            for (int c = 0; c < 3; c++)
+                t->fill[c] = (float)o->u.affine.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
             seen_color = 1;
             ip->float_path = 1;
             break;

@@ -26,7 +26,7 @@
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_POLICY };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_POLICY, T_AFFINE };
 #define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT };
 
@@ -44,8 +44,10 @@ typedef struct stk_geo_op {
 typedef struct stk_tail_op {
     int kind;
     double p;              /* flips */
-    double lo, hi;         /* rotate: degrees */
-    float fill[3];         /* rotate: in [0, 1] */
+    double lo, hi;         /* rotate, affine: degrees */
+    float fill[3];         /* rotate, affine: in [0, 1] */
+    double tr[2], scale[2], shear[4]; /* affine (spec.h's u.affine) */
+    int nearest;           /* affine */
     int has[4];            /* jitter: b, c, s, h on */
     double rlo[4], rhi[4];
     const stk_op_desc *lut; /* T_LUT: the op's row */
@@ -96,6 +98,12 @@ typedef struct stk_draws {
     stk_draw_step steps[4 * STK_SPEC_MAX_OPS];
     int nrot;
     double angle[MAX_ROT];
+    /* Rotations that are affine maps (T_AFFINE): the drawn angle, tx, ty,
+     * scale, shear x, shear y, and whether a later flip was moved before
+     * it (the matrix is then conjugated by that mirror). */
+    int affine[MAX_ROT];
+    double aff[MAX_ROT][6];
+    int aff_mx[MAX_ROT], aff_my[MAX_ROT];
     /* uint8 point ops that apply to this sample, composed into one table
      * each: [0] before the resize (applied to the source pixels), [1] after
      * it (applied to each resampled row). */

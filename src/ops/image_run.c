@@ -247,6 +247,11 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         t->nrot = dr.nrot < 4 ? dr.nrot : 4;
         for (int r = 0; r < t->nrot; r++)
             t->angle[r] = dr.angle[r];
+        for (int r = 0; r < t->nrot; r++) {
+            t->rot_affine[r] = dr.affine[r];
+            if (dr.affine[r])
+                memcpy(t->affine[r], dr.aff[r], sizeof t->affine[r]);
+        }
         t->naug = dr.naug;
         for (int k = 0; k < dr.naug; k++) {
             t->aug_prim[k] = dr.aug[k].prim;
@@ -409,9 +414,26 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     for (int r = 0; r < dr.nrot; r++) {
         const stk_tail_op *t = NULL;
         for (int k = 0, seen = 0; k < ip->ntail; k++)
-            if (ip->tail[k].kind == T_ROTATE && seen++ == r)
+            if ((ip->tail[k].kind == T_ROTATE || ip->tail[k].kind == T_AFFINE) && seen++ == r)
                 t = &ip->tail[k];
-        stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+        if (!dr.affine[r]) {
+            stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+            continue;
+        }
+        const double *a = dr.aff[r];
+        double am[6];
+        stk_aug_inverse_affine(0.0, 0.0, a[0], a[1], a[2], a[3], a[4], a[5], am);
+        if (dr.aff_mx[r]) { /* mirror o A o mirror, x */
+            am[1] = -am[1];
+            am[2] = -am[2];
+            am[3] = -am[3];
+        }
+        if (dr.aff_my[r]) {
+            am[1] = -am[1];
+            am[3] = -am[3];
+            am[5] = -am[5];
+        }
+        stk_affine_init(&rots[r], am, OW, OH, t ? t->fill : NULL, nc, t ? t->nearest : 1);
     }
     size_t plane = (size_t)OW * OH;
     if (dr.naug) { /* the policy steps, on the whole uint8 image */

@@ -30,6 +30,7 @@
     X(posterize)                                                                               \
     X(solarize)                                                                                \
     X(invert)                                                                                  \
+    X(affine)                                                                                  \
     X(auto_augment)                                                                            \
     X(rand_augment)                                                                            \
     X(trivial_augment_wide)                                                                    \

@@ -342,6 +342,7 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_COLOR_JITTER:
         case STK_OP_LUT:
         case STK_OP_POLICY:
+        case STK_OP_AFFINE:
             rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
             goto fail;
         }

@@ -97,6 +97,9 @@ typedef struct stk_plan_trace {
     int perm[4];          /* first color_jitter: order of 0 brightness,
                              1 contrast, 2 saturation, 3 hue */
     double factor[4];     /* its factors; NaN for an op that is off */
+    int rot_affine[4];    /* rotation r is an affine stage; its drawn angle, tx, ty,
+                             scale, shear x, shear y (before any flip is moved) */
+    double affine[4][6];
     int naug;             /* augmentation-policy steps drawn (ops/augment.h) */
     int aug_prim[32];     /* STK_AUG_*: the primitive */
     int aug_bin[32];      /* its magnitude bin, -1 for none */

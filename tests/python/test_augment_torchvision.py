@@ -338,3 +338,118 @@ def test_python_classes():
     spec = stoker.transforms.to_spec([stoker.RandomResizedCrop(32), stoker.RandomHorizontalFlip(),
                                       stoker.TrivialAugmentWide(), stoker.AutoAugment()])
     stoker.spec_check(spec + " | to u8", 0, 0, 0)
+
+
+# ---------------------------------------------------------------- affine
+
+AFFINE = [  # spec, flips after it; nearest without a flip is exact
+    ("affine 30 translate=0.2,0.1 scale=0.7:1.3 shear=10", ""),
+    ("affine 0:90 shear=-20,20,-10,10 fill=10,200,30", ""),
+    ("affine 180 shear=-20:20 interpolation=bilinear fill=10,200,30", ""),
+    ("affine 45 translate=0.3,0.3 fill=99", " | flip 1 | vflip 1"),
+    ("affine 10 scale=0.5:2 interpolation=bilinear", " | flip 1"),
+    ("affine 0", ""),
+]
+
+
+def fill_of(spec):
+    m = [a for a in spec.split() if a.startswith("fill=")]
+    vals = [int(v) for v in m[0][5:].split(",")] if m else [0]
+    return [float(np.float32(v) / np.float32(255)) for v in (vals * 3 if len(vals) == 1 else vals)]
+
+
+@pytest.mark.parametrize("spec,flips", AFFINE)
+def test_affine_replays_in_torchvision(tmp_path, images, spec, flips):
+    """The drawn angle, translation, scale and shears replayed through
+    F.affine on the float tensor (then the flips): nearest exact (a
+    flip after it may move a pixel whose sampling point is a tie); bilinear
+    within float rounding."""
+    bilinear = "bilinear" in spec
+    worst, ndiff, total = 0.0, 0, 0
+    for i, a in enumerate(images[:4]):
+        h, w, c = a.shape
+        src, out = str(tmp_path / "in.raw"), str(tmp_path / "o.raw")
+        a.tofile(src)
+        full = "center_crop %d,%d | %s%s | to f32 chw" % (h, w, spec, flips)
+        for index in range(6):
+            tr = json.loads(dump("runraw", full, src, h, w, c, out, 2, 100 * i + index))
+            got = np.fromfile(out, np.float32).reshape(3, h, w)
+            ang, tx, ty, sc, shx, shy = tr["affine"][0]
+            assert tx == int(tx) and ty == int(ty)
+            if "translate=" not in spec:
+                assert tx == ty == 0
+            t = tv(np.repeat(a, 3, axis=2) if c == 1 else a).float() / 255
+            ref = F.affine(t, ang, [int(tx), int(ty)], sc, [shx, shy],
+                           InterpolationMode.BILINEAR if bilinear else InterpolationMode.NEAREST,
+                           fill_of(spec))
+            if "| flip 1" in flips:
+                ref = F.hflip(ref)
+            if "vflip 1" in flips:
+                ref = F.vflip(ref)
+            d = np.abs(got - ref.numpy())
+            worst = max(worst, float(d.max()))
+            ndiff += int((d > 1e-4).sum())
+            total += d.size
+    print("%s%s: max %.3g (0-1 units), %d of %d values off by more than 1e-4"
+          % (spec, flips, worst, ndiff, total))
+    if bilinear:
+        assert worst <= 1e-4
+    elif not flips:
+        assert worst == 0.0
+    else:
+        assert ndiff <= GEO_FRACTION * total
+
+
+def test_affine_draws_follow_the_ranges(tmp_path):
+    a = np.zeros((40, 50, 3), np.uint8)
+    src = str(tmp_path / "z.raw")
+    a.tofile(src)
+    spec = ("center_crop 40,50 | affine 5:25 translate=0.1,0.2 scale=0.5:0.75 "
+            "shear=1,2,3,4 | to u8")
+    txs, tys = set(), set()
+    for index in range(200):
+        tr = json.loads(dump("runraw", spec, src, 40, 50, 3, str(tmp_path / "o"), 1, index))
+        ang, tx, ty, sc, shx, shy = tr["affine"][0]
+        assert 5 <= ang <= 25 and 0.5 <= sc <= 0.75 and 1 <= shx <= 2 and 3 <= shy <= 4
+        assert abs(tx) <= 5 and abs(ty) <= 8  # round(u(-0.1 * 50, 5)), round(u(-0.2 * 40, 8))
+        txs.add(tx)
+        tys.add(ty)
+    assert txs == set(range(-5, 6)) and tys == set(range(-8, 9))
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("resize 64,64 | affine", "expected DEGREES after 'affine'"),
+    ("resize 64,64 | affine -5", "affine DEGREES must be >= 0"),
+    ("resize 64,64 | affine 5 translate=0.5", "translate takes 2 values (TX,TY), got 1"),
+    ("resize 64,64 | affine 5 translate=0.5,1.5", "translate values must be between 0 and 1"),
+    ("resize 64,64 | affine 5 scale=0:1", "scale takes a range LO:HI with 0 < LO <= HI"),
+    ("resize 64,64 | affine 5 scale=2:1", "must be low:high"),
+    ("resize 64,64 | affine 5 shear=1,2,3", "shear takes 1, 2 or 4 values"),
+    ("resize 64,64 | affine 5 shear=-1", "shear S must be >= 0"),
+    ("resize 64,64 | affine 5 shear=0,90", "shear ranges must be low:high within -89:89"),
+    ("resize 64,64 | affine 5 interpolation=bicubic", "affine interpolation must be nearest "
+                                                      "or bilinear, got 'bicubic'"),
+    ("resize 64,64 | affine 5 fill=1,2", "fill has 2 values but the image has 3 channels"),
+    ("resize 64,64 | normalize imagenet | affine 5", "affine must come before normalize"),
+    ("resize 64,64 | affine 5 | posterize 3", "posterize must come before"),
+    ("affine 5 | resize 64,64", "resize after rotate or color_jitter is not supported"),
+])
+def test_affine_spec_errors(spec, message):
+    with pytest.raises(stoker.SpecError) as e:
+        stoker.spec_check(spec, 0, 0, 0)
+    assert message in str(e.value)
+
+
+def test_random_affine_class():
+    t = stoker.RandomAffine(15, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-5, 5, -2, 2),
+                            interpolation=InterpolationMode.BILINEAR, fill=(1, 2, 3))
+    assert t.spec() == ("affine 15 translate=0.1,0.2 scale=0.8:1.2 shear=-5,5,-2,2 "
+                        "interpolation=bilinear fill=1,2,3")
+    assert stoker.RandomAffine((-3, 7)).spec() == "affine -3:7"
+    assert stoker.RandomAffine(0, shear=4.5).spec() == "affine 0 shear=4.5"
+    with pytest.raises(ValueError, match="nearest or bilinear"):
+        stoker.RandomAffine(5, interpolation=InterpolationMode.BICUBIC)
+    with pytest.raises(ValueError, match="center"):
+        stoker.RandomAffine(5, center=(1, 1))
+    with pytest.raises(stoker.SpecError, match="translate values must be between 0 and 1"):
+        stoker.RandomAffine(5, translate=(2, 0))
