@@ -248,9 +248,15 @@ static void apply_table(uint8_t *img, size_t n, const uint8_t t[256])
 /* Per-channel tables (nc of them) on an interleaved image. */
 static void apply_tables(uint8_t *img, size_t npix, int nc, uint8_t t[3][256])
 {
-    for (size_t i = 0; i < npix; i++)
-        for (int c = 0; c < nc; c++)
-            img[i * nc + c] = t[c][img[i * nc + c]];
+    if (nc != 3) {
+        apply_table(img, npix, t[0]);
+        return;
+    }
+    for (size_t i = 0; i < npix; i++) {
+        img[3 * i] = t[0][img[3 * i]];
+        img[3 * i + 1] = t[1][img[3 * i + 1]];
+        img[3 * i + 2] = t[2][img[3 * i + 2]];
+    }
 }
 
 /* torchvision's _get_inverse_affine_matrix. */
@@ -275,6 +281,17 @@ void stk_aug_inverse_affine(double cx, double cy, double angle, double tx, doubl
     m[5] += cy;
 }
 
+/* nearbyintf (round half to even) without a libm call: adding and
+ * subtracting 1.5 * 2^23 rounds a float below 2^22 in magnitude to an
+ * integer in the current (nearest-even) mode, exactly; larger values (far
+ * outside any image) and NaN keep nearbyintf. */
+static inline float round_even(float v)
+{
+    if (fabsf(v) < 4194304.0f) /* no -ffast-math: the compiler keeps both roundings */
+        return (v + 12582912.0f) - 12582912.0f;
+    return nearbyintf(v);
+}
+
 /* F_t.affine(img, m, "nearest", fill) into dst. */
 static void affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, int32_t w,
                            int32_t h, int nc, const uint8_t *fill)
@@ -290,13 +307,18 @@ static void affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, 
             float fx = ((float)x - (float)w * 0.5f) + 0.5f;
             float gx = (fx * r0 + fy * r1) + r2;
             float gy = (fx * r3 + fy * r4) + r5;
-            float ix = nearbyintf((gx + 1.0f) * sw - 0.5f);
-            float iy = nearbyintf((gy + 1.0f) * sh - 0.5f);
+            float ix = round_even((gx + 1.0f) * sw - 0.5f);
+            float iy = round_even((gy + 1.0f) * sh - 0.5f);
             const uint8_t *s = fill;
             if (ix >= 0.0f && ix < fw && iy >= 0.0f && iy < fh)
                 s = src + ((size_t)(int32_t)iy * (size_t)w + (size_t)(int32_t)ix) * (size_t)nc;
-            for (int c = 0; c < nc; c++)
-                d[(size_t)x * nc + c] = s[c];
+            if (nc == 3) {
+                d[3 * (size_t)x] = s[0];
+                d[3 * (size_t)x + 1] = s[1];
+                d[3 * (size_t)x + 2] = s[2];
+            } else {
+                d[x] = s[0];
+            }
         }
     }
 }
@@ -305,28 +327,43 @@ static void sharpness(float f, float g, const uint8_t *src, uint8_t *dst, int32_
                       int nc)
 {
     size_t row = (size_t)w * (size_t)nc;
-    for (int32_t y = 0; y < h; y++)
-        for (int32_t x = 0; x < w; x++)
-            for (int c = 0; c < nc; c++) {
-                size_t at = (size_t)y * row + (size_t)x * nc + (size_t)c;
-                int b = src[at];
-                if (y > 0 && y < h - 1 && x > 0 && x < w - 1) {
-                    const uint8_t *u = src + at - row, *l = src + at + row;
-                    int s = u[-nc] + u[0] + u[nc] + src[at - nc] + 5 * src[at] + src[at + nc] +
-                            l[-nc] + l[0] + l[nc];
-                    b = (2 * s + 13) / 26; /* round(s / 13); never a tie */
-                }
-                dst[at] = blend(f, (float)src[at], g, (float)b);
-            }
+    for (int32_t y = 0; y < h; y++) {
+        const uint8_t *s = src + (size_t)y * row;
+        uint8_t *d = dst + (size_t)y * row;
+        if (y == 0 || y == h - 1) { /* border rows: blended with themselves */
+            for (size_t i = 0; i < row; i++)
+                d[i] = blend(f, (float)s[i], g, (float)s[i]);
+            continue;
+        }
+        const uint8_t *u = s - row, *l = s + row;
+        for (int c = 0; c < nc; c++) {
+            d[c] = blend(f, (float)s[c], g, (float)s[c]);
+            d[row - nc + c] = blend(f, (float)s[row - nc + c], g, (float)s[row - nc + c]);
+        }
+        for (size_t i = (size_t)nc; i < row - (size_t)nc; i++) {
+            int sum = u[i - nc] + u[i] + u[i + nc] + s[i - nc] + 5 * s[i] + s[i + nc] +
+                      l[i - nc] + l[i] + l[i + nc];
+            int b = (2 * sum + 13) / 26; /* round(sum / 13); never a tie */
+            d[i] = blend(f, (float)s[i], g, (float)b);
+        }
+    }
 }
 
 static void equalize_tables(const uint8_t *img, size_t npix, int nc, uint8_t t[3][256])
 {
-    for (int c = 0; c < nc; c++) {
-        int64_t hist[256];
-        memset(hist, 0, sizeof hist);
+    int64_t hists[3][256];
+    memset(hists, 0, sizeof hists);
+    if (nc == 3)
+        for (size_t i = 0; i < npix; i++) {
+            hists[0][img[3 * i]]++;
+            hists[1][img[3 * i + 1]]++;
+            hists[2][img[3 * i + 2]]++;
+        }
+    else
         for (size_t i = 0; i < npix; i++)
-            hist[img[i * nc + c]]++;
+            hists[0][img[i]]++;
+    for (int c = 0; c < nc; c++) {
+        const int64_t *hist = hists[c];
         int last = 255;
         while (last > 0 && hist[last] == 0)
             last--;
@@ -428,13 +465,21 @@ uint8_t *stk_aug_apply(int prim, double mag, const uint8_t fill[3], uint8_t *img
         return img;
     }
     case STK_AUG_AUTOCONTRAST:
-        for (int c = 0; c < nc; c++) {
-            int lo = 255, hi = 0;
-            for (size_t i = 0; i < npix; i++) {
-                int v = img[i * nc + c];
-                lo = v < lo ? v : lo;
-                hi = v > hi ? v : hi;
+    {
+        int lo3[3] = {255, 255, 255}, hi3[3] = {0, 0, 0};
+        uint8_t lo8[3] = {255, 255, 255}, hi8[3] = {0, 0, 0};
+        for (size_t i = 0; i < npix * (size_t)nc; i += (size_t)nc)
+            for (int c = 0; c < 3; c++) { /* nc 1 reads c = 0 only, below */
+                uint8_t v = img[i + (size_t)(c < nc ? c : 0)];
+                lo8[c] = v < lo8[c] ? v : lo8[c];
+                hi8[c] = v > hi8[c] ? v : hi8[c];
             }
+        for (int c = 0; c < 3; c++) {
+            lo3[c] = lo8[c];
+            hi3[c] = hi8[c];
+        }
+        for (int c = 0; c < nc; c++) {
+            int lo = lo3[c], hi = hi3[c];
             /* bound / t is t.reciprocal() * bound in torch */
             float mn = (float)lo, sc = (1.0f / (float)(hi - lo)) * 255.0f;
             if (hi == lo) {
@@ -449,6 +494,7 @@ uint8_t *stk_aug_apply(int prim, double mag, const uint8_t fill[3], uint8_t *img
         }
         apply_tables(img, npix, nc, t);
         return img;
+    }
     case STK_AUG_EQUALIZE:
         equalize_tables(img, npix, nc, t);
         apply_tables(img, npix, nc, t);
