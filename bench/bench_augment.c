@@ -26,8 +26,8 @@ static const char *const specs[] = {
     "random_resized_crop 224 | flip | trivial_augment_wide | normalize imagenet | to f32 chw",
     "random_resized_crop 224 | flip | rand_augment | normalize imagenet | to f32 chw",
     "random_resized_crop 224 | flip | auto_augment | normalize imagenet | to f32 chw",
-    "random_resized_crop 224 | flip | affine 15 translate=0.1,0.1 scale=0.9:1.1 shear=5 | "
-    "normalize imagenet | to f32 chw",
+    ("random_resized_crop 224 | flip | affine 15 translate=0.1,0.1 scale=0.9:1.1 shear=5 | "
+     "normalize imagenet | to f32 chw"),
 };
 #define NSPECS ((int)(sizeof specs / sizeof specs[0]))
 
