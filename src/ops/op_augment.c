@@ -23,6 +23,8 @@
 #include "ops/augment.h"
 #include "ops/op.h"
 
+#include <math.h>
+
 static const stk_spec_param rand_params[] = {
     {"num_ops", 1, 0, STK_AUG_MAX_OPS, 0, 2},
     {"magnitude", 1, 0, 1023, 0, 9},
@@ -57,7 +59,7 @@ static int parse_auto(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
             double v;
             if ((rc = stk_spec_number(P, a.va, a.vb, &v, "for fill after 'auto_augment'")) < 0)
                 return rc;
-            if (v != (double)(int)v || v < 0 || v > 255)
+            if (!(v >= 0.0 && v <= 255.0) || v != floor(v)) /* range first: no cast of 1e300 */
                 return stk_spec_err(P, a.va,
                                     "auto_augment fill must be a whole number from 0 to 255, "
                                     "got '%.*s'",

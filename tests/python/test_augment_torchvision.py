@@ -300,6 +300,8 @@ def test_rand_augment_pipeline_on_photos_replays(tmp_path, images):
                                             "got 'cifar10'"),
     ("resize 64,64 | auto_augment fill=1.5", "auto_augment fill must be a whole number from 0 "
                                              "to 255, got '1.5'"),
+    ("resize 64,64 | auto_augment fill=1e300", "auto_augment fill must be a whole number from "
+                                               "0 to 255, got '1e300'"),
     ("resize 64,64 | auto_augment imagenet imagenet", "unexpected"),
     ("resize 64,64 | auto_augment speed=1", "unknown key 'speed'"),
     ("trivial_augment_wide | resize 64,64", "trivial_augment_wide before resize is not "
