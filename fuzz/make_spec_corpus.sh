@@ -66,5 +66,10 @@ pad 16777216 | pad 16777216 | pad 16777216 | pad 16777216 | pad 16777216
 imagenet-val | flip
 1e400
 flip 0.5 0.5
+trivial_augment_wide 7 fill=9 | to u8
+rand_augment 3 5 11 | normalize imagenet
+auto_augment imagenet fill=128
+affine 30 translate=0.2,0.1 scale=0.7:1.3 shear=1,2,3,4 interpolation=bilinear fill=1,2,3
+pad 2 | random_crop 8 | flip | rand_augment 16 | affine 5 | to f16
 SPECS
 echo "spec corpus: $(ls "$dir" | wc -l) files"
