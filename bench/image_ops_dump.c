@@ -200,6 +200,8 @@ int main(int argc, char **argv)
         uint8_t *tmp = malloc(sz);
         uint8_t *res = stk_aug_apply(prim, atof(v[1]), fill, img, tmp, w, h, c);
         write_all(v[4], res, sz);
+        free(tmp);
+        free(img);
         return 0;
     }
     if (!strcmp(cmd, "color") && n == 7) {

@@ -475,3 +475,22 @@ def test_fixed_shape_input_any_thread_count(shape):
             outs.append(np.concatenate([b[0] for b in loader]))
         assert (outs[0] == outs[1]).all() and (outs[1] == outs[2]).all(), spec
         assert outs[0].shape[0] == shape[0]
+
+
+def test_transform_classes_give_the_spec_pipelines_batches():
+    x = np.random.default_rng(2).integers(0, 256, (32, 40, 36, 3), dtype=np.uint8)
+    ds = stoker.from_numpy(x, np.arange(32))
+    classes = [stoker.RandomCrop(32), stoker.RandomHorizontalFlip(),
+               stoker.RandAugment(num_ops=3, magnitude=12), stoker.TrivialAugmentWide(),
+               stoker.AutoAugment(fill=5), stoker.RandomAffine(20, translate=(0.1, 0.2))]
+    spec = ("random_crop 32 | flip 0.5 | rand_augment 3 12 | trivial_augment_wide | "
+            "auto_augment imagenet fill=5 | affine 20 translate=0.1,0.2 | to u8")
+    a = stoker.Loader(ds, batch_size=8, transforms=classes, dtype="uint8", layout="hwc",
+                      output="numpy", seed=9, shuffle=True)
+    b = stoker.Loader(ds, batch_size=8, pipeline=spec, output="numpy", seed=9, shuffle=True)
+    n = 0
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert xa.shape == (8, 32, 32, 3)
+        assert (xa == xb).all() and (ya == yb).all()
+        n += 1
+    assert n == 4
