@@ -91,9 +91,9 @@ static void test_translate_and_sharpness_by_hand(void **state)
 static void test_draw_order(void **state)
 {
     (void)state;
-    stk_aug_policy triv = {STK_AUG_POLICY_TRIVIAL, 0, 0, 31, {0, 0, 0}};
-    stk_aug_policy rnd = {STK_AUG_POLICY_RAND, 3, 9, 31, {0, 0, 0}};
-    stk_aug_policy aut = {STK_AUG_POLICY_AUTO, 0, 0, 0, {0, 0, 0}};
+    stk_aug_policy triv = {STK_AUG_POLICY_TRIVIAL, 0, 0, 31, {0, 0, 0}, 0};
+    stk_aug_policy rnd = {STK_AUG_POLICY_RAND, 3, 9, 31, {0, 0, 0}, 0};
+    stk_aug_policy aut = {STK_AUG_POLICY_AUTO, 0, 0, 0, {0, 0, 0}, 0};
     for (uint64_t index = 0; index < 500; index++) {
         stk_rng a, b;
         stk_aug_step st[STK_AUG_MAX_OPS];
@@ -137,7 +137,7 @@ static void test_magnitudes(void **state)
     (void)state;
     /* rand_augment 31 bins, magnitude 9 on 224 x 224: Rotate 9 degrees,
      * Solarize 255 - 8.5 * 9 = 178.5, Posterize 8 - round(9 / 7.5) = 7. */
-    stk_aug_policy rnd = {STK_AUG_POLICY_RAND, 16, 9, 31, {0, 0, 0}};
+    stk_aug_policy rnd = {STK_AUG_POLICY_RAND, 16, 9, 31, {0, 0, 0}, 0};
     int seen_rot = 0, seen_sol = 0, seen_post = 0;
     for (uint64_t index = 0; index < 50; index++) {
         stk_rng a;

@@ -319,28 +319,29 @@ def _nearest_only(interpolation, what):
 
 
 class AutoAugment(Transform):
-    """torchvision's ``AutoAugment`` with the ImageNet policy (the only one):
-    per sample one of its 25 sub-policies, each of whose two ops applies
-    with its probability, on the uint8 image after the crops, resize and
-    flips; nearest interpolation; ``fill`` is one pixel value 0-255 for the
-    area the geometric ops bring in (torchvision's ``fill=None`` is 0).
-    Spec: ``auto_augment imagenet [fill=V]``. RandAugment and
+    """torchvision's ``AutoAugment`` (policy ``AutoAugmentPolicy.IMAGENET``, the
+    default, ``CIFAR10`` or ``SVHN``, or their names): per sample one of the
+    policy's 25 sub-policies, each of whose two ops applies with its
+    probability, on the uint8 image after the crops, resize and flips;
+    nearest interpolation; ``fill`` is one pixel value 0-255 for the area
+    the geometric ops bring in (torchvision's ``fill=None`` is 0).
+    Spec: ``auto_augment POLICY [fill=V]``. RandAugment and
     TrivialAugmentWide are generated from the op table."""
 
     op = "auto_augment"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, policy="imagenet", interpolation="nearest", fill=None):
         name = getattr(policy, "value", policy)
-        if not isinstance(name, str) or name.lower() != "imagenet":
-            raise ValueError("AutoAugment(policy=%r) is not supported (the IMAGENET policy "
-                             "only)" % (policy,))
+        if not isinstance(name, str) or name.lower() not in ("imagenet", "cifar10", "svhn"):
+            raise ValueError("AutoAugment(policy=%r) is not supported (IMAGENET, CIFAR10 or "
+                             "SVHN)" % (policy,))
         _nearest_only(interpolation, "AutoAugment")
-        self.policy = "imagenet"
+        self.policy = name.lower()
         self.fill = fill
         _validate(self.spec())
 
     def spec(self):
-        s = "auto_augment imagenet"
+        s = "auto_augment " + self.policy
         if self.fill is not None:
             s += " fill=" + _num(self.fill, "fill")
         return s

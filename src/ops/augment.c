@@ -1,5 +1,5 @@
 /*
- * augment.c — AutoAugment (ImageNet policy), RandAugment and
+ * augment.c — AutoAugment (ImageNet, CIFAR10 and SVHN policies), RandAugment and
  * TrivialAugmentWide, and the fourteen uint8 primitives they are made of,
  * computed as torchvision 0.14 computes them on a uint8 tensor
  * (torchvision/transforms/autoaugment.py, functional_tensor.py).
@@ -139,13 +139,15 @@ static int has_bins(int prim)
 /* Draws                                                                   */
 /* ---------------------------------------------------------------------- */
 
-/* torchvision's AutoAugmentPolicy.IMAGENET: (op, probability, bin) pairs;
- * bin -1 for ops without a magnitude. */
-static const struct {
+/* torchvision's AutoAugmentPolicy.IMAGENET, CIFAR10 and SVHN (copied from
+ * torchvision 0.14's AutoAugment._get_policies): (op, probability, bin)
+ * pairs; bin -1 for ops without a magnitude. */
+struct aa_op {
     int8_t op;
-    float p; /* compared as torchvision does: float32 draw <= Python float */
+    float p;
     int8_t bin;
-} imagenet[25][2] = {
+};
+static const struct aa_op imagenet[25][2] = {
     {{STK_AUG_POSTERIZE, 0.4f, 8}, {STK_AUG_ROTATE, 0.6f, 9}},
     {{STK_AUG_SOLARIZE, 0.6f, 5}, {STK_AUG_AUTOCONTRAST, 0.6f, -1}},
     {{STK_AUG_EQUALIZE, 0.8f, -1}, {STK_AUG_EQUALIZE, 0.6f, -1}},
@@ -171,6 +173,60 @@ static const struct {
     {{STK_AUG_INVERT, 0.6f, -1}, {STK_AUG_EQUALIZE, 1.0f, -1}},
     {{STK_AUG_COLOR, 0.6f, 4}, {STK_AUG_CONTRAST, 1.0f, 8}},
     {{STK_AUG_EQUALIZE, 0.8f, -1}, {STK_AUG_EQUALIZE, 0.6f, -1}},
+};
+static const struct aa_op cifar10[25][2] = {
+    {{STK_AUG_INVERT, 0.1f, -1}, {STK_AUG_CONTRAST, 0.2f, 6}},
+    {{STK_AUG_ROTATE, 0.7f, 2}, {STK_AUG_TRANSLATE_X, 0.3f, 9}},
+    {{STK_AUG_SHARPNESS, 0.8f, 1}, {STK_AUG_SHARPNESS, 0.9f, 3}},
+    {{STK_AUG_SHEAR_Y, 0.5f, 8}, {STK_AUG_TRANSLATE_Y, 0.7f, 9}},
+    {{STK_AUG_AUTOCONTRAST, 0.5f, -1}, {STK_AUG_EQUALIZE, 0.9f, -1}},
+    {{STK_AUG_SHEAR_Y, 0.2f, 7}, {STK_AUG_POSTERIZE, 0.3f, 7}},
+    {{STK_AUG_COLOR, 0.4f, 3}, {STK_AUG_BRIGHTNESS, 0.6f, 7}},
+    {{STK_AUG_SHARPNESS, 0.3f, 9}, {STK_AUG_BRIGHTNESS, 0.7f, 9}},
+    {{STK_AUG_EQUALIZE, 0.6f, -1}, {STK_AUG_EQUALIZE, 0.5f, -1}},
+    {{STK_AUG_CONTRAST, 0.6f, 7}, {STK_AUG_SHARPNESS, 0.6f, 5}},
+    {{STK_AUG_COLOR, 0.7f, 7}, {STK_AUG_TRANSLATE_X, 0.5f, 8}},
+    {{STK_AUG_EQUALIZE, 0.3f, -1}, {STK_AUG_AUTOCONTRAST, 0.4f, -1}},
+    {{STK_AUG_TRANSLATE_Y, 0.4f, 3}, {STK_AUG_SHARPNESS, 0.2f, 6}},
+    {{STK_AUG_BRIGHTNESS, 0.9f, 6}, {STK_AUG_COLOR, 0.2f, 8}},
+    {{STK_AUG_SOLARIZE, 0.5f, 2}, {STK_AUG_INVERT, 0.0f, -1}},
+    {{STK_AUG_EQUALIZE, 0.2f, -1}, {STK_AUG_AUTOCONTRAST, 0.6f, -1}},
+    {{STK_AUG_EQUALIZE, 0.2f, -1}, {STK_AUG_EQUALIZE, 0.6f, -1}},
+    {{STK_AUG_COLOR, 0.9f, 9}, {STK_AUG_EQUALIZE, 0.6f, -1}},
+    {{STK_AUG_AUTOCONTRAST, 0.8f, -1}, {STK_AUG_SOLARIZE, 0.2f, 8}},
+    {{STK_AUG_BRIGHTNESS, 0.1f, 3}, {STK_AUG_COLOR, 0.7f, 0}},
+    {{STK_AUG_SOLARIZE, 0.4f, 5}, {STK_AUG_AUTOCONTRAST, 0.9f, -1}},
+    {{STK_AUG_TRANSLATE_Y, 0.9f, 9}, {STK_AUG_TRANSLATE_Y, 0.7f, 9}},
+    {{STK_AUG_AUTOCONTRAST, 0.9f, -1}, {STK_AUG_SOLARIZE, 0.8f, 3}},
+    {{STK_AUG_EQUALIZE, 0.8f, -1}, {STK_AUG_INVERT, 0.1f, -1}},
+    {{STK_AUG_TRANSLATE_Y, 0.7f, 9}, {STK_AUG_AUTOCONTRAST, 0.9f, -1}},
+};
+static const struct aa_op svhn[25][2] = {
+    {{STK_AUG_SHEAR_X, 0.9f, 4}, {STK_AUG_INVERT, 0.2f, -1}},
+    {{STK_AUG_SHEAR_Y, 0.9f, 8}, {STK_AUG_INVERT, 0.7f, -1}},
+    {{STK_AUG_EQUALIZE, 0.6f, -1}, {STK_AUG_SOLARIZE, 0.6f, 6}},
+    {{STK_AUG_INVERT, 0.9f, -1}, {STK_AUG_EQUALIZE, 0.6f, -1}},
+    {{STK_AUG_EQUALIZE, 0.6f, -1}, {STK_AUG_ROTATE, 0.9f, 3}},
+    {{STK_AUG_SHEAR_X, 0.9f, 4}, {STK_AUG_AUTOCONTRAST, 0.8f, -1}},
+    {{STK_AUG_SHEAR_Y, 0.9f, 8}, {STK_AUG_INVERT, 0.4f, -1}},
+    {{STK_AUG_SHEAR_Y, 0.9f, 5}, {STK_AUG_SOLARIZE, 0.2f, 6}},
+    {{STK_AUG_INVERT, 0.9f, -1}, {STK_AUG_AUTOCONTRAST, 0.8f, -1}},
+    {{STK_AUG_EQUALIZE, 0.6f, -1}, {STK_AUG_ROTATE, 0.9f, 3}},
+    {{STK_AUG_SHEAR_X, 0.9f, 4}, {STK_AUG_SOLARIZE, 0.3f, 3}},
+    {{STK_AUG_SHEAR_Y, 0.8f, 8}, {STK_AUG_INVERT, 0.7f, -1}},
+    {{STK_AUG_EQUALIZE, 0.9f, -1}, {STK_AUG_TRANSLATE_Y, 0.6f, 6}},
+    {{STK_AUG_INVERT, 0.9f, -1}, {STK_AUG_EQUALIZE, 0.6f, -1}},
+    {{STK_AUG_CONTRAST, 0.3f, 3}, {STK_AUG_ROTATE, 0.8f, 4}},
+    {{STK_AUG_INVERT, 0.8f, -1}, {STK_AUG_TRANSLATE_Y, 0.0f, 2}},
+    {{STK_AUG_SHEAR_Y, 0.7f, 6}, {STK_AUG_SOLARIZE, 0.4f, 8}},
+    {{STK_AUG_INVERT, 0.6f, -1}, {STK_AUG_ROTATE, 0.8f, 4}},
+    {{STK_AUG_SHEAR_Y, 0.3f, 7}, {STK_AUG_TRANSLATE_X, 0.9f, 3}},
+    {{STK_AUG_SHEAR_X, 0.1f, 6}, {STK_AUG_INVERT, 0.6f, -1}},
+    {{STK_AUG_SOLARIZE, 0.7f, 2}, {STK_AUG_TRANSLATE_Y, 0.6f, 7}},
+    {{STK_AUG_SHEAR_Y, 0.8f, 4}, {STK_AUG_INVERT, 0.8f, -1}},
+    {{STK_AUG_SHEAR_X, 0.7f, 9}, {STK_AUG_TRANSLATE_Y, 0.8f, 3}},
+    {{STK_AUG_SHEAR_Y, 0.8f, 5}, {STK_AUG_AUTOCONTRAST, 0.7f, -1}},
+    {{STK_AUG_SHEAR_X, 0.7f, 2}, {STK_AUG_INVERT, 0.1f, -1}},
 };
 
 static void set_step(stk_aug_step *s, const stk_aug_policy *p, int prim, int bin, int neg,
@@ -203,6 +259,9 @@ int stk_aug_draw(const stk_aug_policy *p, stk_rng *rng, int32_t w, int32_t h, st
             set_step(&steps[n++], p, prim, bin, is_signed(prim) && sign, mag);
         }
     } else {
+        const struct aa_op(*table)[2] = p->auto_policy == 1   ? cifar10
+                                        : p->auto_policy == 2 ? svhn
+                                                              : imagenet;
         int id = (int)stk_rng_below(rng, 25);
         double u[2];
         int sign[2];
@@ -211,8 +270,8 @@ int stk_aug_draw(const stk_aug_policy *p, stk_rng *rng, int32_t w, int32_t h, st
         sign[0] = (int)stk_rng_below(rng, 2);
         sign[1] = (int)stk_rng_below(rng, 2);
         for (int i = 0; i < 2; i++) {
-            int prim = imagenet[id][i].op, bin = imagenet[id][i].bin;
-            if (!(u[i] <= (double)imagenet[id][i].p))
+            int prim = table[id][i].op, bin = table[id][i].bin;
+            if (!(u[i] <= (double)table[id][i].p))
                 continue;
             double mag = bin >= 0 ? magnitude(prim, 0, 10, bin, w, h) : 0.0;
             set_step(&steps[n++], p, prim, bin, is_signed(prim) && sign[i] == 0, mag);

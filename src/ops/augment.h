@@ -49,6 +49,7 @@ typedef struct stk_aug_policy {
     int magnitude; /* rand_augment: the bin index */
     int bins;      /* rand_augment, trivial_augment_wide */
     uint8_t fill[3];
+    int auto_policy; /* auto_augment: 0 imagenet, 1 cifar10, 2 svhn */
 } stk_aug_policy;
 
 /* One drawn step. */

@@ -266,6 +266,8 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 }
             } else if (pl->kind == STK_AUG_POLICY_TRIVIAL) {
                 pl->bins = (int)v[0];
+            } else {
+                pl->auto_policy = (int)v[1];
             }
             for (int c = 0; c < 3; c++)
                 pl->fill[c] = (uint8_t)fill;

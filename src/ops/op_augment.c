@@ -4,7 +4,7 @@
  * they share the primitives and the compile path; ops/augment.c does the
  * work):
  *
- *   auto_augment [imagenet] [fill=V]
+ *   auto_augment [imagenet|cifar10|svhn] [fill=V]
  *   rand_augment [NUM_OPS] [MAGNITUDE] [NUM_MAGNITUDE_BINS] [fill=V]
  *   trivial_augment_wide [NUM_MAGNITUDE_BINS] [fill=V]
  *
@@ -12,7 +12,7 @@
  * 31) and its default nearest interpolation; fill (default 0, as
  * torchvision's fill=None) is one pixel value 0-255 for every channel, the
  * value of the pixels that the geometric primitives bring in from outside
- * the image. AutoAugment has the ImageNet policy only.
+ * the image. AutoAugment has torchvision's three policies.
  *
  * They are uint8 whole-image ops: the image plan runs them on the resampled
  * uint8 image after the crops, resize and flips, before the float stages
@@ -37,7 +37,8 @@ static const stk_spec_param trivial_params[] = {
     {"fill", 1, 0, 255, 0, 0},
 };
 
-/* auto_augment [imagenet | policy=imagenet] [fill=V]: u.num.v[0] = fill. */
+/* auto_augment [POLICY | policy=POLICY] [fill=V]: u.num.v[0] = fill, v[1] =
+ * the policy (0 imagenet, the default; 1 cifar10; 2 svhn). */
 static int parse_auto(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
     static const char *const keys[] = {"policy", "fill", NULL};
@@ -51,9 +52,16 @@ static int parse_auto(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
         if (a.key <= 0) {
             if (have_policy++)
                 return a.key == 0 ? stk_spec_twice(P, a.ka, a.kb) : stk_spec_unexpected(P, st, a.t);
-            if (!stk_spec_tok_is(P, a.va, a.vb, "imagenet"))
+            if (stk_spec_tok_is(P, a.va, a.vb, "imagenet"))
+                op->u.num.v[1] = 0.0;
+            else if (stk_spec_tok_is(P, a.va, a.vb, "cifar10"))
+                op->u.num.v[1] = 1.0;
+            else if (stk_spec_tok_is(P, a.va, a.vb, "svhn"))
+                op->u.num.v[1] = 2.0;
+            else
                 return stk_spec_err(P, a.va,
-                                    "auto_augment has the imagenet policy only, got '%.*s'",
+                                    "auto_augment policy must be imagenet, cifar10 or svhn, got "
+                                    "'%.*s'",
                                     STK_SPEC_TOKARG(P, a.va, a.vb));
         } else {
             double v;
@@ -75,7 +83,7 @@ static int parse_auto(stk_spec_parser *P, const stk_spec_stage *st, const stk_sp
 
 const stk_op_desc stk_op_auto_augment = {
     .syntax = {"auto_augment", NULL, STK_OP_POLICY, ORDER, WHY, parse_auto, NULL, 0,
-               "[imagenet] [fill=V]"},
+               "[imagenet|cifar10|svhn] [fill=V]"},
     .torchvision = "AutoAugment",
     .aug_policy = STK_AUG_POLICY_AUTO,
 };

@@ -195,6 +195,8 @@ POLICIES = [  # spec, space, bins, fill, ops per sample (None: AutoAugment's 0-2
     ("rand_augment 2 0 2", "rand", 2, None, 2),
     ("auto_augment", "auto", 10, None, None),
     ("auto_augment imagenet fill=255", "auto", 10, 255, None),
+    ("auto_augment cifar10", "auto", 10, None, None),
+    ("auto_augment policy=svhn fill=40", "auto", 10, 40, None),
 ]
 
 
@@ -296,8 +298,8 @@ def test_rand_augment_pipeline_on_photos_replays(tmp_path, images):
                                                "a whole number from 2 to 1024, got '1'"),
     ("resize 64,64 | trivial_augment_wide fill=256", "trivial_augment_wide fill must be a whole "
                                                      "number from 0 to 255, got '256'"),
-    ("resize 64,64 | auto_augment cifar10", "auto_augment has the imagenet policy only, "
-                                            "got 'cifar10'"),
+    ("resize 64,64 | auto_augment cifar100", "auto_augment policy must be imagenet, cifar10 "
+                                             "or svhn, got 'cifar100'"),
     ("resize 64,64 | auto_augment fill=1.5", "auto_augment fill must be a whole number from 0 "
                                              "to 255, got '1.5'"),
     ("resize 64,64 | auto_augment fill=1e300", "auto_augment fill must be a whole number from "
@@ -327,8 +329,10 @@ def test_python_classes():
     assert stoker.AutoAugment().spec() == "auto_augment imagenet"
     assert stoker.AutoAugment(AA.AutoAugmentPolicy.IMAGENET, InterpolationMode.NEAREST,
                               fill=3).spec() == "auto_augment imagenet fill=3"
-    with pytest.raises(ValueError, match="IMAGENET policy only"):
-        stoker.AutoAugment(AA.AutoAugmentPolicy.CIFAR10)
+    assert stoker.AutoAugment(AA.AutoAugmentPolicy.CIFAR10).spec() == "auto_augment cifar10"
+    assert stoker.AutoAugment("SVHN").spec() == "auto_augment svhn"
+    with pytest.raises(ValueError, match="IMAGENET, CIFAR10 or SVHN"):
+        stoker.AutoAugment("cifar100")
     with pytest.raises(ValueError, match="nearest only"):
         stoker.AutoAugment(interpolation=InterpolationMode.BILINEAR)
     with pytest.raises(stoker.SpecError, match="fill must be a whole number"):
