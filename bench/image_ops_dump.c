@@ -16,6 +16,10 @@
  *       0, INDEX); OUT gets the sample; prints the trace as JSON.
  *   image_ops_dump [--isa ..] runraw SPEC IN H W C OUT SEED [INDEX]
  *       the same on a raw H x W x C uint8 image (variable-size plan).
+ *   image_ops_dump aug PRIM MAGNITUDE FILL IN OUT H W C
+ *       one augmentation primitive (ops/augment.h: PRIM is torchvision's
+ *       name, ShearX ... Invert) with the magnitude torchvision's _apply_op
+ *       receives, on H x W x C uint8 HWC; FILL one value 0-255.
  *   image_ops_dump trace SPEC SEED FILE...   (FILE "-": paths from stdin)
  *       the trace of each file (one JSON line each; index = its position),
  *       then the DCT scale histogram.
@@ -25,6 +29,7 @@
  */
 #include "core/error.h"
 #include "core/rng.h"
+#include "ops/augment.h"
 #include "ops/color.h"
 #include "ops/kernel.h"
 #include "ops/plan.h"
@@ -93,9 +98,25 @@ static void print_trace(const char *name, const stk_plan_trace *t)
             printf("%s%.17g", i ? ", " : "", t->factor[i]);
     }
     printf("], \"ngray\": %d, \"nblur\": %d, \"sigma\": %.17g, \"applied\": %d, "
-           "\"nerase\": %d, \"erase\": [%d, %d, %d, %d]}\n",
+           "\"nerase\": %d, \"erase\": [%d, %d, %d, %d]",
            t->ngray, t->nblur, t->sigma, t->applied, t->nerase, t->erase[0], t->erase[1],
            t->erase[2], t->erase[3]);
+    printf(", \"affine\": [");
+    for (int i = 0; i < t->nrot; i++) {
+        if (!t->rot_affine[i]) {
+            printf("%snull", i ? ", " : "");
+            continue;
+        }
+        printf("%s[", i ? ", " : "");
+        for (int k = 0; k < 6; k++)
+            printf("%s%.17g", k ? ", " : "", t->affine[i][k]);
+        printf("]");
+    }
+    printf("], \"aug\": [");
+    for (int i = 0; i < t->naug; i++)
+        printf("%s[\"%s\", %d, %d, %.17g]", i ? ", " : "", stk_aug_name(t->aug_prim[i]),
+               t->aug_bin[i], t->aug_neg[i], t->aug_mag[i]);
+    printf("]}\n");
 }
 
 static int run_plan(const char *spec, const stk_plan_input *in, uint64_t seed, uint64_t index,
@@ -164,6 +185,27 @@ int main(int argc, char **argv)
         if (rc < 0)
             die(rc);
         write_all(v[1], out, (size_t)oh * ow * c);
+        return 0;
+    }
+    if (!strcmp(cmd, "aug") && n == 8) {
+        size_t sz;
+        int prim = -1;
+        for (int k = 0; k < STK_AUG_NPRIM; k++)
+            if (!strcmp(v[0], stk_aug_name(k)))
+                prim = k;
+        int h = atoi(v[5]), w = atoi(v[6]), c = atoi(v[7]);
+        uint8_t fill[3];
+        fill[0] = fill[1] = fill[2] = (uint8_t)atoi(v[2]);
+        uint8_t *img = read_all(v[3], &sz);
+        if (prim < 0 || sz != (size_t)h * w * c || (c != 1 && c != 3)) {
+            fprintf(stderr, "aug: bad primitive or size\n");
+            return 2;
+        }
+        uint8_t *tmp = malloc(sz);
+        uint8_t *res = stk_aug_apply(prim, atof(v[1]), fill, img, tmp, w, h, c);
+        write_all(v[4], res, sz);
+        free(tmp);
+        free(img);
         return 0;
     }
     if (!strcmp(cmd, "color") && n == 7) {

@@ -77,5 +77,10 @@ random_erasing | flip
 random_erasing value=random | to f16 hwc
 resize 8 interpolation=nearest | center_crop 6
 resize 8 interpolation=area
+trivial_augment_wide 7 fill=9 | to u8
+rand_augment 3 5 11 | normalize imagenet
+auto_augment imagenet fill=128
+affine 30 translate=0.2,0.1 scale=0.7:1.3 shear=1,2,3,4 interpolation=bilinear fill=1,2,3
+pad 2 | random_crop 8 | flip | rand_augment 16 | affine 5 | to f16
 SPECS
 echo "spec corpus: $(ls "$dir" | wc -l) files"

@@ -1,7 +1,7 @@
 # Type stubs for the stoker package (python/stoker/ and the C extension
 # stoker._stoker). See docs/python.md.
 import os
-from typing import Any, Iterator, List, Literal, Mapping, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 __version__: str
 __all__: list[str]
@@ -151,6 +151,16 @@ class Resize(Transform):
 class RandomRotation(Transform):
     def __init__(self, degrees: Union[float, Tuple[float, float]], interpolation: Any = ...,
                  expand: bool = ..., center: None = ..., fill: _Fill = ...) -> None: ...
+
+class RandomAffine(Transform):
+    def __init__(self, degrees: Union[float, Tuple[float, float]],
+                 translate: Optional[Tuple[float, float]] = ...,
+                 scale: Optional[Tuple[float, float]] = ..., shear: Any = ...,
+                 interpolation: Any = ..., fill: _Fill = ..., center: None = ...) -> None: ...
+
+class AutoAugment(Transform):
+    def __init__(self, policy: Any = ..., interpolation: Any = ...,
+                 fill: Optional[float] = ...) -> None: ...
 
 class ColorJitter(Transform):
     def __init__(self, brightness: Union[float, Tuple[float, float]] = ...,

@@ -331,6 +331,89 @@ class RandomRotation(Transform):
         return "rotate " + _range(self.degrees, "degrees") + _fill_mode(self.fill, "constant")
 
 
+def _nearest_only(interpolation, what):
+    """The policies run torchvision's default, nearest interpolation."""
+    name = getattr(interpolation, "value", interpolation)
+    if not isinstance(name, str) or name.lower() != "nearest":
+        raise ValueError("%s(interpolation=%r) is not supported (nearest only, torchvision's "
+                         "default)" % (what, interpolation))
+
+
+class AutoAugment(Transform):
+    """torchvision's ``AutoAugment`` (policy ``AutoAugmentPolicy.IMAGENET``, the
+    default, ``CIFAR10`` or ``SVHN``, or their names): per sample one of the
+    policy's 25 sub-policies, each of whose two ops applies with its
+    probability, on the uint8 image after the crops, resize and flips;
+    nearest interpolation; ``fill`` is one pixel value 0-255 for the area
+    the geometric ops bring in (torchvision's ``fill=None`` is 0).
+    Spec: ``auto_augment POLICY [fill=V]``. RandAugment and
+    TrivialAugmentWide are generated from the op table."""
+
+    op = "auto_augment"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, policy="imagenet", interpolation="nearest", fill=None):
+        name = getattr(policy, "value", policy)
+        if not isinstance(name, str) or name.lower() not in ("imagenet", "cifar10", "svhn"):
+            raise ValueError("AutoAugment(policy=%r) is not supported (IMAGENET, CIFAR10 or "
+                             "SVHN)" % (policy,))
+        _nearest_only(interpolation, "AutoAugment")
+        self.policy = name.lower()
+        self.fill = fill
+        _validate(self.spec())
+
+    def spec(self):
+        s = "auto_augment " + self.policy
+        if self.fill is not None:
+            s += " fill=" + _num(self.fill, "fill")
+        return s
+
+
+class RandomAffine(Transform):
+    """torchvision's ``RandomAffine`` (angle, translation, scale, shear drawn
+    per sample as its get_params does) on the float image, computed as
+    ``F.affine`` on a tensor; nearest (torchvision's default) or bilinear
+    interpolation; ``fill`` is a pixel value 0-255 (or one per channel);
+    rotation about the image centre. Spec: ``affine D [translate=TX,TY]
+    [scale=LO:HI] [shear=...] [interpolation=...] [fill=F]``."""
+
+    op = "affine"  # its op in the op table (src/ops/op_table.c)
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None,
+                 interpolation="nearest", fill=0, center=None):
+        name = getattr(interpolation, "value", interpolation)
+        if not isinstance(name, str) or name.lower() not in ("nearest", "bilinear"):
+            raise ValueError("RandomAffine(interpolation=%r) is not supported (nearest or "
+                             "bilinear)" % (interpolation,))
+        if center is not None:
+            raise ValueError("RandomAffine(center=...) is not supported (about the image "
+                             "centre)")
+        self.degrees = degrees
+        self.translate = translate
+        self.scale = scale
+        self.shear = shear
+        self.interpolation = name.lower()
+        self.fill = fill
+        _validate(self.spec())
+
+    def spec(self):
+        s = "affine " + _range(self.degrees, "degrees")
+        if self.translate is not None:
+            s += " translate=" + ",".join(_num(v, "translate")
+                                         for v in _seq(self.translate, "translate", "a pair"))
+        if self.scale is not None:
+            s += " scale=" + ":".join(_num(v, "scale")
+                                      for v in _seq(self.scale, "scale", "a pair"))
+        if self.shear is not None:
+            if isinstance(self.shear, numbers.Real):
+                s += " shear=" + _num(self.shear, "shear")
+            else:
+                s += " shear=" + ",".join(_num(v, "shear")
+                                          for v in _seq(self.shear, "shear", "a sequence"))
+        if self.interpolation != "nearest":
+            s += " interpolation=" + self.interpolation
+        return s + _fill_mode(self.fill, "constant")
+
+
 class ColorJitter(Transform):
     """Random brightness, contrast, saturation and hue in a random order,
     like torchvision's ``ColorJitter`` on float tensors. Each argument is a

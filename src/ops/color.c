@@ -172,6 +172,26 @@ void stk_rotation_init(stk_rotation *r, double degrees, int32_t w, int32_t h, co
     r->m[1] = s / hw;
     r->m[2] = -s / hh;
     r->m[3] = c / hh;
+    r->t[0] = r->t[1] = 0.0f;
+    r->nearest = 0;
+    for (int k = 0; k < 3; k++)
+        r->fill[k] = fill ? fill[nc == 1 ? 0 : k] : 0.0f;
+}
+
+void stk_affine_init(stk_rotation *r, const double m[6], int32_t w, int32_t h, const float *fill,
+                     int nc, int nearest)
+{
+    /* theta = float32(m), then theta^T / (w/2, h/2) in float32 */
+    float hw = (float)(0.5 * w), hh = (float)(0.5 * h);
+    r->w = w;
+    r->h = h;
+    r->m[0] = (float)m[0] / hw;
+    r->m[1] = (float)m[1] / hw;
+    r->t[0] = (float)m[2] / hw;
+    r->m[2] = (float)m[3] / hh;
+    r->m[3] = (float)m[4] / hh;
+    r->t[1] = (float)m[5] / hh;
+    r->nearest = nearest;
     for (int k = 0; k < 3; k++)
         r->fill[k] = fill ? fill[nc == 1 ? 0 : k] : 0.0f;
 }

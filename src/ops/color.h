@@ -54,6 +54,8 @@ typedef struct stk_outfmt {
 typedef struct stk_rotation {
     int32_t w, h;
     float m[4];     /* rescaled theta: gx = x*m[0] + y*m[1], gy = x*m[2] + y*m[3] */
+    float t[2];     /* translation (affine): gx += t[0], gy += t[1]; 0 for a rotation */
+    int nearest;    /* nearest instead of bilinear sampling (affine) */
     float fill[3];  /* in [0, 1] */
 } stk_rotation;
 
@@ -108,5 +110,11 @@ const stk_color_kernels *stk_color_kernels_c(void);
  * image with fill values fill[0..nc-1] in [0, 1]. */
 void stk_rotation_init(stk_rotation *r, double degrees, int32_t w, int32_t h,
                        const float *fill, int nc);
+
+/* The affine map of torchvision's F.affine(tensor) with the inverse matrix
+ * m (_get_inverse_affine_matrix's six values, in double), nearest or
+ * bilinear. */
+void stk_affine_init(stk_rotation *r, const double m[6], int32_t w, int32_t h, const float *fill,
+                     int nc, int nearest);
 
 #endif

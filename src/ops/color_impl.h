@@ -267,8 +267,17 @@ CATTR static void CN(rotate_row)(const stk_rotation *R, const float *src, int nc
     float fw = (float)w, fh = (float)h;
     for (int32_t j = 0; j < w; j++) {
         float fx = ((float)j - (float)w * 0.5f) + 0.5f;
-        float gx = fx * R->m[0] + fy * R->m[1];
-        float gy = fx * R->m[2] + fy * R->m[3];
+        float gx = (fx * R->m[0] + fy * R->m[1]) + R->t[0];
+        float gy = (fx * R->m[2] + fy * R->m[3]) + R->t[1];
+        if (R->nearest) { /* grid_sample nearest: (g + 1) * size/2 - 0.5, half to even */
+            float nx = nearbyintf((gx + 1.0f) * (fw / 2.0f) - 0.5f);
+            float ny = nearbyintf((gy + 1.0f) * (fh / 2.0f) - 0.5f);
+            int in = nx >= 0.0f && nx < fw && ny >= 0.0f && ny < fh;
+            size_t at = in ? (size_t)(int32_t)ny * w + (size_t)(int32_t)nx : 0;
+            for (int c = 0; c < nc; c++)
+                p[c][j] = in ? src[(size_t)c * plane + at] : R->fill[c];
+            continue;
+        }
         float ix = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
         float iy = ((gy + 1.0f) * fh - 1.0f) / 2.0f;
         float x0f = floorf(ix), y0f = floorf(iy);

@@ -250,6 +250,10 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             if (t->lut->draw(t->arg, rng))
                 lut_then(d, 1, t->lut, t->arg);
             break;
+        case T_POLICY: /* after the head: the image is the output's size */
+            d->naug += stk_aug_draw(&t->pol, rng, (int32_t)ip->out_w, (int32_t)ip->out_h,
+                                    &d->aug[d->naug]);
+            break;
         case T_HFLIP:
         case T_VFLIP:
             if (stk_rng_uniform(rng) < t->p) {
@@ -258,13 +262,37 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
                 else
                     d->vflip ^= 1;
                 /* Move the flip before every earlier rotation. */
-                for (int r = 0; r < d->nrot; r++)
-                    d->angle[r] = -d->angle[r];
+                for (int r = 0; r < d->nrot; r++) {
+                    if (!d->affine[r])
+                        d->angle[r] = -d->angle[r];
+                    else if (t->kind == T_HFLIP)
+                        d->aff_mx[r] ^= 1;
+                    else
+                        d->aff_my[r] ^= 1;
+                }
             }
             break;
         case T_ROTATE: {
             double u = stk_rng_uniform(rng);
             d->angle[d->nrot] = t->lo + (t->hi - t->lo) * u;
+            stk_draw_step *s = &d->steps[d->nsteps++];
+            s->kind = S_ROT;
+            s->rot = d->nrot++;
+            break;
+        }
+        case T_AFFINE: { /* RandomAffine.get_params, on the output's size */
+            double u[6], *a = d->aff[d->nrot];
+            for (int q = 0; q < 6; q++)
+                u[q] = stk_rng_uniform(rng);
+            double mx = t->tr[0] * (double)ip->out_w, my = t->tr[1] * (double)ip->out_h;
+            a[0] = t->lo + (t->hi - t->lo) * u[0];
+            a[1] = nearbyint(-mx + 2.0 * mx * u[1]);
+            a[2] = nearbyint(-my + 2.0 * my * u[2]);
+            a[3] = t->scale[0] + (t->scale[1] - t->scale[0]) * u[3];
+            a[4] = t->shear[0] + (t->shear[1] - t->shear[0]) * u[4];
+            a[5] = t->shear[2] + (t->shear[3] - t->shear[2]) * u[5];
+            d->angle[d->nrot] = a[0];
+            d->affine[d->nrot] = 1;
             stk_draw_step *s = &d->steps[d->nsteps++];
             s->kind = S_ROT;
             s->rot = d->nrot++;

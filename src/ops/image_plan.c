@@ -88,7 +88,8 @@ static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
            k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
-           k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY;
+           k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY ||
+           k == STK_OP_POLICY || k == STK_OP_AFFINE;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -173,6 +174,8 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     double mean[3] = {0, 0, 0}, stdv[3] = {1, 1, 1};
     int have_norm = 0, have_resize = 0, seen_color = 0, nrot = 0, last_geo_col = 1;
     int group_left = 0, group_col = 0, group_n = 0, erase_at = -1;
+    const stk_spec_op *policy = NULL; /* the first augmentation policy */
+    int naug = 0;
     for (int k = last_pad + 1; k < spec->nops; k++) {
         const stk_spec_op *o = &spec->ops[k];
         /* random_erasing works on the output: only more of it, and `to`,
@@ -239,6 +242,12 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 g->kind = o->kind == STK_OP_HFLIP ? G_HFLIP : G_VFLIP;
                 g->p = o->u.flip.p;
             } else {
+                if (policy) {
+                    rc = stk_spec_fail(text, o->col,
+                                       "%s after %s is not supported; flip before it",
+                                       o->def->name, policy->def->name);
+                    goto fail;
+                }
                 stk_tail_op *t = &ip->tail[ip->ntail++];
                 t->kind = o->kind == STK_OP_HFLIP ? T_HFLIP : T_VFLIP;
                 t->p = o->u.flip.p;
@@ -251,12 +260,67 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 g->lut = stk_op_desc_of(o);
                 memcpy(g->arg, o->u.num.v, sizeof g->arg);
             } else {
+                if (policy) {
+                    rc = stk_spec_fail(text, o->col,
+                                       "%s after %s is not supported; put it before",
+                                       o->def->name, policy->def->name);
+                    goto fail;
+                }
                 stk_tail_op *t = &ip->tail[ip->ntail++];
                 t->kind = T_LUT;
                 t->lut = stk_op_desc_of(o);
                 memcpy(t->arg, o->u.num.v, sizeof t->arg);
             }
             break;
+        case STK_OP_POLICY: { /* the parser keeps these before rotate and color_jitter */
+            if (k < last_geo) {
+                rc = stk_spec_fail(text, o->col,
+                                   "%s before %s is not supported; put the crops and the "
+                                   "resize first",
+                                   o->def->name, spec->ops[last_geo].def->name);
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            stk_aug_policy *pl = &t->pol;
+            t->kind = T_POLICY;
+            pl->kind = stk_op_desc_of(o)->aug_policy;
+            const double *v = o->u.num.v;
+            double fill = pl->kind == STK_AUG_POLICY_AUTO ? v[0]
+                          : pl->kind == STK_AUG_POLICY_RAND ? v[3]
+                                                            : v[1];
+            if (pl->kind == STK_AUG_POLICY_RAND) {
+                pl->num_ops = (int)v[0];
+                pl->magnitude = (int)v[1];
+                pl->bins = (int)v[2];
+                if (pl->magnitude >= pl->bins) {
+                    rc = stk_spec_fail(text, o->arg_col,
+                                       "rand_augment magnitude %d must be below "
+                                       "num_magnitude_bins %d (it is a bin index)",
+                                       pl->magnitude, pl->bins);
+                    goto fail;
+                }
+            } else if (pl->kind == STK_AUG_POLICY_TRIVIAL) {
+                pl->bins = (int)v[0];
+            } else {
+                pl->auto_policy = (int)v[1];
+            }
+            for (int c = 0; c < 3; c++)
+                pl->fill[c] = (uint8_t)fill;
+            naug += pl->kind == STK_AUG_POLICY_RAND ? pl->num_ops
+                    : pl->kind == STK_AUG_POLICY_AUTO ? 2
+                                                      : 1;
+            if (naug > MAX_AUG) {
+                rc = stk_spec_fail(text, o->col,
+                                   "at most %d augmentation-policy steps per sample (the "
+                                   "policies' ops add up to %d)",
+                                   MAX_AUG, naug);
+                goto fail;
+            }
+            if (!policy)
+                policy = o;
+            ip->has_policy = 1;
+            break;
+        }
         case STK_OP_RANDOM_CROP:
         case STK_OP_CENTER_CROP:
         case STK_OP_RANDOM_RESIZED_CROP:
@@ -359,6 +423,33 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             for (int c = 0; c < 3; c++)
                 t->fill[c] = (float)o->u.rotate.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
             seen_color = seen_color ? seen_color : k + 1;
+            ip->float_path = 1;
+            break;
+        }
+        case STK_OP_AFFINE: {
+            if (nrot++ == MAX_ROT) {
+                rc = stk_spec_fail(text, o->col, "at most %d rotate and affine stages", MAX_ROT);
+                goto fail;
+            }
+            uint32_t nf = o->u.affine.nfill;
+            if (nf != 1 && nf != (uint32_t)nc) {
+                rc = stk_spec_fail(text, o->u.affine.fill_col,
+                                   "fill has %u values but the image has %d channel%s "
+                                   "(give 1 value or %d)",
+                                   nf, nc, nc == 1 ? "" : "s", nc);
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_AFFINE;
+            t->lo = o->u.affine.deg[0];
+            t->hi = o->u.affine.deg[1];
+            memcpy(t->tr, o->u.affine.tr, sizeof t->tr);
+            memcpy(t->scale, o->u.affine.scale, sizeof t->scale);
+            memcpy(t->shear, o->u.affine.shear, sizeof t->shear);
+            t->nearest = o->u.affine.nearest;
+            for (int c = 0; c < 3; c++)
+                t->fill[c] = (float)o->u.affine.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
+            seen_color = 1;
             ip->float_path = 1;
             break;
         }

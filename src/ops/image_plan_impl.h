@@ -16,6 +16,7 @@
 #ifndef STK_OPS_IMAGE_PLAN_IMPL_H
 #define STK_OPS_IMAGE_PLAN_IMPL_H
 
+#include "ops/augment.h"
 #include "ops/color.h"
 #include "ops/image_plan.h"
 #include "ops/op.h"
@@ -26,7 +27,8 @@
 #define MAX_ERASE 8 /* random_erasing stages (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY, T_POLICY, T_AFFINE };
+#define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_GRAY, S_BLUR };
 
 typedef struct stk_geo_op {
@@ -43,14 +45,17 @@ typedef struct stk_geo_op {
 typedef struct stk_tail_op {
     int kind;
     double p;              /* flips */
-    double lo, hi;         /* rotate: degrees */
-    float fill[3];         /* rotate: in [0, 1] */
+    double lo, hi;         /* rotate, affine: degrees */
+    float fill[3];         /* rotate, affine: in [0, 1] */
+    double tr[2], scale[2], shear[4]; /* affine (spec.h's u.affine) */
+    int nearest;           /* affine */
     int has[4];            /* jitter: b, c, s, h on */
     double rlo[4], rhi[4];
     const stk_op_desc *lut; /* T_LUT: the op's row */
     double arg[STK_SPEC_MAX_PARAMS];
     uint32_t kx, ky;       /* T_BLUR: kernel sizes (sigma range in lo, hi) */
     uint32_t n;            /* T_APPLY: the next n tail ops are the group (p: its probability) */
+    stk_aug_policy pol;     /* T_POLICY */
 } stk_tail_op;
 
 /* random_erasing (op_random_erasing.c), run on the finished output. */
@@ -73,6 +78,7 @@ struct stk_imgplan {
     int nerase;
     stk_erase_op erase[MAX_ERASE];
     int filter;                /* the resize's STK_RS_BILINEAR or STK_RS_BICUBIC */
+    int has_policy;            /* an augmentation policy (T_POLICY) */
     uint32_t out_h, out_w;
     stk_outfmt fmt;
     size_t sample_bytes;
@@ -106,6 +112,12 @@ typedef struct stk_draws {
     stk_draw_step steps[4 * STK_SPEC_MAX_OPS];
     int nrot;
     double angle[MAX_ROT];
+    /* Rotations that are affine maps (T_AFFINE): the drawn angle, tx, ty,
+     * scale, shear x, shear y, and whether a later flip was moved before
+     * it (the matrix is then conjugated by that mirror). */
+    int affine[MAX_ROT];
+    double aff[MAX_ROT][6];
+    int aff_mx[MAX_ROT], aff_my[MAX_ROT];
     /* uint8 point ops that apply to this sample, composed into one table
      * each: [0] before the resize (applied to the source pixels), [1] after
      * it (applied to each resampled row). */
@@ -115,6 +127,10 @@ typedef struct stk_draws {
      * h, w and the index of its op in the plan's erase list. */
     int nerase;
     int32_t erase[MAX_ERASE][5];
+    /* Augmentation-policy steps, in order, run on the whole uint8 image
+     * after the resample and the point-op tables. */
+    int naug;
+    stk_aug_step aug[MAX_AUG];
 } stk_draws;
 
 /* Draw everything for one sample whose head input is W x H (image_draws.c):

@@ -71,6 +71,28 @@ static void copy_raw(const stk_image_view *v, int64_t x0, int64_t y0, int64_t w,
 /* Run                                                                     */
 /* ---------------------------------------------------------------------- */
 
+/* Output row y of the head: the vertical pass (or the row itself), then the
+ * table of the point ops after the resize (lut, or NULL). */
+static const uint8_t *head_row(const stk_rs_kernels *rk, const stk_rs_axis *ay, int32_t y,
+                               int need_v, const uint8_t *vsrc, ptrdiff_t vstride, size_t rowb,
+                               uint8_t *rowbuf, int32_t *acc, int32_t OH, int vflip,
+                               const uint8_t *lut)
+{
+    const uint8_t *row;
+    if (need_v) {
+        rk->vpass(ay, y, vsrc, vstride, rowb, rowbuf, acc);
+        row = rowbuf;
+    } else {
+        row = vsrc + (ptrdiff_t)(vflip ? OH - 1 - y : y) * vstride;
+    }
+    if (lut) { /* point ops after the resize: on each row */
+        for (size_t i = 0; i < rowb; i++)
+            rowbuf[i] = lut[row[i]];
+        row = rowbuf;
+    }
+    return row;
+}
+
 typedef struct axis_plan {
     stk_rs_params p;   /* in decoded pixels, relative to the decoded domain */
     int64_t dd0;       /* decoded index of the domain start */
@@ -277,6 +299,18 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         t->nrot = dr.nrot < 4 ? dr.nrot : 4;
         for (int r = 0; r < t->nrot; r++)
             t->angle[r] = dr.angle[r];
+        for (int r = 0; r < t->nrot; r++) {
+            t->rot_affine[r] = dr.affine[r];
+            if (dr.affine[r])
+                memcpy(t->affine[r], dr.aff[r], sizeof t->affine[r]);
+        }
+        t->naug = dr.naug;
+        for (int k = 0; k < dr.naug; k++) {
+            t->aug_prim[k] = dr.aug[k].prim;
+            t->aug_bin[k] = dr.aug[k].bin;
+            t->aug_neg[k] = dr.aug[k].neg;
+            t->aug_mag[k] = dr.aug[k].mag;
+        }
     }
     if (!decode_pixels)
         return 0;
@@ -312,7 +346,9 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             nimg = 2;
     /* Every term is below 2^50 (sides < 2^30, region under the pixel
      * limit); refuse a sum no machine could hold rather than wrap. */
+    size_t aug_bytes = dr.naug ? al64((size_t)OW * OH * (size_t)nc) : 0;
     uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
+                    2 * (uint64_t)aug_bytes +
                     (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
     if (ws64 > SIZE_MAX / 4)
         return stk_fail(STK_EDATA, "image too large for this pipeline (%llu bytes of buffers)",
@@ -394,6 +430,13 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     m += al64(rowb + 64);
     int32_t *acc = (int32_t *)m;
     m += al64(rowb * 4);
+    uint8_t *aug_img = NULL, *aug_tmp = NULL;
+    if (dr.naug) {
+        aug_img = m;
+        m += aug_bytes;
+        aug_tmp = m;
+        m += aug_bytes;
+    }
     float *frow[3] = {NULL, NULL, NULL}, *img[2] = {NULL, NULL}, *brow = NULL;
     if (float_path) {
         for (int c = 0; c < 3; c++, m += fplane)
@@ -427,11 +470,43 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     for (int r = 0; r < dr.nrot; r++) {
         const stk_tail_op *t = NULL;
         for (int k = 0, seen = 0; k < ip->ntail; k++)
-            if (ip->tail[k].kind == T_ROTATE && seen++ == r)
+            if ((ip->tail[k].kind == T_ROTATE || ip->tail[k].kind == T_AFFINE) && seen++ == r)
                 t = &ip->tail[k];
-        stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+        if (!dr.affine[r]) {
+            stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+            continue;
+        }
+        const double *a = dr.aff[r];
+        double am[6];
+        stk_aug_inverse_affine(0.0, 0.0, a[0], a[1], a[2], a[3], a[4], a[5], am);
+        if (dr.aff_mx[r]) { /* mirror o A o mirror, x */
+            am[1] = -am[1];
+            am[2] = -am[2];
+            am[3] = -am[3];
+        }
+        if (dr.aff_my[r]) {
+            am[1] = -am[1];
+            am[3] = -am[3];
+            am[5] = -am[5];
+        }
+        stk_affine_init(&rots[r], am, OW, OH, t ? t->fill : NULL, nc, t ? t->nearest : 1);
     }
     size_t plane = (size_t)OW * OH;
+    if (dr.naug) { /* the policy steps, on the whole uint8 image */
+        for (int32_t y = 0; y < OH; y++)
+            memcpy(aug_img + (size_t)y * rowb,
+                   head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc, OH, dr.vflip,
+                            dr.has_lut[1] ? dr.lut[1] : NULL),
+                   rowb);
+        for (int k = 0; k < dr.naug; k++) {
+            uint8_t *res = stk_aug_apply(dr.aug[k].prim, dr.aug[k].mag, dr.aug[k].fill, aug_img,
+                                         aug_tmp, OW, OH, nc);
+            if (res != aug_img) {
+                aug_tmp = aug_img;
+                aug_img = res;
+            }
+        }
+    }
     int cur = 0;
     float contrast_b = 0.0f;
     stk_blur blur;
@@ -455,17 +530,9 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         for (int32_t y = 0; y < OH; y++) {
             const uint8_t *row = NULL;
             if (s == 0) {
-                if (need_v) {
-                    rk->vpass(&ay, y, vsrc, vstride, rowb, rowbuf, acc);
-                    row = rowbuf;
-                } else {
-                    row = vsrc + (ptrdiff_t)(dr.vflip ? OH - 1 - y : y) * vstride;
-                }
-                if (dr.has_lut[1]) { /* point ops after the resize: on each row */
-                    for (size_t i = 0; i < rowb; i++)
-                        rowbuf[i] = dr.lut[1][row[i]];
-                    row = rowbuf;
-                }
+                row = aug_img ? aug_img + (size_t)y * rowb
+                              : head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc,
+                                         OH, dr.vflip, dr.has_lut[1] ? dr.lut[1] : NULL);
                 if (!float_path) {
                     ck->u8_to_out(fmt, row, y, out);
                     continue;

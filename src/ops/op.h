@@ -54,6 +54,8 @@ typedef struct stk_op_desc {
     /* STK_OP_LUT only. arg = the op's u.num.v (its params, in order). */
     int (*draw)(const double *arg, stk_rng *rng);
     void (*lut)(const double *arg, uint8_t table[256]);
+    /* STK_OP_POLICY only: STK_AUG_POLICY_* (ops/augment.h). */
+    int aug_policy;
 } stk_op_desc;
 
 /* The table (op_table.c), in the order the "known ops" list shows: each

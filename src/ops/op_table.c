@@ -34,6 +34,10 @@
     X(gaussian_blur)                                                                           \
     X(random_erasing)                                                                          \
     X(random_apply)                                                                            \
+    X(affine)                                                                                  \
+    X(auto_augment)                                                                            \
+    X(rand_augment)                                                                            \
+    X(trivial_augment_wide)                                                                    \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;

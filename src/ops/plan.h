@@ -103,6 +103,14 @@ typedef struct stk_plan_trace {
     int applied;          /* bit k: the k-th random_apply (k < 31) ran its group */
     int nerase;           /* rectangles erased */
     int32_t erase[4];     /* the first: top, left, h, w */
+    int rot_affine[4];    /* rotation r is an affine stage; its drawn angle, tx, ty,
+                             scale, shear x, shear y (before any flip is moved) */
+    double affine[4][6];
+    int naug;             /* augmentation-policy steps drawn (ops/augment.h) */
+    int aug_prim[32];     /* STK_AUG_*: the primitive */
+    int aug_bin[32];      /* its magnitude bin, -1 for none */
+    int aug_neg[32];      /* its magnitude was negated */
+    double aug_mag[32];   /* the magnitude torchvision's _apply_op receives */
 } stk_plan_trace;
 
 /* STK_EINVAL for a fixed-shape plan without image stages. */

@@ -70,6 +70,11 @@ typedef enum stk_op_kind {
     STK_OP_GAUSSIAN_BLUR,  /* u.blur (op_gaussian_blur.c) */
     STK_OP_RANDOM_ERASING, /* u.erase (op_random_erasing.c) */
     STK_OP_RANDOM_APPLY,   /* u.apply (op_random_apply.c) */
+    /* An augmentation policy (auto_augment, rand_augment,
+     * trivial_augment_wide: ops/augment.h) run on the whole uint8 image
+     * after the head; arguments in u.num, the policy in the row. */
+    STK_OP_POLICY,
+    STK_OP_AFFINE, /* u.affine: RandomAffine on the float image (ops/op_affine.c) */
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
@@ -128,6 +133,16 @@ typedef struct stk_spec_op {
             uint8_t fill[STK_SPEC_MAX_LIST]; /* pixel values 0-255 */
             int fill_col;
         } rotate;
+        struct {
+            double deg[2];    /* angle range, degrees */
+            double tr[2];     /* translate fractions of width, height (0: none) */
+            double scale[2];  /* scale range ({1, 1}: none) */
+            double shear[4];  /* x range, y range, degrees */
+            int nearest;      /* interpolation: 1 nearest (default), 0 bilinear */
+            uint32_t nfill;
+            uint8_t fill[STK_SPEC_MAX_LIST];
+            int fill_col;
+        } affine;
         struct {
             /* Factor ranges; an op is on when its flag is set (torchvision
              * drops a factor whose range is exactly {1}, or {0} for hue). */

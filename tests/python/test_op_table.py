@@ -73,7 +73,8 @@ def test_a_class_writes_its_op(name):
     examples = {"RandomCrop": (8,), "CenterCrop": (8,), "Pad": (2,), "RandomResizedCrop": (8,),
                 "Resize": (8,), "RandomRotation": (10,), "Normalize": ((0.5,), (0.25,)),
                 "ColorJitter": (0.1,), "RandomPosterize": (3,), "RandomSolarize": (128,),
-                "GaussianBlur": (3,), "RandomApply": ([stoker.RandomGrayscale(1)],)}
+                "GaussianBlur": (3,), "RandomApply": ([stoker.RandomGrayscale(1)],),
+                "RandomAffine": (10,)}
     row = ROWS[cls.op]
     if row[4] is not None:  # generated: the low end of each required param
         examples[name] = tuple(lo for _, _, required, lo, _, _ in row[4] if required)
