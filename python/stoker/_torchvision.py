@@ -7,7 +7,8 @@ stoker transforms and stage strings. Each torchvision object is read
 (its attributes: ``size``, ``scale``, ``ratio``, ``interpolation``, ``p``,
 ``padding``, ``fill``, ``degrees``, ``brightness``..., ``mean``/``std``)
 and rebuilt as the stoker transform of the same name, whose constructor
-refuses what stoker cannot do (an interpolation other than bilinear,
+refuses what stoker cannot do (an interpolation other than bilinear, bicubic
+or nearest (RandomRotation: bilinear only),
 ``pad_if_needed``, ``max_size``...) with a ValueError naming the argument;
 this module adds the name of the torchvision transform to that message.
 A transform with no stoker equivalent (``Lambda``, ``ToPILImage``, a

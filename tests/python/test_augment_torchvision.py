@@ -438,7 +438,7 @@ def test_affine_draws_follow_the_ranges(tmp_path):
     ("resize 64,64 | affine 5 fill=1,2", "fill has 2 values but the image has 3 channels"),
     ("resize 64,64 | normalize imagenet | affine 5", "affine must come before normalize"),
     ("resize 64,64 | affine 5 | posterize 3", "posterize must come before"),
-    ("affine 5 | resize 64,64", "resize after rotate or color_jitter is not supported"),
+    ("affine 5 | resize 64,64", "resize after affine is not supported"),
 ])
 def test_affine_spec_errors(spec, message):
     with pytest.raises(stoker.SpecError) as e:
