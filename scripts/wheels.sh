@@ -75,11 +75,21 @@ fi
 sdist=$(ls "$out"/dist/stoker-*.tar.gz)
 /usr/bin/python3 tests/wheel_smoke.py make "$out/data"
 
+# The wheels build side by side (each compiles one file at a time).
+vers=() pids=()
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  echo "wheels: Python $ver ($py)"
+  echo "wheels: building the wheel for Python $ver ($py)"
   "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out/raw-$ver" "$sdist" \
-    > "$out/wheel-$ver.log" 2>&1 || { cat "$out/wheel-$ver.log"; exit 1; }
+    > "$out/wheel-$ver.log" 2>&1 &
+  vers+=("$ver") pids+=($!)
+done
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { cat "$out/wheel-${vers[$i]}.log"; exit 1; }
+done
+
+for i in "${!pythons[@]}"; do
+  py=${pythons[$i]} ver=${vers[$i]}
   PATH=$tools/bin:$PATH "$tools/bin/auditwheel" repair -w "$out/repaired-$ver" "$out"/raw-"$ver"/*.whl \
     > "$out/repair-$ver.log" 2>&1 || { cat "$out/repair-$ver.log"; exit 1; }
   wheel=$(ls "$out"/repaired-"$ver"/*.whl)

@@ -26,8 +26,10 @@ Prints one line per check and "wheel-smoke: N passed, 0 failed"; exits 1 at the
 first failure with what differed.
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 H, W = 20, 24
 CLASSES = {"cat": ["0.png", "1.png"], "dog": ["0.png", "1.jpg", "2.png"]}
@@ -164,17 +166,19 @@ def check(data, cli):
     if r.returncode != 20 or sorted(order) != list(range(5)):
         fail(f"cli_main twice: exit {r.returncode} (expected 20), output {r.stdout!r} {r.stderr!r}")
     ok("cli_main twice in one process: exit 2 then 0, a permutation of 0..4")
-    stk = os.path.join(data, "stk-raw")
+    tmp = tempfile.mkdtemp(prefix="wheel-smoke-")  # a fresh pack each run (left on failure)
+    stk = os.path.join(tmp, "stk-raw")
     run([exe, "pack", os.path.join(data, "folder"), stk, "--raw", "--zstd", "3", "-q"])
     same(stk, "stoker pack --raw --zstd (the installed CLI) then .stk via libzstd")
     if cli:
-        bench = ["bench", stk, "--pipeline", "flip 0.5 | to f32 chw", "--batch", "2",
+        bench = ["bench", stk, "--pipeline", f"center_crop {H},{W} | flip 0.5 | to f32 chw", "--batch", "2",
                  "--epochs", "2", "--seed", "7", "--shuffle", "global", "--digest"]
         mine = [x for x in run([exe] + bench).splitlines() if x.startswith("digest:")]
         theirs = [x for x in run([cli] + bench).splitlines() if x.startswith("digest:")]
         if not mine or mine != theirs:
             fail(f"bench --digest: the installed tool prints {mine}, {cli} prints {theirs}")
         ok(f"bench --digest equal to {cli}'s: {mine[0]}")
+    shutil.rmtree(tmp)
     print(f"wheel-smoke: {passed} passed, 0 failed")
 
 
