@@ -1,14 +1,20 @@
 """Build of the Python module for `pip install .` (see pyproject.toml).
 
-Compiles python/_stoker.c together with the library sources src/*/*.c into
+Compiles python/_stoker.c together with the library sources src/*/*.c and
+the command-line tool's sources cli/*.c (without their main(): the `stoker`
+console script and `python -m stoker` call it through _stoker.cli_main) into
 one extension, stoker._stoker, linked with the system libraries libstoker
 uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev
-libwebp-dev libtiff-dev libgif-dev).
+libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, and libhdf5-dev when pkg-config finds it).
 The pure-Python package is python/stoker/. Build files (and the egg-info)
 go to build-pip/ so they never mix with a CMake build/ directory.
+MANIFEST.in lists what the sdist carries: everything compiled here.
 
     /usr/bin/python3 -m venv --system-site-packages /tmp/venv
     /tmp/venv/bin/pip install --no-build-isolation .
+
+A wheel that needs none of those libraries installed: scripts/wheels.sh
+(auditwheel copies them into the wheel; docs/python.md, "Building").
 """
 import glob
 import os
@@ -18,8 +24,10 @@ from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # the paths below are relative to the repository root
+# egg_base (below) must exist: a fresh clone or an unpacked sdist has no build-pip/
+os.makedirs("build-pip", exist_ok=True)
 
-sources = ["python/_stoker.c"] + sorted(glob.glob("src/*/*.c"))
+sources = ["python/_stoker.c"] + sorted(glob.glob("src/*/*.c")) + sorted(glob.glob("cli/*.c"))
 
 
 def pkg_config(name):
@@ -44,10 +52,12 @@ extension = Extension(
     include_dirs=["include", "src"] + (hdf5[0] if hdf5 else []),
     library_dirs=hdf5[1] if hdf5 else [],
     # a changed header rebuilds the module too (setuptools compares times)
-    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h")),
-    define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None)]
+    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("cli/*.h")),
+    define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
+                   ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "pthread", "m"] + (hdf5[2] if hdf5 else [])
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "xxhash", "pthread", "m"]
+    + (hdf5[2] if hdf5 else [])
     + ["webp", "webpdemux", "tiff", "gif"],  # WebP, TIFF, GIF (src/codec/)
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
     # module's output is bit-identical to the CMake build's with any compiler.

@@ -20,6 +20,11 @@
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 
+/* The tool: argv[0] is the program name, argv[1] the command. Returns the
+ * exit status. main() (cli/main.c) calls it, and so does the Python
+ * extension's _stoker.cli_main, which compiles the cli/ sources with STK_CLI_NO_MAIN. */
+int stk_cli_main(int argc, char **argv);
+
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_order(int argc, char **argv);

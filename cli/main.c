@@ -7,6 +7,13 @@
  * neighbours, each costing 1) is at most 2 and smaller than the typed
  * word's length (so "x" is not "corrected" to "raw"). Ties go to the first
  * candidate in the table's order.
+ *
+ * stk_cli_main is the whole tool; main() only calls it. The Python package
+ * compiles the cli/ sources into its extension module with STK_CLI_NO_MAIN defined
+ * (setup.py, and CMake's stoker_python target), where _stoker.cli_main(argv)
+ * calls stk_cli_main: the `stoker` console script and `python -m stoker` of
+ * an installed wheel run this same code. It keeps no state between calls but
+ * getopt's, which it resets on entry: a process may call it more than once.
  */
 #include "cli.h"
 
@@ -234,8 +241,16 @@ double cli_peak_rss_mb(void)
     return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
-int main(int argc, char **argv)
+int stk_cli_main(int argc, char **argv)
 {
+    /* The commands set optind = 1, which does not clear getopt's position
+     * inside a cluster of short options ("-zq" left at 'q' by a usage error):
+     * on a second call that would point into the previous argv. optind = 0
+     * makes glibc re-initialise on the next call, made here on an argv with
+     * no options. */
+    char *no_options[] = {"stoker", NULL};
+    optind = 0;
+    (void)getopt(1, no_options, "");
     if (argc < 2) {
         print_usage(stderr);
         return EXIT_USAGE;
@@ -289,3 +304,10 @@ int main(int argc, char **argv)
     unknown_command("unknown command", cmd);
     return EXIT_USAGE;
 }
+
+#ifndef STK_CLI_NO_MAIN
+int main(int argc, char **argv)
+{
+    return stk_cli_main(argc, argv);
+}
+#endif

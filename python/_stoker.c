@@ -50,6 +50,11 @@
  * the DLPack deleter takes the GIL itself, so a consumer (torch) may free a
  * tensor from a thread that does not hold it.
  *
+ * The command-line tool: with STK_HAVE_CLI (setup.py, and CMake when it
+ * builds the CLI) the sources of cli/ are compiled into this module without
+ * their main(), and cli_main(argv) runs the tool (stoker/__main__.py: the
+ * `stoker` console script and `python -m stoker`).
+ *
  * fork(): the worker threads do not exist in a child process, and the
  * loader's mutex may have been held by one of them. A pthread_atfork child
  * handler bumps `fork_generation`; a _Loader made in another generation
@@ -1861,6 +1866,59 @@ done:
     return result;
 }
 
+#ifdef STK_HAVE_CLI
+/* The `stoker` tool (cli/main.c), compiled into this module without its
+ * main() (STK_CLI_NO_MAIN): the console script and `python -m stoker` run
+ * the same C code as the CMake-built tool. */
+int stk_cli_main(int argc, char **argv);
+
+/* cli_main(argv): argv as a list of str (or bytes/path-like), argv[0] the
+ * program name; returns the exit status. Each argument is encoded as the
+ * file system encoding does (os.fsencode: undecodable file names survive
+ * through surrogateescape). The tool writes to the process's stdout/stderr
+ * with C stdio, flushed before returning; the GIL is released meanwhile. */
+static PyObject *mod_cli_main(PyObject *m, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "cli_main: expected a list of str (argv)");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n >= INT_MAX) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError,
+                        "cli_main: argv must hold the program name and at most INT_MAX-2 arguments");
+        return NULL;
+    }
+    PyObject **bytes = PyMem_Calloc((size_t)n, sizeof *bytes);
+    char **argv = PyMem_Calloc((size_t)n + 1, sizeof *argv);
+    PyObject *result = NULL;
+    if (!bytes || !argv) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyUnicode_FSConverter(PySequence_Fast_GET_ITEM(seq, i), &bytes[i]))
+            goto done; /* TypeError, or ValueError for an embedded NUL */
+        argv[i] = PyBytes_AS_STRING(bytes[i]);
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_cli_main((int)n, argv);
+    fflush(stdout);
+    fflush(stderr);
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLong(rc);
+done:
+    if (bytes)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(bytes[i]);
+    PyMem_Free(bytes);
+    PyMem_Free(argv);
+    Py_DECREF(seq);
+    return result;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
     {"strerror", mod_strerror, METH_O,
      "strerror(code)\n--\n\nName and description of a stoker error code."},
@@ -1879,6 +1937,12 @@ static PyMethodDef module_methods[] = {
      "validate=True, max_side=0, quality=0, restart=0)\n--\n\nPack a dataset into .stk shards "
      "(stk_pack); returns a dict with records, skipped, shards, bytes, restarted, "
      "skipped_inputs."},
+#ifdef STK_HAVE_CLI
+    {"cli_main", mod_cli_main, METH_O,
+     "cli_main(argv)\n--\n\nRun the `stoker` command-line tool (the C code of cli/) with argv, "
+     "a list of str whose first item is the program name; returns the exit status (0 success, "
+     "1 runtime failure, 2 usage error). stoker.__main__ calls it."},
+#endif
     {0},
 };
 

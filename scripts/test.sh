@@ -7,6 +7,10 @@
 #   4. GCC, clang and `pip install .` builds: identical digests on the CIFAR,
 #      imagenet-train-few and imagenet-train-extensive pipelines
 #      (tests/compare_builds.py)
+#   4b. packaging (scripts/wheels.sh): the sdist, a wheel from it for the
+#      pyenv Pythons 3.10 and 3.13 with its C libraries copied in (auditwheel),
+#      each installed into a fresh venv without a compiler: import, Loader,
+#      the `stoker` console script, the same digest as build/stoker
 #   5. AddressSanitizer + UBSan build: all C tests
 #   6. ThreadSanitizer build: the engine's tests (loader, sampler), the shard
 #      and dataset tests (test_stk: pack, open, verify; test_pack_stall;
@@ -64,11 +68,19 @@ step "GCC, clang and pip builds give the same digests"
 # `pip install .` into a venv that sees Debian's packages (setup.py's recipe);
 # build-pip/ keeps setuptools' objects, so a rerun only reinstalls.
 /usr/bin/python3 -m venv --system-site-packages build-pip/venv
+git_before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
 build-pip/venv/bin/pip install -q --no-build-isolation --no-deps --no-index . > build-pip/install.log 2>&1 \
   || { cat build-pip/install.log; exit 1; }
+# build products (egg-info, objects) go to build-pip/, never into the tree
+if [ "$(git status --porcelain --untracked-files=all 2>/dev/null || true)" != "$git_before" ]; then
+  echo "test.sh: pip install . changed git status:" >&2; git status --short >&2; exit 1
+fi
 site=$(build-pip/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 /usr/bin/python3 tests/compare_builds.py --cli build/stoker --cli build-clang/stoker \
   --python-site "$site" --photos "$STOKER_PHOTOS"
+
+step "sdist -> wheels for Python 3.10 and 3.13 -> fresh venvs"
+scripts/wheels.sh --cli build/stoker
 
 step "AddressSanitizer + UBSan"
 scripts/build.sh asan
