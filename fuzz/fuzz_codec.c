@@ -30,21 +30,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FUZZ_NAME "fuzz_codec"
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_PIXELS (1u << 18)
 #define REGIONS 3
 
 static volatile uint64_t g_sink;
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_codec: oracle failed: %s (last message: %s)\n", what,
-                stk_errmsg());
-        abort();
-    }
-}
 
 static void check_code(int rc)
 {

@@ -24,6 +24,9 @@
  */
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_datasets"
+#include "fuzz_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,28 +44,13 @@ static int g_fd[F_COUNT] = {-1, -1, -1};
 static char g_path[F_COUNT][64];
 static volatile uint64_t g_sink;
 
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_datasets: oracle failed: %s\n", what);
-        abort();
-    }
-}
-
 static void put_file(int which, const uint8_t *data, size_t size)
 {
     if (g_fd[which] < 0) {
-        g_fd[which] = memfd_create("fuzz_datasets", MFD_CLOEXEC);
-        check(g_fd[which] >= 0, "memfd_create");
+        g_fd[which] = fuzz_memfd("fuzz_datasets");
         snprintf(g_path[which], sizeof g_path[which], "/proc/self/fd/%d", g_fd[which]);
     }
-    check(ftruncate(g_fd[which], 0) == 0, "ftruncate");
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = pwrite(g_fd[which], data + done, size - done, (off_t)done);
-        check(k > 0, "pwrite");
-        done += (size_t)k;
-    }
+    fuzz_write_fd(g_fd[which], data, size);
 }
 
 static void touch(const void *p, size_t n)

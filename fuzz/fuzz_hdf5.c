@@ -32,6 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FUZZ_NAME "fuzz_hdf5"
+#include "fuzz_util.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_ELEMS 4096u
@@ -43,14 +46,6 @@ static uint64_t rd_le(const uint8_t *p, unsigned n)
     for (unsigned i = n; i-- > 0;)
         v = v << 8 | p[i];
     return v;
-}
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_hdf5: oracle failed: %s\n", what);
-        abort();
-    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

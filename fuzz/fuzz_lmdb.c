@@ -23,6 +23,9 @@
  */
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_lmdb"
+#include "fuzz_util.h"
+
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,14 +38,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_env[64];
 static volatile uint64_t g_sink;
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_lmdb: oracle failed: %s\n", what);
-        abort();
-    }
-}
 
 /* Write the environment (one file, MDB_NOSUBDIR); 0 if it has no record. */
 static int write_env(const uint8_t *d, size_t n)

@@ -38,6 +38,9 @@
 
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_shard"
+#include "fuzz_util.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,19 +62,10 @@ static volatile uint64_t g_sink; /* touched bytes go here */
 static const stk_dataset_options g_opts = {.max_bytes = 1u << 24, .max_samples = 1u << 20,
                                            .max_pixels = 1u << 20};
 
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_shard: oracle failed: %s\n", what);
-        abort();
-    }
-}
-
 static void put_file(const uint8_t *data, size_t size)
 {
     if (g_fd < 0) {
-        g_fd = memfd_create("fuzz_shard.stk", MFD_CLOEXEC);
-        check(g_fd >= 0, "memfd_create");
+        g_fd = fuzz_memfd("fuzz_shard.stk");
         snprintf(g_path, sizeof g_path, "/proc/self/fd/%d", g_fd);
         /* Two more descriptors in one decade (900 and 901 usually), named
          * by one glob ("/proc/self/fd/90[01]"): no temporary files, and the
@@ -93,13 +87,7 @@ static void put_file(const uint8_t *data, size_t size)
         check(b >= 0, "two more descriptors of the file in one decade");
         snprintf(g_glob, sizeof g_glob, "/proc/self/fd/%d[%d%d]", a / 10, a % 10, b % 10);
     }
-    check(ftruncate(g_fd, 0) == 0, "ftruncate");
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = pwrite(g_fd, data + done, size - done, (off_t)done);
-        check(k > 0, "pwrite");
-        done += (size_t)k;
-    }
+    fuzz_write_fd(g_fd, data, size);
 }
 
 /* Sum every 64th byte and the last one: each page handed out is read. The

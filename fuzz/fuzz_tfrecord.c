@@ -24,6 +24,9 @@
  */
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_tfrecord"
+#include "fuzz_util.h"
+
 #include "core/crc32c.h"
 
 #include <stdio.h>
@@ -42,14 +45,6 @@ static char g_mem[64];
 static char g_dir[64];
 static volatile uint64_t g_sink;
 
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_tfrecord: oracle failed: %s\n", what);
-        abort();
-    }
-}
-
 static void touch(const void *p, size_t n)
 {
     const uint8_t *b = p;
@@ -62,17 +57,10 @@ static void touch(const void *p, size_t n)
 static void put_mem(const uint8_t *data, size_t size)
 {
     if (g_fd < 0) {
-        g_fd = memfd_create("fuzz_tfrecord", MFD_CLOEXEC);
-        check(g_fd >= 0, "memfd_create");
+        g_fd = fuzz_memfd("fuzz_tfrecord");
         snprintf(g_mem, sizeof g_mem, "/proc/self/fd/%d", g_fd);
     }
-    check(ftruncate(g_fd, 0) == 0, "ftruncate");
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = pwrite(g_fd, data + done, size - done, (off_t)done);
-        check(k > 0, "pwrite");
-        done += (size_t)k;
-    }
+    fuzz_write_fd(g_fd, data, size);
 }
 
 static void cleanup(void)

@@ -22,6 +22,9 @@
  */
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_wds"
+#include "fuzz_util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,28 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static int g_fd = -1;
 static volatile uint64_t g_sink;
 
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_wds: oracle failed: %s\n", what);
-        abort();
-    }
-}
-
 static void put_file(const uint8_t *data, size_t size)
 {
     if (g_fd < 0) {
-        g_fd = memfd_create("fuzz_wds", MFD_CLOEXEC);
-        check(g_fd >= 0, "memfd_create");
+        g_fd = fuzz_memfd("fuzz_wds");
         check(dup2(g_fd, FD_A) == FD_A && dup2(g_fd, FD_B) == FD_B, "dup2");
     }
-    check(ftruncate(g_fd, 0) == 0, "ftruncate");
-    size_t done = 0;
-    while (done < size) {
-        ssize_t k = pwrite(g_fd, data + done, size - done, (off_t)done);
-        check(k > 0, "pwrite");
-        done += (size_t)k;
-    }
+    fuzz_write_fd(g_fd, data, size);
 }
 
 static void touch(const void *p, size_t n)

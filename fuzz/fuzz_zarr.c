@@ -29,6 +29,9 @@
  */
 #include <stoker/stoker.h>
 
+#define FUZZ_NAME "fuzz_zarr"
+#include "fuzz_util.h"
+
 #include "core/util.h"
 #include "format/dataset.h"
 
@@ -46,14 +49,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_dir[64];
 static volatile uint64_t g_sink;
-
-static void check(int ok, const char *what)
-{
-    if (!ok) {
-        fprintf(stderr, "fuzz_zarr: oracle failed: %s\n", what);
-        abort();
-    }
-}
 
 static void touch(const void *p, size_t n)
 {
