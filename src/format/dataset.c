@@ -247,13 +247,7 @@ static int stk_memory_read(const stk_dataset *ds, uint64_t index, stk_sample *ou
     if (index >= ds->count)
         return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
                         (unsigned long long)index, (unsigned long long)ds->count);
-    out->image.pixels = m->pixels + index * m->sample_bytes;
-    out->image.height = ds->height;
-    out->image.width = ds->width;
-    out->image.channels = ds->channels;
-    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
-    out->image.col_stride = ds->channels;
-    out->image.chan_stride = 1;
+    stk_sample_set_hwc(ds, m->pixels + index * m->sample_bytes, out);
     out->label = m->labels ? m->labels[index] : 0;
     return 0;
 }

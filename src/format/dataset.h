@@ -95,6 +95,21 @@ struct stk_dataset {
     void *impl;            /* owned by the reader */
 };
 
+/* *out becomes a dense HWC view of `px` in the dataset's fixed shape (the
+ * array readers: memory, IDX, npy, HDF5, Zarr); no encoded bytes. */
+static inline void stk_sample_set_hwc(const stk_dataset *ds, const uint8_t *px, stk_sample *out)
+{
+    out->image.pixels = px;
+    out->image.height = ds->height;
+    out->image.width = ds->width;
+    out->image.channels = ds->channels;
+    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
+    out->image.col_stride = ds->channels;
+    out->image.chan_stride = 1;
+    out->encoded = NULL;
+    out->encoded_size = 0;
+}
+
 /* After using the view of sample `index`: 0, or the reader's STK_EDATA if
  * its bytes were lost meanwhile (vtable.read_check; 0 when absent). */
 static inline int stk_dataset_check(const stk_dataset *ds, uint64_t index)

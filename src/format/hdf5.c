@@ -147,19 +147,6 @@ static int h5_parse_query(const char *uri, const char *query, char *images, char
 
 /* --- read ----------------------------------------------------------------- */
 
-static void h5_fixed_view(const stk_dataset *ds, const uint8_t *px, stk_sample *out)
-{
-    out->image.pixels = px;
-    out->image.height = ds->height;
-    out->image.width = ds->width;
-    out->image.channels = ds->channels;
-    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
-    out->image.col_stride = ds->channels;
-    out->image.chan_stride = 1;
-    out->encoded = NULL;
-    out->encoded_size = 0;
-}
-
 static int h5_vlen_damage(const stk_dataset *ds, uint64_t index)
 {
     const stk_h5_impl *m = ds->impl;
@@ -188,7 +175,7 @@ static int stk_h5_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     out->label = m->labels[index];
     switch (m->kind) {
     case H5K_FIXED_MAPPED:
-        h5_fixed_view(ds, m->map.data + m->data_off + index * m->sample_bytes, out);
+        stk_sample_set_hwc(ds, m->map.data + m->data_off + index * m->sample_bytes, out);
         return 0;
     case H5K_VLEN_MAPPED: {
         const stk_h5_entry *e = &m->entries[index];
@@ -366,7 +353,7 @@ static int h5_lib_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
                           m->path, m->images_name, (unsigned long long)index, h5_reason(&w));
             goto out;
         }
-        h5_fixed_view(ds, scratch->data, out);
+        stk_sample_set_hwc(ds, scratch->data, out);
     } else {
         hvl_t v = {0, NULL};
         if (H5Dread(m->dset, m->memtype, m->mspace, m->fspace, H5P_DEFAULT, &v) < 0) {

@@ -90,13 +90,7 @@ static int stk_idx_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     if (index >= ds->count)
         return stk_fail(STK_EINVAL, "%s: sample index %llu out of range (%llu samples)", ds->uri,
                         (unsigned long long)index, (unsigned long long)ds->count);
-    out->image.pixels = x->images.data + index * x->sample_bytes;
-    out->image.height = ds->height;
-    out->image.width = ds->width;
-    out->image.channels = ds->channels;
-    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
-    out->image.col_stride = ds->channels;
-    out->image.chan_stride = 1;
+    stk_sample_set_hwc(ds, x->images.data + index * x->sample_bytes, out);
     out->label = x->labels[index];
     return 0;
 }

@@ -294,15 +294,7 @@ static int stk_npy_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
 {
     const stk_npy_impl *m = ds->impl;
     (void)scratch;
-    out->image.pixels = m->pixels + index * m->sample_bytes;
-    out->image.height = ds->height;
-    out->image.width = ds->width;
-    out->image.channels = ds->channels;
-    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
-    out->image.col_stride = ds->channels;
-    out->image.chan_stride = 1;
-    out->encoded = NULL;
-    out->encoded_size = 0;
+    stk_sample_set_hwc(ds, m->pixels + index * m->sample_bytes, out);
     out->label = m->labels[index];
     return 0;
 }

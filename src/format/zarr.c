@@ -748,19 +748,6 @@ out:
 /* Reader                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static void zarr_view(const stk_dataset *ds, const uint8_t *p, stk_sample *out)
-{
-    out->image.pixels = p;
-    out->image.height = ds->height;
-    out->image.width = ds->width;
-    out->image.channels = ds->channels;
-    out->image.row_stride = (ptrdiff_t)ds->width * ds->channels;
-    out->image.col_stride = ds->channels;
-    out->image.chan_stride = 1;
-    out->encoded = NULL;
-    out->encoded_size = 0;
-}
-
 static void stk_zarr_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
 {
     const stk_zarr_impl *m = ds->impl;
@@ -786,7 +773,7 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
     out->label = m->labels[index];
 
     if (a->codec == ZARR_NONE && m->maps && m->map_state[c] == ZARR_MAPPED) {
-        zarr_view(ds, m->maps[c].data + k * m->sample_bytes, out);
+        stk_sample_set_hwc(ds, m->maps[c].data + k * m->sample_bytes, out);
         return 0;
     }
     if (a->codec == ZARR_NONE && m->maps && m->map_state[c] == ZARR_MISSING) {
@@ -819,7 +806,7 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
             stk_source_close(&fs.base);
             if (rc < 0)
                 return zarr_read_fail(ds, index, rc);
-            zarr_view(ds, scratch->data + ZARR_HDR, out);
+            stk_sample_set_hwc(ds, scratch->data + ZARR_HDR, out);
             return 0;
         }
     } else {
@@ -828,7 +815,7 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
             memcpy(&h, scratch->data, sizeof h);
             if (h.magic == ZARR_MAGIC && h.generation == m->generation && h.chunk == c &&
                 h.valid == 1) {
-                zarr_view(ds, scratch->data + ZARR_HDR + k * m->sample_bytes, out);
+                stk_sample_set_hwc(ds, scratch->data + ZARR_HDR + k * m->sample_bytes, out);
                 return 0;
             }
         }
@@ -837,7 +824,7 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
         if (!missing) {
             h = (zarr_cache_hdr){ZARR_MAGIC, m->generation, c, 1};
             memcpy(scratch->data, &h, sizeof h);
-            zarr_view(ds, scratch->data + ZARR_HDR + k * m->sample_bytes, out);
+            stk_sample_set_hwc(ds, scratch->data + ZARR_HDR + k * m->sample_bytes, out);
             return 0;
         }
     }
@@ -849,7 +836,7 @@ static int stk_zarr_read(const stk_dataset *ds, uint64_t index, stk_sample *out,
                                                              "the array's fill_value is null",
                                                   a->path, key));
     }
-    zarr_view(ds, m->fill_sample, out);
+    stk_sample_set_hwc(ds, m->fill_sample, out);
     return 0;
 }
 
