@@ -102,6 +102,22 @@ int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint3
     return 0;
 }
 
+/* A rotate or affine stage's fill (pixel values, one or one per channel)
+ * into t->fill in 0-1 units; a count that is neither is a spec error at
+ * fill_col. */
+static int tail_fill(const char *text, const uint8_t *fill, uint32_t nf, int fill_col, int nc,
+                     stk_tail_op *t)
+{
+    if (nf != 1 && nf != (uint32_t)nc)
+        return stk_spec_fail(text, fill_col,
+                             "fill has %u values but the image has %d channel%s (give 1 value "
+                             "or %d)",
+                             nf, nc, nc == 1 ? "" : "s", nc);
+    for (int c = 0; c < 3; c++)
+        t->fill[c] = (float)fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
+    return 0;
+}
+
 static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F32 ? 4 : 2; }
 
 int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
@@ -408,20 +424,14 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 rc = stk_spec_fail(text, o->col, "at most %d rotate stages", MAX_ROT);
                 goto fail;
             }
-            uint32_t nf = o->u.rotate.nfill;
-            if (nf != 1 && nf != (uint32_t)nc) {
-                rc = stk_spec_fail(text, o->u.rotate.fill_col,
-                                   "fill has %u values but the image has %d channel%s "
-                                   "(give 1 value or %d)",
-                                   nf, nc, nc == 1 ? "" : "s", nc);
+            stk_tail_op *t = &ip->tail[ip->ntail];
+            if ((rc = tail_fill(text, o->u.rotate.fill, o->u.rotate.nfill, o->u.rotate.fill_col,
+                                nc, t)) < 0)
                 goto fail;
-            }
-            stk_tail_op *t = &ip->tail[ip->ntail++];
+            ip->ntail++;
             t->kind = T_ROTATE;
             t->lo = o->u.rotate.lo;
             t->hi = o->u.rotate.hi;
-            for (int c = 0; c < 3; c++)
-                t->fill[c] = (float)o->u.rotate.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
             seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
@@ -431,15 +441,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 rc = stk_spec_fail(text, o->col, "at most %d rotate and affine stages", MAX_ROT);
                 goto fail;
             }
-            uint32_t nf = o->u.affine.nfill;
-            if (nf != 1 && nf != (uint32_t)nc) {
-                rc = stk_spec_fail(text, o->u.affine.fill_col,
-                                   "fill has %u values but the image has %d channel%s "
-                                   "(give 1 value or %d)",
-                                   nf, nc, nc == 1 ? "" : "s", nc);
+            stk_tail_op *t = &ip->tail[ip->ntail];
+            if ((rc = tail_fill(text, o->u.affine.fill, o->u.affine.nfill, o->u.affine.fill_col,
+                                nc, t)) < 0)
                 goto fail;
-            }
-            stk_tail_op *t = &ip->tail[ip->ntail++];
+            ip->ntail++;
             t->kind = T_AFFINE;
             t->lo = o->u.affine.deg[0];
             t->hi = o->u.affine.deg[1];
@@ -447,9 +453,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             memcpy(t->scale, o->u.affine.scale, sizeof t->scale);
             memcpy(t->shear, o->u.affine.shear, sizeof t->shear);
             t->nearest = o->u.affine.nearest;
-            for (int c = 0; c < 3; c++)
-                t->fill[c] = (float)o->u.affine.fill[nf == 1 ? 0 : (c < nc ? c : 0)] / 255.0f;
-            seen_color = 1;
+            seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
         }

@@ -439,6 +439,7 @@ def test_affine_draws_follow_the_ranges(tmp_path):
     ("resize 64,64 | normalize imagenet | affine 5", "affine must come before normalize"),
     ("resize 64,64 | affine 5 | posterize 3", "posterize must come before"),
     ("affine 5 | resize 64,64", "resize after affine is not supported"),
+    ("resize 64,64 | flip | affine 5 | resize 32,32", "resize after affine is not supported"),
 ])
 def test_affine_spec_errors(spec, message):
     with pytest.raises(stoker.SpecError) as e:
