@@ -28,49 +28,13 @@
 
 #include "testutil.h"
 
-typedef struct buf {
-    uint8_t p[1 << 16];
-    size_t n;
-} buf;
-
-static void put(buf *b, const void *d, size_t n)
-{
-    assert_true(b->n + n <= sizeof b->p);
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void varint(buf *b, uint64_t v)
-{
-    do {
-        uint8_t c = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            c |= 0x80;
-        put(b, &c, 1);
-    } while (v);
-}
-
-static void field_varint(buf *b, uint32_t number, int64_t v)
-{
-    varint(b, number << 3 | 0);
-    varint(b, (uint64_t)v); /* int32 negatives: 10 bytes, sign-extended */
-}
-
-static void field_bytes(buf *b, uint32_t number, const void *d, size_t n)
-{
-    varint(b, number << 3 | 2);
-    varint(b, n);
-    put(b, d, n);
-}
-
 static uint8_t px_of(uint32_t i, uint32_t y, uint32_t x, uint32_t c)
 {
     return (uint8_t)(i * 41 + y * 13 + x * 7 + c * 50 + 3);
 }
 
 /* A raw Datum: `planes` in the order given (CHW), plane k = px_of(.., k). */
-static void raw_datum(buf *b, uint32_t i, uint32_t c, uint32_t h, uint32_t w, int64_t label)
+static void raw_datum(tu_buf *b, uint32_t i, uint32_t c, uint32_t h, uint32_t w, int64_t label)
 {
     uint8_t data[3 * 64 * 64];
     size_t k = 0;
@@ -79,17 +43,17 @@ static void raw_datum(buf *b, uint32_t i, uint32_t c, uint32_t h, uint32_t w, in
             for (uint32_t x = 0; x < w; x++)
                 data[k++] = px_of(i, y, x, ch);
     b->n = 0;
-    field_varint(b, 1, c);
-    field_varint(b, 2, h);
-    field_varint(b, 3, w);
-    field_bytes(b, 4, data, k);
-    field_varint(b, 5, label);
+    tu_pb_varint(b, 1, c);
+    tu_pb_varint(b, 2, h);
+    tu_pb_varint(b, 3, w);
+    tu_pb_bytes(b, 4, data, k);
+    tu_pb_varint(b, 5, label);
 }
 
 typedef struct kv {
     const char *key;
     size_t key_len; /* 0: strlen */
-    buf *val;
+    tu_buf *val;
 } kv;
 
 /* A fresh environment `dir` (under the test tmpdir) holding the pairs. */
@@ -112,7 +76,7 @@ static const char *write_env(const char *name, const kv *pairs, size_t n, unsign
     for (size_t i = 0; i < n; i++) {
         MDB_val k = {pairs[i].key_len ? pairs[i].key_len : strlen(pairs[i].key),
                      (void *)pairs[i].key};
-        MDB_val v = {pairs[i].val->n, pairs[i].val->p};
+        MDB_val v = {pairs[i].val->n, pairs[i].val->d};
         assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
     }
     assert_int_equal(mdb_txn_commit(txn), 0);
@@ -143,7 +107,7 @@ static void expect_open_fail(const char *uri, int code, const char *needle)
 static void test_raw_datums(void **state)
 {
     (void)state;
-    static buf v[4];
+    static tu_buf v[4];
     const uint32_t shape[4][3] = {{3, 5, 7}, {1, 4, 9}, {3, 1, 1}, {3, 64, 33}};
     const int64_t labels[4] = {7, 0, -3, 1000};
     kv pairs[4] = {{"00000000_a.jpg", 0, &v[0]}, {"00000001_b.jpg", 0, &v[1]},
@@ -190,19 +154,19 @@ static void test_raw_datums(void **state)
 static void test_encoded_datums(void **state)
 {
     (void)state;
-    static buf v[3];
+    static tu_buf v[3];
     uint8_t img[3][100];
     const int64_t labels[3] = {4, -1, 0};
     kv pairs[3] = {{"k0", 0, &v[0]}, {"k1", 0, &v[1]}, {"k2", 0, &v[2]}};
     for (int i = 0; i < 3; i++) {
         tu_fill_random(img[i], sizeof img[i], (uint64_t)i + 5);
         v[i].n = 0;
-        field_bytes(&v[i], 4, img[i], (size_t)(60 + i * 20));
+        tu_pb_bytes(&v[i], 4, img[i], (size_t)(60 + i * 20));
         if (i < 2)
-            field_varint(&v[i], 5, labels[i]);
+            tu_pb_varint(&v[i], 5, labels[i]);
         if (i < 2) /* k2: no encoded field and no dims: encoded all the same */
-            field_varint(&v[i], 7, 1);
-        field_bytes(&v[i], 99, "unknown field", 13); /* skipped */
+            tu_pb_varint(&v[i], 7, 1);
+        tu_pb_bytes(&v[i], 99, "unknown field", 13); /* skipped */
     }
     const char *dir = write_env("enc", pairs, 3, 0);
     char uri[512];
@@ -232,13 +196,13 @@ static void test_encoded_datums(void **state)
 static void test_value_encoded(void **state)
 {
     (void)state;
-    static buf img[3], cls[2];
+    static tu_buf img[3], cls[2];
     for (int i = 0; i < 3; i++) {
-        tu_fill_random(img[i].p, 50, (uint64_t)i + 20);
+        tu_fill_random(img[i].d, 50, (uint64_t)i + 20);
         img[i].n = (size_t)(50 - i);
     }
-    memcpy(cls[0].p, "3\n", 2), cls[0].n = 2;
-    memcpy(cls[1].p, " 12 ", 4), cls[1].n = 4;
+    memcpy(cls[0].d, "3\n", 2), cls[0].n = 2;
+    memcpy(cls[1].d, " 12 ", 4), cls[1].n = 4;
     kv pairs[5] = {{"cat/001.jpg", 0, &img[0]}, {"cat/001.cls", 0, &cls[0]},
                    {"dog/002.png", 0, &img[1]}, {"dog/002.cls", 0, &cls[1]},
                    {"x.y/nolabel", 0, &img[2]}};
@@ -257,7 +221,7 @@ static void test_value_encoded(void **state)
         size_t sz;
         assert_int_equal(stk_dataset_read_field(ds, (uint64_t)i, NULL, &d, &sz, NULL), 0);
         assert_int_equal(sz, img[i].n);
-        assert_memory_equal(d, img[i].p, sz);
+        assert_memory_equal(d, img[i].d, sz);
         stk_free(d);
         int64_t l;
         assert_int_equal(stk_dataset_label(ds, (uint64_t)i, &l), 0);
@@ -265,7 +229,7 @@ static void test_value_encoded(void **state)
     }
     stk_dataset_close(ds);
     /* a .cls that is not a number */
-    memcpy(cls[1].p, "dog", 3), cls[1].n = 3;
+    memcpy(cls[1].d, "dog", 3), cls[1].n = 3;
     dir = write_env("plain", pairs, 5, 0);
     snprintf(uri, sizeof uri, "lmdb:%s?value=encoded", dir);
     expect_open_fail(uri, STK_EFORMAT, "plain: key 'dog/002.cls': a .cls value must be a decimal");
@@ -279,7 +243,7 @@ static void test_value_encoded(void **state)
 static void test_nosubdir(void **state)
 {
     (void)state;
-    static buf v;
+    static tu_buf v;
     raw_datum(&v, 0, 1, 2, 3, 9);
     kv pairs[1] = {{"only", 0, &v}};
     const char *file = write_env("single.mdb", pairs, 1, MDB_NOSUBDIR);
@@ -315,24 +279,24 @@ static void expect_read_fail(stk_dataset *ds, uint64_t i, const char *needle)
 static void test_not_datums(void **state)
 {
     (void)state;
-    static buf v[10];
+    static tu_buf v[10];
     uint8_t data[12] = {0};
     raw_datum(&v[0], 0, 1, 2, 2, 1);                   /* good */
-    memcpy(v[1].p, "\xff\xff\xff", 3), v[1].n = 3;     /* a varint running off the end */
-    v[2].n = 0, field_bytes(&v[2], 1, "ab", 2);        /* channels as bytes */
-    v[3].n = 0, field_varint(&v[3], 1, 1), field_varint(&v[3], 2, 1), field_varint(&v[3], 3, 1);
-    varint(&v[3], 4 << 3 | 2), varint(&v[3], 100), put(&v[3], "x", 1); /* length past the end */
-    v[4].n = 0, field_varint(&v[4], 1, 1), field_varint(&v[4], 5, 2); /* no data */
+    memcpy(v[1].d, "\xff\xff\xff", 3), v[1].n = 3;     /* a varint running off the end */
+    v[2].n = 0, tu_pb_bytes(&v[2], 1, "ab", 2);        /* channels as bytes */
+    v[3].n = 0, tu_pb_varint(&v[3], 1, 1), tu_pb_varint(&v[3], 2, 1), tu_pb_varint(&v[3], 3, 1);
+    tu_put_varint(&v[3], 4 << 3 | 2), tu_put_varint(&v[3], 100), tu_put(&v[3], "x", 1); /* length past the end */
+    v[4].n = 0, tu_pb_varint(&v[4], 1, 1), tu_pb_varint(&v[4], 5, 2); /* no data */
     raw_datum(&v[5], 0, 3, 2, 2, 0), v[5].n = 0;
-    field_varint(&v[5], 1, 3), field_varint(&v[5], 2, 2), field_varint(&v[5], 3, 2);
-    field_bytes(&v[5], 4, data, 11);                   /* 11 bytes for 3 x 2 x 2 */
-    v[6].n = 0, field_varint(&v[6], 1, 2), field_varint(&v[6], 2, 2), field_varint(&v[6], 3, 3);
-    field_bytes(&v[6], 4, data, 12);                   /* 2 channels */
-    v[7].n = 0, field_varint(&v[7], 1, 1), field_varint(&v[7], 2, 1), field_varint(&v[7], 3, 1);
-    field_bytes(&v[7], 6, "\0\0\x80\x3f", 4);          /* float_data only (packed) */
-    memcpy(v[8].p, "\x0b\x00", 2), v[8].n = 2;         /* wire type 3 (a group) */
-    v[9].n = 0, field_varint(&v[9], 2, -5), field_varint(&v[9], 1, 1), field_varint(&v[9], 3, 4);
-    field_bytes(&v[9], 4, data, 4);                    /* negative height */
+    tu_pb_varint(&v[5], 1, 3), tu_pb_varint(&v[5], 2, 2), tu_pb_varint(&v[5], 3, 2);
+    tu_pb_bytes(&v[5], 4, data, 11);                   /* 11 bytes for 3 x 2 x 2 */
+    v[6].n = 0, tu_pb_varint(&v[6], 1, 2), tu_pb_varint(&v[6], 2, 2), tu_pb_varint(&v[6], 3, 3);
+    tu_pb_bytes(&v[6], 4, data, 12);                   /* 2 channels */
+    v[7].n = 0, tu_pb_varint(&v[7], 1, 1), tu_pb_varint(&v[7], 2, 1), tu_pb_varint(&v[7], 3, 1);
+    tu_pb_bytes(&v[7], 6, "\0\0\x80\x3f", 4);          /* float_data only (packed) */
+    memcpy(v[8].d, "\x0b\x00", 2), v[8].n = 2;         /* wire type 3 (a group) */
+    v[9].n = 0, tu_pb_varint(&v[9], 2, -5), tu_pb_varint(&v[9], 1, 1), tu_pb_varint(&v[9], 3, 4);
+    tu_pb_bytes(&v[9], 4, data, 4);                    /* negative height */
     kv pairs[10] = {{"a0", 0, &v[0]}, {"a1", 0, &v[1]}, {"a2", 0, &v[2]}, {"a3", 0, &v[3]},
                     {"a4", 0, &v[4]}, {"a5", 0, &v[5]}, {"a6", 0, &v[6]}, {"a7", 0, &v[7]},
                     {"a8\x01'", 4, &v[8]}, {"a9", 0, &v[9]}};
@@ -378,7 +342,7 @@ static void test_not_environments(void **state)
     expect_open_fail(uri, STK_EFORMAT, "notenv: not a readable LMDB environment");
     expect_open_fail("lmdb:/nonexistent/env", STK_ENOENT, "/nonexistent/env");
     /* valid meta pages over B-tree pages whose headers are gone */
-    static buf v;
+    static tu_buf v;
     raw_datum(&v, 0, 1, 2, 2, 1);
     kv pairs[3] = {{"a", 0, &v}, {"b", 0, &v}, {"c", 0, &v}};
     const char *cor = write_env("corrupt", pairs, 3, 0);
@@ -408,7 +372,7 @@ static void test_not_environments(void **state)
 static void test_open_twice(void **state)
 {
     (void)state;
-    static buf v;
+    static tu_buf v;
     raw_datum(&v, 0, 1, 2, 2, 5);
     kv pairs[1] = {{"k", 0, &v}};
     const char *dir = write_env("twice", pairs, 1, 0);
@@ -428,7 +392,7 @@ static void test_open_twice(void **state)
 static void test_truncated_while_open(void **state)
 {
     (void)state;
-    static buf v[40];
+    static tu_buf v[40];
     kv pairs[40];
     char keys[40][16];
     for (uint32_t i = 0; i < 40; i++) {

@@ -49,86 +49,47 @@ static uint32_t masked(const uint8_t *p, size_t n)
     return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
-typedef struct buf {
-    uint8_t d[1 << 16];
-    size_t n;
-} buf;
-
-static void put(buf *b, const void *p, size_t n)
-{
-    assert_true(b->n + n <= sizeof b->d);
-    memcpy(b->d + b->n, p, n);
-    b->n += n;
-}
-
-static void put_varint(buf *b, uint64_t v)
-{
-    do {
-        uint8_t c = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            c |= 0x80;
-        put(b, &c, 1);
-    } while (v);
-}
-
-static void put_le(buf *b, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++) {
-        uint8_t c = (uint8_t)(v >> (8 * i));
-        put(b, &c, 1);
-    }
-}
-
-/* A length-delimited field (wire type 2). */
-static void put_bytes(buf *b, uint32_t field, const void *p, size_t n)
-{
-    put_varint(b, (uint64_t)field << 3 | 2);
-    put_varint(b, n);
-    put(b, p, n);
-}
-
-static void put_msg(buf *b, uint32_t field, const buf *m) { put_bytes(b, field, m->d, m->n); }
+static void put_msg(tu_buf *b, uint32_t field, const tu_buf *m) { tu_pb_bytes(b, field, m->d, m->n); }
 
 /* Feature kinds, as the builder writes them. */
 enum { K_BYTES, K_INT64_PACKED, K_INT64_UNPACKED, K_FLOAT, K_EMPTY_FEATURE };
 
 /* One map entry {key, Feature{list}} appended to `features`. */
-static void feature(buf *features, const char *key, int kind, const void *val, size_t n)
+static void feature(tu_buf *features, const char *key, int kind, const void *val, size_t n)
 {
-    buf list = {.n = 0}, feat = {.n = 0}, entry = {.n = 0};
+    tu_buf list = {.n = 0}, feat = {.n = 0}, entry = {.n = 0};
     if (kind == K_BYTES) {
-        put_bytes(&list, 1, val, n);
+        tu_pb_bytes(&list, 1, val, n);
         put_msg(&feat, 1, &list);
     } else if (kind == K_INT64_PACKED || kind == K_INT64_UNPACKED) {
         const int64_t *v = val;
-        buf packed = {.n = 0};
+        tu_buf packed = {.n = 0};
         for (size_t i = 0; i < n; i++) {
             if (kind == K_INT64_PACKED) {
-                put_varint(&packed, (uint64_t)v[i]);
+                tu_put_varint(&packed, (uint64_t)v[i]);
             } else {
-                put_varint(&list, 1 << 3 | 0);
-                put_varint(&list, (uint64_t)v[i]);
+                tu_put_varint(&list, 1 << 3 | 0);
+                tu_put_varint(&list, (uint64_t)v[i]);
             }
         }
         if (kind == K_INT64_PACKED)
             put_msg(&list, 1, &packed);
         put_msg(&feat, 3, &list);
     } else if (kind == K_FLOAT) {
-        buf packed = {.n = 0};
-        put_le(&packed, 0x3fc00000u, 4); /* 1.5f */
+        tu_buf packed = {.n = 0};
+        tu_put_le(&packed, 0x3fc00000u, 4); /* 1.5f */
         put_msg(&list, 1, &packed);
         put_msg(&feat, 2, &list);
     }
-    put_bytes(&entry, 1, key, strlen(key));
+    tu_pb_bytes(&entry, 1, key, strlen(key));
     put_msg(&entry, 2, &feat);
     put_msg(features, 1, &entry);
 }
 
 /* Example{features} of an image and a label under the default keys. */
-static void example(buf *ex, const char *img, int64_t label)
+static void example(tu_buf *ex, const char *img, int64_t label)
 {
-    buf fs = {.n = 0};
+    tu_buf fs = {.n = 0};
     feature(&fs, "image/encoded", K_BYTES, img, strlen(img));
     feature(&fs, "image/class/label", K_INT64_PACKED, &label, 1);
     ex->n = 0;
@@ -136,24 +97,24 @@ static void example(buf *ex, const char *img, int64_t label)
 }
 
 /* Append one framed record of `data` to the file buffer. */
-static void frame(buf *file, const uint8_t *data, size_t n)
+static void frame(tu_buf *file, const uint8_t *data, size_t n)
 {
     uint8_t len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    put(file, len, 8);
-    put_le(file, masked(len, 8), 4);
-    put(file, data, n);
-    put_le(file, masked(data, n), 4);
+    tu_put(file, len, 8);
+    tu_put_le(file, masked(len, 8), 4);
+    tu_put(file, data, n);
+    tu_put_le(file, masked(data, n), 4);
 }
 
 /* A file of `n` records: image "img-F-I", label F * 100 + I; offsets out. */
-static void records_file(buf *file, int fileno, int n, uint64_t *offsets)
+static void records_file(tu_buf *file, int fileno, int n, uint64_t *offsets)
 {
     file->n = 0;
     for (int i = 0; i < n; i++) {
         char img[32];
-        buf ex;
+        tu_buf ex;
         snprintf(img, sizeof img, "img-%d-%d", fileno, i);
         example(&ex, img, fileno * 100 + i);
         if (offsets)
@@ -176,7 +137,7 @@ static char *join(const char *a, const char *b)
     return p;
 }
 
-static void write_buf(const char *path, const buf *b) { tu_write_file(path, b->d, b->n); }
+static void write_buf(const char *path, const tu_buf *b) { tu_write_file(path, b->d, b->n); }
 
 /* --- checks ----------------------------------------------------------------- */
 
@@ -253,7 +214,7 @@ static void test_values_and_uri_forms(void **state)
     (void)state;
     const char *d = dir_with("forms");
     static const char *const names[] = {"a.tfrecord", "b.tfrec", "c.tfrecords"};
-    buf file;
+    tu_buf file;
     for (int f = 0; f < 3; f++) {
         records_file(&file, f, 3 + f, NULL);
         char *p = join(d, names[f]);
@@ -301,18 +262,18 @@ static void test_values_and_uri_forms(void **state)
 static void test_protobuf_rules(void **state)
 {
     (void)state;
-    buf fs = {.n = 0}, ex = {.n = 0}, file = {.n = 0}, junk = {.n = 0};
+    tu_buf fs = {.n = 0}, ex = {.n = 0}, file = {.n = 0}, junk = {.n = 0};
     /* Unknown fields everywhere, unpacked labels, several values, a key
      * given twice (the last wins), custom keys. */
-    put_varint(&ex, 5 << 3 | 0); /* unknown varint field of Example */
-    put_varint(&ex, 42);
+    tu_put_varint(&ex, 5 << 3 | 0); /* unknown varint field of Example */
+    tu_put_varint(&ex, 42);
     int64_t labels[3] = {-5, 9, 10};
     feature(&fs, "image/encoded", K_BYTES, "first", 5);
     feature(&fs, "image/encoded", K_BYTES, "second", 6);
     feature(&fs, "image/class/label", K_INT64_UNPACKED, labels, 3);
     feature(&fs, "other", K_FLOAT, NULL, 0);
-    put_bytes(&junk, 9, "zz", 2); /* unknown field inside Features */
-    put(&fs, junk.d, junk.n);
+    tu_pb_bytes(&junk, 9, "zz", 2); /* unknown field inside Features */
+    tu_put(&fs, junk.d, junk.n);
     put_msg(&ex, 1, &fs);
     frame(&file, ex.d, ex.n);
     /* Custom keys. */
@@ -353,11 +314,11 @@ static void test_protobuf_rules(void **state)
 }
 
 /* A one-record file holding Example bytes `ex` (CRCs right). */
-static void one_record(const char *path, const buf *ex)
+static void one_record(const char *path, const tu_buf *ex)
 {
-    buf file = {.n = 0};
+    tu_buf file = {.n = 0};
     char pad[] = "pad";
-    buf good;
+    tu_buf good;
     example(&good, pad, 1);
     frame(&file, good.d, good.n); /* record 0 is fine */
     frame(&file, ex->d, ex->n);   /* record 1 is the case */
@@ -370,13 +331,13 @@ static void test_malformed_examples(void **state)
     const char *p = tu_path("bad.tfrecord");
     char uri[1200];
     snprintf(uri, sizeof uri, "tfrecord:%s?cache=off", p);
-    buf ex, fs, entry, feat, list;
+    tu_buf ex, fs, entry, feat, list;
     int64_t one = 1;
 
     /* Example.features as a varint. */
     ex.n = 0;
-    put_varint(&ex, 1 << 3 | 0);
-    put_varint(&ex, 7);
+    tu_put_varint(&ex, 1 << 3 | 0);
+    tu_put_varint(&ex, 7);
     one_record(p, &ex);
     stk_dataset *ds = open_ok(uri);
     expect_sample(ds, 0, "pad", 1);
@@ -386,8 +347,8 @@ static void test_malformed_examples(void **state)
 
     /* A map entry as fixed32. */
     fs.n = ex.n = 0;
-    put_varint(&fs, 1 << 3 | 5);
-    put_le(&fs, 0, 4);
+    tu_put_varint(&fs, 1 << 3 | 5);
+    tu_put_le(&fs, 0, 4);
     put_msg(&ex, 1, &fs);
     one_record(p, &ex);
     ds = open_ok(uri);
@@ -396,8 +357,8 @@ static void test_malformed_examples(void **state)
 
     /* A key as a varint. */
     entry.n = fs.n = ex.n = 0;
-    put_varint(&entry, 1 << 3 | 0);
-    put_varint(&entry, 3);
+    tu_put_varint(&entry, 1 << 3 | 0);
+    tu_put_varint(&entry, 3);
     put_msg(&fs, 1, &entry);
     put_msg(&ex, 1, &fs);
     one_record(p, &ex);
@@ -407,9 +368,9 @@ static void test_malformed_examples(void **state)
 
     /* A length past the end of the Example. */
     ex.n = 0;
-    put_varint(&ex, 1 << 3 | 2);
-    put_varint(&ex, 100);
-    put(&ex, "abc", 3);
+    tu_put_varint(&ex, 1 << 3 | 2);
+    tu_put_varint(&ex, 100);
+    tu_put(&ex, "abc", 3);
     one_record(p, &ex);
     ds = open_ok(uri);
     expect_read_fail(ds, 1, "malformed tf.train.Example: a length runs past the end of the "
@@ -419,9 +380,9 @@ static void test_malformed_examples(void **state)
 
     /* A length past the end of a nested message (the Features). */
     fs.n = ex.n = 0;
-    put_varint(&fs, 1 << 3 | 2);
-    put_varint(&fs, 50);
-    put(&fs, "k", 1);
+    tu_put_varint(&fs, 1 << 3 | 2);
+    tu_put_varint(&fs, 50);
+    tu_put(&fs, "k", 1);
     put_msg(&ex, 1, &fs);
     one_record(p, &ex);
     ds = open_ok(uri);
@@ -430,7 +391,7 @@ static void test_malformed_examples(void **state)
 
     /* A group wire type. */
     ex.n = 0;
-    put_varint(&ex, 2 << 3 | 3);
+    tu_put_varint(&ex, 2 << 3 | 3);
     one_record(p, &ex);
     ds = open_ok(uri);
     expect_read_fail(ds, 1, "a group (wire type 3/4)", NULL);
@@ -462,7 +423,7 @@ static void test_malformed_examples(void **state)
             /* Feature{bytes_list{}}: no values. */
             feat.n = list.n = entry.n = 0;
             put_msg(&feat, 1, &list);
-            put_bytes(&entry, 1, "image/encoded", 13);
+            tu_pb_bytes(&entry, 1, "image/encoded", 13);
             put_msg(&entry, 2, &feat);
             put_msg(&fs, 1, &entry);
         } else {
@@ -517,7 +478,7 @@ static void test_data_crc_and_verify(void **state)
 {
     (void)state;
     const char *p = tu_path("crc.tfrecord");
-    buf file;
+    tu_buf file;
     uint64_t off[4];
     records_file(&file, 0, 4, off);
     /* Damage record 2's image bytes ("img-0-2" -> "img-0-3"): the Example
@@ -575,7 +536,7 @@ static void test_damage_at_open(void **state)
     (void)state;
     const char *p = tu_path("damaged.tfrecord");
     char uri[1200], want[1400];
-    buf file;
+    tu_buf file;
     uint64_t off[3];
     for (int io = 0; io < 2; io++) {
         snprintf(uri, sizeof uri, "tfrecord:%s?cache=off%s", p, io ? "&io=pread" : "");
@@ -621,7 +582,7 @@ static void test_truncated_while_open(void **state)
 {
     (void)state;
     const char *p = tu_path("cut.tfrecord");
-    buf file;
+    tu_buf file;
     uint64_t off[40];
     char uri[1200];
     for (int io = 0; io < 2; io++) {
@@ -646,7 +607,7 @@ static void test_cache(void **state)
     (void)state;
     const char *d = dir_with("cache");
     char *p = join(d, "set.tfrecord"), *cpath = join(d, "set.tfrecord.stkidx");
-    buf file;
+    tu_buf file;
     uint64_t off[6];
     records_file(&file, 1, 5, off);
     write_buf(p, &file);
@@ -785,7 +746,7 @@ static void test_dali_index(void **state)
     (void)state;
     const char *d = dir_with("dali");
     char *p = join(d, "part.tfrecord"), *ipath = join(d, "part.tfrecord.idx");
-    buf file;
+    tu_buf file;
     uint64_t off[3];
     records_file(&file, 2, 3, off);
     write_buf(p, &file);

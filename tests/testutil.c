@@ -85,3 +85,42 @@ void tu_fill_random(void *buf, size_t n, uint64_t seed)
         p[i] = (uint8_t)(z ^ (z >> 31));
     }
 }
+
+void tu_put(tu_buf *b, const void *p, size_t n)
+{
+    assert_true(b->n + n <= sizeof b->d);
+    memcpy(b->d + b->n, p, n);
+    b->n += n;
+}
+
+void tu_put_varint(tu_buf *b, uint64_t v)
+{
+    do {
+        uint8_t c = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v)
+            c |= 0x80;
+        tu_put(b, &c, 1);
+    } while (v);
+}
+
+void tu_put_le(tu_buf *b, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++) {
+        uint8_t c = (uint8_t)(v >> (8 * i));
+        tu_put(b, &c, 1);
+    }
+}
+
+void tu_pb_varint(tu_buf *b, uint32_t field, int64_t v)
+{
+    tu_put_varint(b, (uint64_t)field << 3 | 0);
+    tu_put_varint(b, (uint64_t)v);
+}
+
+void tu_pb_bytes(tu_buf *b, uint32_t field, const void *p, size_t n)
+{
+    tu_put_varint(b, (uint64_t)field << 3 | 2);
+    tu_put_varint(b, n);
+    tu_put(b, p, n);
+}

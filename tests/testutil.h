@@ -22,4 +22,20 @@ void tu_write_gz(const char *path, const void *data, size_t n);
 /* Deterministic pseudo-random bytes (splitmix64 of seed). */
 void tu_fill_random(void *buf, size_t n, uint64_t seed);
 
+/* A byte buffer to build files in: protobuf messages, TFRecord frames,
+ * Datums (test_tfrecord.c, test_lmdb.c). Appending past its 64 KiB fails
+ * the test. */
+typedef struct tu_buf {
+    uint8_t d[1 << 16];
+    size_t n;
+} tu_buf;
+void tu_put(tu_buf *b, const void *p, size_t n);
+/* A protobuf varint; `bytes` little-endian bytes of v. */
+void tu_put_varint(tu_buf *b, uint64_t v);
+void tu_put_le(tu_buf *b, uint64_t v, int bytes);
+/* Protobuf fields: a varint (wire type 0; negative int32/int64 as 10
+ * bytes, sign-extended) and a length-delimited one (wire type 2). */
+void tu_pb_varint(tu_buf *b, uint32_t field, int64_t v);
+void tu_pb_bytes(tu_buf *b, uint32_t field, const void *p, size_t n);
+
 #endif
