@@ -406,6 +406,22 @@ def _converter(output):
     raise ValueError("output must be one of %s, got %r" % (", ".join(_OUTPUTS), output))
 
 
+def _check_batch_transform(bt, output, dtype):
+    """batch_transform: None or a stoker.Mixup, usable with this output/dtype."""
+    if bt is None:
+        return None
+    from .mixup import Mixup
+    if not isinstance(bt, Mixup):
+        raise TypeError("batch_transform must be a stoker.Mixup (or None), got %r" % (bt,))
+    if output == "dlpack":
+        raise ValueError("batch_transform (Mixup) needs output='torch' or 'numpy', not 'dlpack'")
+    if dtype == "uint8":
+        raise ValueError("batch_transform (Mixup) needs float output: mixed pixels and soft "
+                         "labels do not fit uint8; pass dtype='float32' (or 'float16', "
+                         "'bfloat16') and normalise in the pipeline")
+    return bt
+
+
 class Loader:
     """Batches of a dataset, augmented by native threads, shared with zero copy.
 
@@ -488,6 +504,12 @@ class Loader:
         walks its own permutation, starting a new one when its share
         exceeds its size (docs/sampler.md, "Mixing datasets"). The indices
         of ``iter_with_indices`` count through the datasets in order.
+      batch_transform: a :class:`stoker.Mixup` applied to every delivered
+        batch (Mixup/CutMix as timm's, in the Python layer): batches are then
+        ``(mixed images, soft labels)``, soft labels float32 (B, num_classes);
+        needs a float dtype and output 'torch' or 'numpy'. Its draws are a
+        pure function of (aug_seed, epoch, batch position, rank), so resume
+        is exact (docs/python.md, "Mixup and CutMix").
       eager: start the worker threads and the batch pool at creation. By
         default a Loader is lazy: nothing runs or is allocated until the
         first iteration (or ``warmup()``).
@@ -510,7 +532,7 @@ class Loader:
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
                  on_error="raise", block_size=None, shuffle_window=None, indices=None,
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
-                 views=1, eager=False, proportions=None):
+                 views=1, eager=False, proportions=None, batch_transform=None):
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)
@@ -567,6 +589,12 @@ class Loader:
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
+        try:
+            self._batch_transform = _check_batch_transform(batch_transform, output,
+                                                           self._core.dtype)
+        except BaseException:
+            self._core.close()
+            raise
         self._options = dict(batch_size=batch_size,
                              shuffle="block" if block else shuffle,
                              block_size=block_size or None, shuffle_window=shuffle_window or None,
@@ -576,18 +604,42 @@ class Loader:
                              on_error=on_error, num_samples=num_samples or None,
                              balance_classes=bool(balance_classes), aug_seed=aug_seed,
                              views=views, eager=bool(eager),
-                             proportions=list(proportions) if proportions is not None else None)
+                             proportions=list(proportions) if proportions is not None else None,
+                             batch_transform=batch_transform)
 
     # -- iteration ---------------------------------------------------------
 
     def __iter__(self):
         """A pass over the current epoch yielding ``(images, labels)``."""
+        if self._batch_transform is not None:
+            return self._transformed(self._core.iter())
         return self._core.iter()
 
     def iter_with_indices(self):
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
         the dataset index of every row, an int64 array (a copy)."""
+        if self._batch_transform is not None:
+            return self._transformed(self._core.iter(with_indices=True))
         return self._core.iter(with_indices=True)
+
+    def _transformed(self, it):
+        """``it``'s batches through the batch transform (stoker.Mixup), each
+        with the draws of its (aug seed, epoch, position, rank): the state
+        read before taking a batch names the batch taken."""
+        core, bt = self._core, self._batch_transform
+        seed = self._options["aug_seed"]
+        if seed is None:
+            seed = self._options["seed"]
+        rank, layout = self._options["rank"], core.layout
+        while True:
+            st = core.state()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            images, soft = bt(item[0], item[1], seed=seed, epoch=st["epoch"],
+                              position=st["position"], rank=rank, layout=layout)
+            yield (images, soft) + tuple(item[2:])
 
     def iter_with_paths(self):
         """Like ``iter(loader)`` but yields ``(images, labels, paths)``: the
@@ -627,6 +679,8 @@ class Loader:
         st = self._core.state()
         st["version"] = 1
         st["pipeline"] = self._pipeline
+        if self._batch_transform is not None:
+            st["batch_transform"] = repr(self._batch_transform)
         return st
 
     def load_state_dict(self, state):
@@ -650,6 +704,11 @@ class Loader:
             raise ValueError("state_dict was taken with pipeline %r but this Loader runs %r "
                              "(delete state['pipeline'] and state['spec_hash'] to resume anyway)"
                              % (pipeline, self._pipeline))
+        bt = state.pop("batch_transform", None)
+        mine = repr(self._batch_transform) if self._batch_transform is not None else None
+        if bt is not None and bt != mine:
+            raise ValueError("state_dict was taken with batch_transform %s but this Loader has "
+                             "%s (delete state['batch_transform'] to resume anyway)" % (bt, mine))
         self._core.set_state(state)
 
     # -- introspection --------------------------------------------------------
