@@ -779,16 +779,15 @@ static PyObject *dataset_get_num_classes(DatasetObject *self, void *c) { return 
 /* Class names (label -> name) decoded as os.fsdecode does, so that a
  * folder name that is not UTF-8 comes back as os.listdir gives it; None
  * when the dataset has no label map. */
-static PyObject *dataset_get_classes(DatasetObject *self, void *c)
+/* A list of n items, item(self, i) each (a new reference, NULL on error). */
+static PyObject *dataset_list(DatasetObject *self, uint64_t n,
+                              PyObject *(*item)(DatasetObject *, uint64_t))
 {
-    if (self->info.num_classes == 0 || !stk_dataset_class_name(self->ds, 0))
-        Py_RETURN_NONE;
-    PyObject *list = PyList_New((Py_ssize_t)self->info.num_classes);
+    PyObject *list = PyList_New((Py_ssize_t)n);
     if (!list)
         return NULL;
-    for (uint32_t i = 0; i < self->info.num_classes; i++) {
-        const char *name = stk_dataset_class_name(self->ds, i);
-        PyObject *u = PyUnicode_DecodeFSDefault(name ? name : "");
+    for (uint64_t i = 0; i < n; i++) {
+        PyObject *u = item(self, i);
         if (!u) {
             Py_DECREF(list);
             return NULL;
@@ -798,22 +797,28 @@ static PyObject *dataset_get_classes(DatasetObject *self, void *c)
     return list;
 }
 
+static PyObject *class_name_item(DatasetObject *self, uint64_t i)
+{
+    const char *name = stk_dataset_class_name(self->ds, (uint32_t)i);
+    return PyUnicode_DecodeFSDefault(name ? name : "");
+}
+
+static PyObject *dataset_get_classes(DatasetObject *self, void *c)
+{
+    if (self->info.num_classes == 0 || !stk_dataset_class_name(self->ds, 0))
+        Py_RETURN_NONE;
+    return dataset_list(self, self->info.num_classes, class_name_item);
+}
+
+static PyObject *skipped_item(DatasetObject *self, uint64_t i)
+{
+    return message_str(stk_dataset_skipped(self->ds, i));
+}
+
 /* The messages of what the open left out (stk_dataset_skipped). */
 static PyObject *dataset_get_skipped(DatasetObject *self, void *c)
 {
-    uint64_t n = stk_dataset_skipped_count(self->ds);
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    if (!list)
-        return NULL;
-    for (uint64_t i = 0; i < n; i++) {
-        PyObject *u = message_str(stk_dataset_skipped(self->ds, i));
-        if (!u) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, u);
-    }
-    return list;
+    return dataset_list(self, stk_dataset_skipped_count(self->ds), skipped_item);
 }
 
 /* path(index): the sample's source name (stk_dataset_sample_path), decoded

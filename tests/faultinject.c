@@ -115,6 +115,15 @@ static int fail_here(const char *what, void *caller)
 }
 
 #define FAIL(name) fail_here(name, __builtin_return_address(0))
+/* In a wrapper: when this call is the one to fail, set errno and return
+ * `ret` (the failure value of the wrapped function). */
+#define FAIL_WITH(name, err, ret)                                                                  \
+    do {                                                                                           \
+        if (FAIL(name)) {                                                                          \
+            errno = (err);                                                                         \
+            return ret;                                                                            \
+        }                                                                                          \
+    } while (0)
 
 /* The prototypes -Wmissing-prototypes wants; the linker supplies __real_.
  * Default visibility: the linker also looks the wrapper up for references
@@ -131,28 +140,19 @@ static int fail_here(const char *what, void *caller)
 
 WRAP(void *, malloc, (size_t n))
 {
-    if (FAIL("malloc")) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    FAIL_WITH("malloc", ENOMEM, NULL);
     return __real_malloc(n);
 }
 
 WRAP(void *, calloc, (size_t n, size_t m))
 {
-    if (FAIL("calloc")) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    FAIL_WITH("calloc", ENOMEM, NULL);
     return __real_calloc(n, m);
 }
 
 WRAP(void *, realloc, (void *p, size_t n))
 {
-    if (FAIL("realloc")) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    FAIL_WITH("realloc", ENOMEM, NULL);
     return __real_realloc(p, n);
 }
 
@@ -176,10 +176,7 @@ WRAP(int, open, (const char *path, int flags, ...))
         mode = (mode_t)va_arg(ap, int);
         va_end(ap);
     }
-    if (FAIL("open")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("open", EIO, -1);
     return __real_open(path, flags, mode);
 }
 
@@ -192,73 +189,49 @@ WRAP(int, openat, (int dirfd, const char *path, int flags, ...))
         mode = (mode_t)va_arg(ap, int);
         va_end(ap);
     }
-    if (FAIL("openat")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("openat", EIO, -1);
     return __real_openat(dirfd, path, flags, mode);
 }
 
 WRAP(ssize_t, read, (int fd, void *buf, size_t n))
 {
-    if (FAIL("read")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("read", EIO, -1);
     return __real_read(fd, buf, n);
 }
 
 WRAP(ssize_t, pread, (int fd, void *buf, size_t n, off_t off))
 {
-    if (FAIL("pread")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("pread", EIO, -1);
     return __real_pread(fd, buf, n, off);
 }
 
 WRAP(ssize_t, write, (int fd, const void *buf, size_t n))
 {
-    if (FAIL("write")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("write", EIO, -1);
     return __real_write(fd, buf, n);
 }
 
 WRAP(ssize_t, pwrite, (int fd, const void *buf, size_t n, off_t off))
 {
-    if (FAIL("pwrite")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("pwrite", EIO, -1);
     return __real_pwrite(fd, buf, n, off);
 }
 
 WRAP(int, ftruncate, (int fd, off_t n))
 {
-    if (FAIL("ftruncate")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("ftruncate", EIO, -1);
     return __real_ftruncate(fd, n);
 }
 
 WRAP(int, fdatasync, (int fd))
 {
-    if (FAIL("fdatasync")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("fdatasync", EIO, -1);
     return __real_fdatasync(fd);
 }
 
 WRAP(void *, mmap, (void *addr, size_t n, int prot, int flags, int fd, off_t off))
 {
-    if (FAIL("mmap")) {
-        errno = ENOMEM;
-        return MAP_FAILED;
-    }
+    FAIL_WITH("mmap", ENOMEM, MAP_FAILED);
     void *p = __real_mmap(addr, n, prot, flags, fd, off);
     if (p != MAP_FAILED)
         __atomic_add_fetch(&live_maps, 1, __ATOMIC_SEQ_CST);
@@ -275,91 +248,61 @@ WRAP(int, munmap, (void *addr, size_t n))
 
 WRAP(int, fstat, (int fd, struct stat *st))
 {
-    if (FAIL("fstat")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("fstat", EIO, -1);
     return __real_fstat(fd, st);
 }
 
 WRAP(int, fstatat, (int dirfd, const char *path, struct stat *st, int flags))
 {
-    if (FAIL("fstatat")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("fstatat", EIO, -1);
     return __real_fstatat(dirfd, path, st, flags);
 }
 
 WRAP(int, stat, (const char *path, struct stat *st))
 {
-    if (FAIL("stat")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("stat", EIO, -1);
     return __real_stat(path, st);
 }
 
 WRAP(int, lstat, (const char *path, struct stat *st))
 {
-    if (FAIL("lstat")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("lstat", EIO, -1);
     return __real_lstat(path, st);
 }
 
 WRAP(int, fsync, (int fd))
 {
-    if (FAIL("fsync")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("fsync", EIO, -1);
     return __real_fsync(fd);
 }
 
 WRAP(int, rename, (const char *a, const char *b))
 {
-    if (FAIL("rename")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("rename", EIO, -1);
     return __real_rename(a, b);
 }
 
 WRAP(int, mkdir, (const char *path, mode_t mode))
 {
-    if (FAIL("mkdir")) {
-        errno = EIO;
-        return -1;
-    }
+    FAIL_WITH("mkdir", EIO, -1);
     return __real_mkdir(path, mode);
 }
 
 WRAP(DIR *, opendir, (const char *path))
 {
-    if (FAIL("opendir")) {
-        errno = EIO;
-        return NULL;
-    }
+    FAIL_WITH("opendir", EIO, NULL);
     return __real_opendir(path);
 }
 
 WRAP(DIR *, fdopendir, (int fd))
 {
-    if (FAIL("fdopendir")) {
-        errno = ENOMEM;
-        return NULL;
-    }
+    FAIL_WITH("fdopendir", ENOMEM, NULL);
     return __real_fdopendir(fd);
 }
 
 WRAP(struct dirent *, readdir, (DIR *d))
 {
-    if (FAIL("readdir")) {
-        errno = EIO;
-        return NULL;
-    }
+    FAIL_WITH("readdir", EIO, NULL);
     return __real_readdir(d);
 }
 
