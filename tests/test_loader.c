@@ -70,45 +70,7 @@ static void fixture_close(fixture *f)
     free(f->labels);
 }
 
-/* Everything one epoch delivered, concatenated. */
-typedef struct run {
-    uint8_t *data;
-    int64_t *labels;
-    uint64_t *indices;
-    uint64_t rows, batches;
-    uint64_t skipped; /* sum of batch.skipped */
-    uint32_t sizes[4096];
-} run;
-
-static void run_free(run *r)
-{
-    free(r->data);
-    free(r->labels);
-    free(r->indices);
-    memset(r, 0, sizeof *r);
-}
-
-/* Drain up to max_batches of the current epoch (all if 0). Returns next()'s
- * last result. */
-static int drain(stk_loader *l, run *r, uint64_t max_batches)
-{
-    int rc;
-    stk_batch b;
-    while ((max_batches == 0 || r->batches < max_batches) && (rc = stk_loader_next(l, &b)) == 1) {
-        size_t bytes = (size_t)b.size * b.sample_bytes;
-        r->data = realloc(r->data, (size_t)r->rows * b.sample_bytes + bytes);
-        r->labels = realloc(r->labels, (r->rows + b.size) * sizeof *r->labels);
-        r->indices = realloc(r->indices, (r->rows + b.size) * sizeof *r->indices);
-        memcpy(r->data + r->rows * b.sample_bytes, b.data, bytes);
-        memcpy(r->labels + r->rows, b.labels, b.size * sizeof *r->labels);
-        memcpy(r->indices + r->rows, b.indices, b.size * sizeof *r->indices);
-        r->sizes[r->batches++] = b.size;
-        r->skipped += b.skipped;
-        r->rows += b.size;
-        assert_int_equal(stk_loader_release(l, &b), 0);
-    }
-    return max_batches && r->batches == max_batches ? 1 : rc;
-}
+typedef tu_run run; /* testutil.h */
 
 static stk_loader *make_loader(stk_dataset *ds, const char *spec, stk_loader_options o)
 {
@@ -135,7 +97,7 @@ static void test_same_output_for_any_thread_count(void **state)
         for (int e = 0; e < 2; e++) {
             run r = {0};
             assert_int_equal(stk_loader_set_epoch(l, e), 0);
-            assert_int_equal(drain(l, &r, 0), 0);
+            assert_int_equal(tu_drain(l, &r, 0), 0);
             assert_int_equal(r.rows, 1003);
             assert_int_equal(r.sizes[31], 1003 - 31 * 32);
             if (t == 0) {
@@ -144,7 +106,7 @@ static void test_same_output_for_any_thread_count(void **state)
                 assert_memory_equal(r.data, ref[e].data, r.rows * 6 * 5 * 3 * 4);
                 assert_memory_equal(r.labels, ref[e].labels, r.rows * 8);
                 assert_memory_equal(r.indices, ref[e].indices, r.rows * 8);
-                run_free(&r);
+                tu_run_free(&r);
             }
         }
         stk_loader_destroy(l);
@@ -170,20 +132,20 @@ static void test_same_output_for_any_thread_count(void **state)
             assert_memory_equal(ref[e].data + i * sizeof expect, expect, sizeof expect);
         }
         free(seen);
-        run_free(&ref[e]);
+        tu_run_free(&ref[e]);
     }
     stk_plan_free(plan);
 
     /* Another seed gives other batches. */
     stk_loader *l = make_loader(f.ds, SPEC, (stk_loader_options){.batch_size = 32, .seed = 1235});
     run r = {0};
-    drain(l, &r, 0);
+    tu_drain(l, &r, 0);
     stk_loader *l2 = make_loader(f.ds, SPEC, (stk_loader_options){.batch_size = 32, .seed = 1234});
     run r2 = {0};
-    drain(l2, &r2, 0);
+    tu_drain(l2, &r2, 0);
     assert_true(memcmp(r.data, r2.data, r.rows * 6 * 5 * 3 * 4) != 0);
-    run_free(&r);
-    run_free(&r2);
+    tu_run_free(&r);
+    tu_run_free(&r2);
     stk_loader_destroy(l);
     stk_loader_destroy(l2);
     fixture_close(&f);
@@ -203,11 +165,11 @@ static void test_exactly_once_across_world_sizes(void **state)
                                                              .seed = 9, .rank = r, .world_size = w});
             assert_int_equal(stk_loader_length(l), (per + 4) / 5);
             run out = {0};
-            assert_int_equal(drain(l, &out, 0), 0);
+            assert_int_equal(tu_drain(l, &out, 0), 0);
             assert_int_equal(out.rows, per);
             for (uint64_t i = 0; i < out.rows; i++)
                 count[out.indices[i]]++;
-            run_free(&out);
+            tu_run_free(&out);
             stk_loader_destroy(l);
         }
         uint64_t twice = 0;
@@ -229,11 +191,11 @@ static void test_drop_last(void **state)
                                 (stk_loader_options){.batch_size = 10, .drop_last = 1, .seed = 3});
     assert_int_equal(stk_loader_length(l), 10);
     run out = {0};
-    assert_int_equal(drain(l, &out, 0), 0);
+    assert_int_equal(tu_drain(l, &out, 0), 0);
     assert_int_equal(out.rows, 100);
     for (uint64_t b = 0; b < out.batches; b++)
         assert_int_equal(out.sizes[b], 10);
-    run_free(&out);
+    tu_run_free(&out);
     stk_loader_destroy(l);
     fixture_close(&f);
 }
@@ -252,15 +214,15 @@ static void test_resume_mid_epoch(void **state)
         assert_int_equal(stk_loader_set_epoch(a, 1), 0);
         run head = {0};
         if (stops[k])
-            assert_int_equal(drain(a, &head, stops[k]), 1);
+            assert_int_equal(tu_drain(a, &head, stops[k]), 1);
         stk_loader_state st;
         stk_loader_state_get(a, &st);
         assert_int_equal(st.epoch, 1);
         assert_int_equal(st.position, stops[k]);
         run rest = {0};
-        assert_int_equal(drain(a, &rest, 0), 0);
+        assert_int_equal(tu_drain(a, &rest, 0), 0);
         run next_epoch = {0};
-        assert_int_equal(drain(a, &next_epoch, 0), 0); /* epoch 2 follows */
+        assert_int_equal(tu_drain(a, &next_epoch, 0), 0); /* epoch 2 follows */
 
         /* Resumed: a fresh loader with other thread/prefetch settings. */
         stk_loader_options o2 = o;
@@ -269,8 +231,8 @@ static void test_resume_mid_epoch(void **state)
         stk_loader *b = make_loader(f.ds, SPEC, o2);
         assert_int_equal(stk_loader_state_set(b, &st), 0);
         run rest2 = {0}, next2 = {0};
-        assert_int_equal(drain(b, &rest2, 0), 0);
-        assert_int_equal(drain(b, &next2, 0), 0);
+        assert_int_equal(tu_drain(b, &rest2, 0), 0);
+        assert_int_equal(tu_drain(b, &next2, 0), 0);
         assert_int_equal(rest2.rows, rest.rows);
         assert_int_equal(rest.rows + head.rows, 500);
         if (rest.rows) {
@@ -279,11 +241,11 @@ static void test_resume_mid_epoch(void **state)
         }
         assert_int_equal(next2.rows, 500);
         assert_memory_equal(next2.data, next_epoch.data, 500 * 360);
-        run_free(&head);
-        run_free(&rest);
-        run_free(&rest2);
-        run_free(&next_epoch);
-        run_free(&next2);
+        tu_run_free(&head);
+        tu_run_free(&rest);
+        tu_run_free(&rest2);
+        tu_run_free(&next_epoch);
+        tu_run_free(&next2);
         stk_loader_destroy(a);
         stk_loader_destroy(b);
     }
@@ -386,14 +348,14 @@ static void test_block_shuffle_loader(void **state)
                 assert_int_equal(stk_loader_set_epoch(l, 4), 0);
                 assert_int_equal(stk_loader_length(l), (per + 4) / 5);
                 run out = {0};
-                assert_int_equal(drain(l, &out, 0), 0);
+                assert_int_equal(tu_drain(l, &out, 0), 0);
                 assert_int_equal(out.rows, per);
                 for (uint64_t i = 0; i < out.rows; i++) {
                     assert_int_equal(out.indices[i], stk_sampler_index(s, 4, i));
                     count[out.indices[i]]++;
                     total++;
                 }
-                run_free(&out);
+                tu_run_free(&out);
                 stk_sampler_destroy(s);
                 stk_loader_destroy(l);
             }
@@ -407,21 +369,21 @@ static void test_block_shuffle_loader(void **state)
                             .shuffle = STK_SHUFFLE_BLOCK, .block_size = 10, .shuffle_window = 2};
     stk_loader *a = make_loader(f.ds, SPEC, o);
     run head = {0}, rest = {0}, rest2 = {0};
-    assert_int_equal(drain(a, &head, 6), 1);
+    assert_int_equal(tu_drain(a, &head, 6), 1);
     stk_loader_state st;
     stk_loader_state_get(a, &st);
-    assert_int_equal(drain(a, &rest, 0), 0);
+    assert_int_equal(tu_drain(a, &rest, 0), 0);
     o.threads = 3;
     stk_loader *b = make_loader(f.ds, SPEC, o);
     assert_int_equal(stk_loader_state_set(b, &st), 0);
-    assert_int_equal(drain(b, &rest2, 0), 0);
+    assert_int_equal(tu_drain(b, &rest2, 0), 0);
     assert_int_equal(rest2.rows, rest.rows);
     assert_int_equal(head.rows + rest.rows, 103);
     assert_memory_equal(rest2.data, rest.data, rest.rows * H * W * C * 4);
     assert_memory_equal(rest2.indices, rest.indices, rest.rows * 8);
-    run_free(&head);
-    run_free(&rest);
-    run_free(&rest2);
+    tu_run_free(&head);
+    tu_run_free(&rest);
+    tu_run_free(&rest2);
     stk_loader_destroy(a);
     stk_loader_destroy(b);
     fixture_close(&f);
@@ -446,12 +408,12 @@ static void check_loader_world_change(fixture *f, uint32_t w, uint32_t w2, int d
         assert_int_equal(stk_loader_set_epoch(l, 2), 0);
         run head = {0};
         if (p)
-            assert_int_equal(drain(l, &head, p), 1);
+            assert_int_equal(tu_drain(l, &head, p), 1);
         for (uint64_t i = 0; i < head.rows; i++)
             count[head.indices[i]]++;
         stk_loader_state_get(l, &states[r]);
         assert_int_equal(states[r].position, p);
-        run_free(&head);
+        tu_run_free(&head);
         stk_loader_destroy(l);
     }
     uint64_t start = p * b * w, rest = n - start;
@@ -471,7 +433,7 @@ static void check_loader_world_change(fixture *f, uint32_t w, uint32_t w2, int d
         assert_int_equal(now.start_slot, start);
         assert_int_equal(stk_loader_length(l), (per + b - 1) / b);
         run out = {0};
-        assert_int_equal(drain(l, &out, 0), 0);
+        assert_int_equal(tu_drain(l, &out, 0), 0);
         assert_int_equal(out.rows, per);
         for (uint64_t i = 0; i < out.rows; i++)
             count[out.indices[i]]++;
@@ -479,15 +441,15 @@ static void check_loader_world_change(fixture *f, uint32_t w, uint32_t w2, int d
         /* Then epoch 3, full, as a fresh loader of this layout has it. */
         assert_int_equal(stk_loader_length(l), full);
         run next = {0}, ref = {0};
-        assert_int_equal(drain(l, &next, 0), 0);
+        assert_int_equal(tu_drain(l, &next, 0), 0);
         stk_loader *fresh = make_loader(f->ds, "to u8", o);
         assert_int_equal(stk_loader_set_epoch(fresh, 3), 0);
-        assert_int_equal(drain(fresh, &ref, 0), 0);
+        assert_int_equal(tu_drain(fresh, &ref, 0), 0);
         assert_int_equal(next.rows, ref.rows);
         assert_memory_equal(next.indices, ref.indices, ref.rows * 8);
-        run_free(&out);
-        run_free(&next);
-        run_free(&ref);
+        tu_run_free(&out);
+        tu_run_free(&next);
+        tu_run_free(&ref);
         stk_loader_destroy(fresh);
         stk_loader_destroy(l);
     }
@@ -538,24 +500,24 @@ static void test_partial_epoch_state_round_trip(void **state)
     stk_loader_options old = {.batch_size = 4, .seed = 5, .world_size = 4};
     stk_loader *a = make_loader(f.ds, SPEC, old);
     run head = {0};
-    assert_int_equal(drain(a, &head, 5), 1);
+    assert_int_equal(tu_drain(a, &head, 5), 1);
     stk_loader_state_get(a, &st); /* 80 slots consumed */
     stk_loader_options o = {.batch_size = 4, .seed = 5, .world_size = 3, .rank = 1};
     stk_loader *b = make_loader(f.ds, SPEC, o);
     assert_int_equal(stk_loader_state_set(b, &st), 0);
     assert_int_equal(stk_loader_length(b), (41 + 3) / 4); /* 123 left over 3 ranks */
     run b1 = {0}, b2 = {0}, c2 = {0};
-    assert_int_equal(drain(b, &b1, 3), 1);
+    assert_int_equal(tu_drain(b, &b1, 3), 1);
     stk_loader_state mid;
     stk_loader_state_get(b, &mid);
     assert_int_equal(mid.start_slot, 80);
     assert_int_equal(mid.position, 3);
-    assert_int_equal(drain(b, &b2, 0), 0);
+    assert_int_equal(tu_drain(b, &b2, 0), 0);
     o.threads = 3;
     stk_loader *c = make_loader(f.ds, SPEC, o);
     assert_int_equal(stk_loader_state_set(c, &mid), 0);
     assert_int_equal(stk_loader_length(c), 11);
-    assert_int_equal(drain(c, &c2, 0), 0);
+    assert_int_equal(tu_drain(c, &c2, 0), 0);
     assert_int_equal(c2.rows, b2.rows);
     assert_int_equal(b1.rows + b2.rows, 41);
     assert_memory_equal(c2.data, b2.data, b2.rows * 360);
@@ -570,9 +532,9 @@ static void test_partial_epoch_state_round_trip(void **state)
     mid.position = 11;
     assert_int_equal(stk_loader_state_set(c, &mid), 0);
     run none = {0}, e1 = {0};
-    assert_int_equal(drain(c, &none, 0), 0);
+    assert_int_equal(tu_drain(c, &none, 0), 0);
     assert_int_equal(none.rows, 0);
-    assert_int_equal(drain(c, &e1, 0), 0);
+    assert_int_equal(tu_drain(c, &e1, 0), 0);
     assert_int_equal(e1.rows, 68);
     /* drop_last: 1 rank consumed 192 of 203; 11 left over 3 ranks is less
      * than a batch each. */
@@ -587,19 +549,19 @@ static void test_partial_epoch_state_round_trip(void **state)
     assert_int_equal(stk_loader_state_set(e, &ds), 0);
     assert_int_equal(stk_loader_length(e), 0);
     run empty = {0}, e8 = {0};
-    assert_int_equal(drain(e, &empty, 0), 0);
+    assert_int_equal(tu_drain(e, &empty, 0), 0);
     assert_int_equal(empty.rows, 0);
-    assert_int_equal(drain(e, &e8, 0), 0);
+    assert_int_equal(tu_drain(e, &e8, 0), 0);
     assert_int_equal(e8.rows, 64);
     assert_int_equal(e8.batches, 16);
-    run_free(&e8);
-    run_free(&empty);
-    run_free(&none);
-    run_free(&e1);
-    run_free(&head);
-    run_free(&b1);
-    run_free(&b2);
-    run_free(&c2);
+    tu_run_free(&e8);
+    tu_run_free(&empty);
+    tu_run_free(&none);
+    tu_run_free(&e1);
+    tu_run_free(&head);
+    tu_run_free(&b1);
+    tu_run_free(&b2);
+    tu_run_free(&c2);
     stk_loader_destroy(a);
     stk_loader_destroy(b);
     stk_loader_destroy(c);
@@ -617,12 +579,12 @@ static void test_set_epoch_semantics(void **state)
     /* Half of epoch 0, then jump to epoch 3: equals a fresh loader's
      * epoch 3. */
     run half = {0}, e3 = {0}, ref = {0};
-    drain(l, &half, 4);
+    tu_drain(l, &half, 4);
     assert_int_equal(stk_loader_set_epoch(l, 3), 0);
-    assert_int_equal(drain(l, &e3, 0), 0);
+    assert_int_equal(tu_drain(l, &e3, 0), 0);
     stk_loader *fresh = make_loader(f.ds, SPEC, o);
     stk_loader_set_epoch(fresh, 3);
-    assert_int_equal(drain(fresh, &ref, 0), 0);
+    assert_int_equal(tu_drain(fresh, &ref, 0), 0);
     assert_int_equal(e3.rows, 64);
     assert_memory_equal(e3.data, ref.data, 64 * 360);
     /* After the end of epoch 3 was reported the loader is at epoch 4. */
@@ -630,9 +592,9 @@ static void test_set_epoch_semantics(void **state)
     stk_loader_state_get(l, &st);
     assert_int_equal(st.epoch, 4);
     assert_int_equal(st.position, 0);
-    run_free(&half);
-    run_free(&e3);
-    run_free(&ref);
+    tu_run_free(&half);
+    tu_run_free(&e3);
+    tu_run_free(&ref);
     stk_loader_destroy(l);
     stk_loader_destroy(fresh);
     fixture_close(&f);
@@ -761,7 +723,7 @@ static void test_raise_policy_reports_record(void **state)
     stk_dataset *bad = wrap(f.ds, 0, 100); /* 99, 199, 299 are corrupt */
     stk_loader *l = make_loader(bad, SPEC, (stk_loader_options){.batch_size = 16, .seed = 1});
     run out = {0};
-    int rc = drain(l, &out, 0);
+    int rc = tu_drain(l, &out, 0);
     assert_int_equal(rc, STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "corrupt on purpose"));
     assert_non_null(strstr(stk_errmsg(), "test:wrapped"));
@@ -772,9 +734,9 @@ static void test_raise_policy_reports_record(void **state)
     /* ...after which the loader works again (and fails again at a bad one). */
     assert_int_equal(stk_loader_set_epoch(l, 1), 0);
     run again = {0};
-    assert_int_equal(drain(l, &again, 0), STK_EDATA);
-    run_free(&out);
-    run_free(&again);
+    assert_int_equal(tu_drain(l, &again, 0), STK_EDATA);
+    tu_run_free(&out);
+    tu_run_free(&again);
     stk_loader_destroy(l);
     stk_dataset_close(bad);
     fixture_close(&f);
@@ -791,7 +753,7 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
                                     (stk_loader_options){.batch_size = 16, .threads = threads,
                                                          .seed = 4, .on_error = STK_ON_ERROR_SKIP});
         run out = {0};
-        assert_int_equal(drain(l, &out, 0), 0);
+        assert_int_equal(tu_drain(l, &out, 0), 0);
         assert_int_equal(out.rows, 270);
         uint8_t seen[300] = {0};
         for (uint64_t i = 0; i < out.rows; i++) {
@@ -804,7 +766,7 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
          * bad ones. */
         stk_loader *ref = make_loader(f.ds, SPEC, (stk_loader_options){.batch_size = 16, .seed = 4});
         run all = {0};
-        drain(ref, &all, 0);
+        tu_drain(ref, &all, 0);
         uint64_t k = 0;
         for (uint64_t i = 0; i < all.rows; i++) {
             if (all.indices[i] % 10 == 9)
@@ -822,8 +784,8 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
         stk_loader_stats_get(l, &st);
         assert_int_equal(st.skipped, 30);
         assert_true(st.samples >= 270);
-        run_free(&out);
-        run_free(&all);
+        tu_run_free(&out);
+        tu_run_free(&all);
         stk_loader_destroy(l);
         stk_loader_destroy(ref);
     }
@@ -837,8 +799,8 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
     stk_loader *rv = make_loader(f.ds, SPEC,
                                  (stk_loader_options){.batch_size = 16, .seed = 4, .views = 2});
     run out = {0}, all = {0};
-    assert_int_equal(drain(lv, &out, 0), 0);
-    assert_int_equal(drain(rv, &all, 0), 0);
+    assert_int_equal(tu_drain(lv, &out, 0), 0);
+    assert_int_equal(tu_drain(rv, &all, 0), 0);
     assert_int_equal(out.rows, 540);
     assert_int_equal(out.skipped, 30);
     uint64_t k = 0;
@@ -851,8 +813,8 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
         k += 2;
     }
     assert_int_equal(k, 540);
-    run_free(&out);
-    run_free(&all);
+    tu_run_free(&out);
+    tu_run_free(&all);
     stk_loader_destroy(lv);
     stk_loader_destroy(rv);
     stk_dataset_close(bad);
@@ -878,9 +840,9 @@ static void test_interrupt_leaves_loader_usable(void **state)
     stk_loader_destroy(g);
     stk_dataset_close(glacial);
     run out = {0};
-    assert_int_equal(drain(l, &out, 0), 0);
+    assert_int_equal(tu_drain(l, &out, 0), 0);
     assert_int_equal(out.rows, 100);
-    run_free(&out);
+    tu_run_free(&out);
     stk_loader_destroy(l);
     stk_dataset_close(slow);
     fixture_close(&f);
@@ -917,7 +879,7 @@ static void test_stats(void **state)
     fixture_open(&f, 256);
     stk_loader *l = make_loader(f.ds, SPEC, (stk_loader_options){.batch_size = 32, .prefetch = 2});
     run out = {0};
-    drain(l, &out, 0);
+    tu_drain(l, &out, 0);
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
     assert_int_equal(st.batches, 8);
@@ -925,7 +887,7 @@ static void test_stats(void **state)
     assert_true(st.augment_s > 0);
     assert_true(st.batches_allocated == 3);
     assert_int_equal(st.pool_bytes, 3ull * 32 * 360);
-    run_free(&out);
+    tu_run_free(&out);
     stk_loader_destroy(l);
     fixture_close(&f);
 }

@@ -59,40 +59,7 @@ static void fixture_close(fixture *f)
     free(f->labels);
 }
 
-typedef struct run {
-    uint8_t *data;
-    int64_t *labels;
-    uint64_t *indices;
-    uint64_t rows, batches;
-} run;
-
-static void run_free(run *r)
-{
-    free(r->data);
-    free(r->labels);
-    free(r->indices);
-    memset(r, 0, sizeof *r);
-}
-
-static int drain(stk_loader *l, run *r, uint64_t max_batches)
-{
-    int rc;
-    stk_batch b;
-    while ((max_batches == 0 || r->batches < max_batches) && (rc = stk_loader_next(l, &b)) == 1) {
-        size_t bytes = (size_t)b.size * b.sample_bytes;
-        assert_int_equal(b.shape[0], b.size);
-        r->data = realloc(r->data, (size_t)r->rows * b.sample_bytes + bytes);
-        r->labels = realloc(r->labels, (r->rows + b.size) * sizeof *r->labels);
-        r->indices = realloc(r->indices, (r->rows + b.size) * sizeof *r->indices);
-        memcpy(r->data + r->rows * b.sample_bytes, b.data, bytes);
-        memcpy(r->labels + r->rows, b.labels, b.size * sizeof *r->labels);
-        memcpy(r->indices + r->rows, b.indices, b.size * sizeof *r->indices);
-        r->batches++;
-        r->rows += b.size;
-        assert_int_equal(stk_loader_release(l, &b), 0);
-    }
-    return max_batches && r->batches == max_batches ? 1 : rc;
-}
+typedef tu_run run; /* testutil.h */
 
 static stk_loader *make_loader(stk_dataset *ds, stk_loader_options o)
 {
@@ -167,19 +134,19 @@ static void test_lazy_start(void **state)
 
     /* The same batches from all three. */
     run a = {0}, b = {0}, c = {0};
-    assert_int_equal(drain(lazy, &a, 0), 0);
+    assert_int_equal(tu_drain(lazy, &a, 0), 0);
     assert_int_equal(thread_count(), before + 9); /* next() started it */
-    assert_int_equal(drain(warm, &b, 0), 0);
-    assert_int_equal(drain(eager, &c, 0), 0);
+    assert_int_equal(tu_drain(warm, &b, 0), 0);
+    assert_int_equal(tu_drain(eager, &c, 0), 0);
     assert_int_equal(a.rows, 203);
     assert_int_equal(b.rows, 203);
     assert_int_equal(c.rows, 203);
     assert_memory_equal(a.data, b.data, 203 * ROW);
     assert_memory_equal(a.data, c.data, 203 * ROW);
     assert_memory_equal(a.indices, c.indices, 203 * 8);
-    run_free(&a);
-    run_free(&b);
-    run_free(&c);
+    tu_run_free(&a);
+    tu_run_free(&b);
+    tu_run_free(&c);
     stk_loader_destroy(lazy);
     stk_loader_destroy(warm);
     stk_loader_destroy(eager);
@@ -226,7 +193,7 @@ static void test_aug_seed_and_views(void **state)
     stk_loader_options o = {.batch_size = 8, .threads = 2, .seed = 21};
     run plain = {0}, same = {0}, other = {0};
     stk_loader *l0 = make_loader(f.ds, o);
-    assert_int_equal(drain(l0, &plain, 0), 0);
+    assert_int_equal(tu_drain(l0, &plain, 0), 0);
     stk_loader_destroy(l0);
     stk_loader *l1 = make_loader(f.ds, (stk_loader_options){.batch_size = 8, .seed = 21,
                                                            .aug_seed = 21,
@@ -234,8 +201,8 @@ static void test_aug_seed_and_views(void **state)
     stk_loader *l2 = make_loader(f.ds, (stk_loader_options){.batch_size = 8, .seed = 21,
                                                            .aug_seed = 99,
                                                            .flags = STK_LOADER_AUG_SEED});
-    assert_int_equal(drain(l1, &same, 0), 0);
-    assert_int_equal(drain(l2, &other, 0), 0);
+    assert_int_equal(tu_drain(l1, &same, 0), 0);
+    assert_int_equal(tu_drain(l2, &other, 0), 0);
     /* aug_seed = seed is today's behaviour; another aug_seed keeps the order
      * and changes the pixels, drawn from (aug_seed, epoch, index). */
     assert_memory_equal(plain.data, same.data, 101 * ROW);
@@ -248,7 +215,7 @@ static void test_aug_seed_and_views(void **state)
                                                            .aug_seed = 99,
                                                            .flags = STK_LOADER_AUG_SEED});
     run third = {0};
-    assert_int_equal(drain(l3, &third, 0), 0);
+    assert_int_equal(tu_drain(l3, &third, 0), 0);
     assert_true(memcmp(third.indices, other.indices, 101 * 8) != 0);
     check_rows(&f, &third, 99, 0, 1, NULL, STK_RNG_DOMAIN_SAMPLE);
 
@@ -267,8 +234,8 @@ static void test_aug_seed_and_views(void **state)
     assert_int_equal(stk_loader_release(lv1, &b), 0);
     assert_int_equal(stk_loader_set_epoch(lv1, 0), 0);
     assert_int_equal(stk_loader_length(lv1), 13);
-    assert_int_equal(drain(lv1, &v1, 0), 0);
-    assert_int_equal(drain(lv3, &v3, 0), 0);
+    assert_int_equal(tu_drain(lv1, &v1, 0), 0);
+    assert_int_equal(tu_drain(lv3, &v3, 0), 0);
     assert_int_equal(v1.rows, 303);
     assert_memory_equal(v1.data, v3.data, 303 * ROW);
     for (uint64_t i = 0; i < 101; i++) {
@@ -291,12 +258,12 @@ static void test_aug_seed_and_views(void **state)
                      STK_EINVAL);
     assert_non_null(strstr(stk_errmsg(), "views 257 is more than the limit of 256"));
 
-    run_free(&plain);
-    run_free(&same);
-    run_free(&other);
-    run_free(&third);
-    run_free(&v1);
-    run_free(&v3);
+    tu_run_free(&plain);
+    tu_run_free(&same);
+    tu_run_free(&other);
+    tu_run_free(&third);
+    tu_run_free(&v1);
+    tu_run_free(&v3);
     stk_loader_destroy(l1);
     stk_loader_destroy(l2);
     stk_loader_destroy(l3);
@@ -331,7 +298,7 @@ static void test_sampling_through_loader(void **state)
     stk_loader *l = make_loader(f.ds, o);
     assert_int_equal(stk_loader_length(l), 16);
     run r = {0};
-    assert_int_equal(drain(l, &r, 0), 0);
+    assert_int_equal(tu_drain(l, &r, 0), 0);
     assert_int_equal(r.rows, 500);
     run one = {0}; /* the sampler's order, one row per sample */
     one.rows = 250;
@@ -346,19 +313,19 @@ static void test_sampling_through_loader(void **state)
     for (int i = 0; i < 250; i++)
         pos[i] = (uint64_t)i;
     check_rows(&f, &r, 6, 0, 2, pos, STK_RNG_DOMAIN_SAMPLE_POS);
-    run_free(&one);
+    tu_run_free(&one);
 
     /* Resume mid-epoch: same layout, and 1 rank -> 3 ranks (union covers
      * the rest of the list exactly). */
     stk_loader *a = make_loader(f.ds, o);
     run first = {0};
-    assert_int_equal(drain(a, &first, 5), 1);
+    assert_int_equal(tu_drain(a, &first, 5), 1);
     stk_loader_state st;
     stk_loader_state_get(a, &st);
     stk_loader *b = make_loader(f.ds, o);
     assert_int_equal(stk_loader_state_set(b, &st), 0);
     run rest = {0};
-    assert_int_equal(drain(b, &rest, 0), 0);
+    assert_int_equal(tu_drain(b, &rest, 0), 0);
     assert_int_equal(first.rows + rest.rows, 500);
     assert_memory_equal(first.data, r.data, first.rows * ROW);
     assert_memory_equal(rest.data, r.data + first.rows * ROW, rest.rows * ROW);
@@ -371,7 +338,7 @@ static void test_sampling_through_loader(void **state)
         stk_loader *c = make_loader(f.ds, o3);
         assert_int_equal(stk_loader_state_set(c, &st), 0);
         run part = {0};
-        assert_int_equal(drain(c, &part, 0), 0);
+        assert_int_equal(tu_drain(c, &part, 0), 0);
         /* 250 - 80 = 170 slots left over 3 ranks: 57 each, padded by wrap. */
         assert_int_equal(part.rows, 2 * 57);
         stk_sampler *s3 = NULL;
@@ -387,7 +354,7 @@ static void test_sampling_through_loader(void **state)
             seen[slot]++;
         }
         stk_sampler_destroy(s3);
-        run_free(&part);
+        tu_run_free(&part);
         stk_loader_destroy(c);
     }
     for (int s = 0; s < 250; s++)
@@ -413,9 +380,9 @@ static void test_sampling_through_loader(void **state)
     stk_loader_destroy(p1);
     stk_loader_destroy(p2);
 
-    run_free(&r);
-    run_free(&first);
-    run_free(&rest);
+    tu_run_free(&r);
+    tu_run_free(&first);
+    tu_run_free(&rest);
     stk_loader_destroy(l);
     stk_loader_destroy(a);
     stk_loader_destroy(b);
@@ -440,7 +407,7 @@ static void test_balance_classes_from_dataset(void **state)
     stk_loader *l = make_loader(f.ds, (stk_loader_options){.batch_size = 32, .seed = 3,
                                                           .sampling = &sg});
     run r = {0};
-    assert_int_equal(drain(l, &r, 0), 0);
+    assert_int_equal(tu_drain(l, &r, 0), 0);
     assert_int_equal(r.rows, 400);
     stk_sampling ref = {.indices = idx, .num_indices = 200, .labels = lab, .num_labels = 200,
                         .num_samples = 400};
@@ -451,7 +418,7 @@ static void test_balance_classes_from_dataset(void **state)
         per_class[r.labels[i]]++;
     for (int c = 0; c < 4; c++)
         assert_true(per_class[c] > 50); /* 1/4 each (class 0 alone is 180 of 200) */
-    run_free(&r);
+    tu_run_free(&r);
     stk_loader_destroy(l);
     /* With weights: refused, naming both. */
     double w[200] = {1};
@@ -493,8 +460,8 @@ static void test_mixing_concatenated_datasets(void **state)
     stk_loader *lm = make_loader(ab, o), *lw = make_loader(whole.ds, o);
     for (uint64_t e = 0; e < 2; e++) {
         run rm = {0}, rw = {0};
-        assert_int_equal(drain(lm, &rm, 0), 0);
-        assert_int_equal(drain(lw, &rw, 0), 0);
+        assert_int_equal(tu_drain(lm, &rm, 0), 0);
+        assert_int_equal(tu_drain(lw, &rw, 0), 0);
         assert_int_equal(rm.rows, 200);
         assert_memory_equal(rm.indices, rw.indices, 200 * 8);
         assert_memory_equal(rm.labels, rw.labels, 200 * 8);
@@ -508,8 +475,8 @@ static void test_mixing_concatenated_datasets(void **state)
         for (int i = 0; i < 200; i++)
             pos[i] = (uint64_t)i;
         check_rows(&whole, &rm, 4, e, 1, pos, STK_RNG_DOMAIN_SAMPLE_POS);
-        run_free(&rm);
-        run_free(&rw);
+        tu_run_free(&rm);
+        tu_run_free(&rw);
     }
     stk_loader_destroy(lm);
     stk_loader_destroy(lw);

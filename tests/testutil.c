@@ -124,3 +124,37 @@ void tu_pb_bytes(tu_buf *b, uint32_t field, const void *p, size_t n)
     tu_put_varint(b, n);
     tu_put(b, p, n);
 }
+
+void tu_run_free(tu_run *r)
+{
+    free(r->data);
+    free(r->labels);
+    free(r->indices);
+    memset(r, 0, sizeof *r);
+}
+
+int tu_drain(stk_loader *l, tu_run *r, uint64_t max_batches)
+{
+    int rc = 0;
+    stk_batch b;
+    while ((max_batches == 0 || r->batches < max_batches) && (rc = stk_loader_next(l, &b)) == 1) {
+        size_t bytes = (size_t)b.size * b.sample_bytes;
+        assert_int_equal(b.shape[0], b.size);
+        r->data = realloc(r->data, (size_t)r->rows * b.sample_bytes + bytes);
+        r->labels = realloc(r->labels, (r->rows + b.size) * sizeof *r->labels);
+        r->indices = realloc(r->indices, (r->rows + b.size) * sizeof *r->indices);
+        assert_non_null(r->data);
+        assert_non_null(r->labels);
+        assert_non_null(r->indices);
+        memcpy(r->data + r->rows * b.sample_bytes, b.data, bytes);
+        memcpy(r->labels + r->rows, b.labels, b.size * sizeof *r->labels);
+        memcpy(r->indices + r->rows, b.indices, b.size * sizeof *r->indices);
+        if (r->batches < sizeof r->sizes / sizeof r->sizes[0])
+            r->sizes[r->batches] = b.size;
+        r->batches++;
+        r->skipped += b.skipped;
+        r->rows += b.size;
+        assert_int_equal(stk_loader_release(l, &b), 0);
+    }
+    return max_batches && r->batches == max_batches ? 1 : rc;
+}

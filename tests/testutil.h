@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stoker/stoker.h"
+
 /* A fresh empty directory for this test process (under $STK_TEST_TMP or
  * /tmp), created on first call; returns its path (static storage). */
 const char *tu_tmpdir(void);
@@ -21,6 +23,22 @@ uint8_t *tu_read_file(const char *path, size_t *n);
 void tu_write_gz(const char *path, const void *data, size_t n);
 /* Deterministic pseudo-random bytes (splitmix64 of seed). */
 void tu_fill_random(void *buf, size_t n, uint64_t seed);
+
+/* Everything the batches of a loader delivered, concatenated (the loader
+ * tests compare runs with each other and with the sampler). */
+typedef struct tu_run {
+    uint8_t *data;
+    int64_t *labels;
+    uint64_t *indices;
+    uint64_t rows, batches;
+    uint64_t skipped;     /* sum of batch.skipped */
+    uint32_t sizes[4096]; /* each batch's size (the first 4096 batches) */
+} tu_run;
+void tu_run_free(tu_run *r);
+/* Take up to max_batches batches (all of the epoch if 0) into r, checking
+ * each batch's shape and releasing it. Returns next()'s last result (1
+ * when max_batches were taken). */
+int tu_drain(stk_loader *l, tu_run *r, uint64_t max_batches);
 
 /* A byte buffer to build files in: protobuf messages, TFRecord frames,
  * Datums (test_tfrecord.c, test_lmdb.c). Appending past its 64 KiB fails
