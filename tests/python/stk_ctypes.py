@@ -42,6 +42,36 @@ lib.stk_loader_set_epoch.argtypes = [C.c_void_p, C.c_uint64]
 DTYPES = {0: np.uint8, 1: np.float16, 2: np.float32, 3: np.uint16}  # 3: bfloat16 bits
 
 
+# --- datasets (the reader tests) -------------------------------------------
+
+class Info(C.Structure):
+    """stk_dataset_info, whole: the library writes its reserved words too."""
+    _fields_ = [("uri", C.c_char_p), ("format", C.c_char_p), ("count", C.c_uint64),
+                ("height", C.c_uint32), ("width", C.c_uint32), ("channels", C.c_uint32),
+                ("num_classes", C.c_uint32), ("reserved_", C.c_uint64 * 4)]
+
+
+lib.stk_dataset_open.argtypes = [C.c_char_p, C.c_void_p, C.POINTER(C.c_void_p)]
+lib.stk_dataset_read.argtypes = [C.c_void_p, C.c_uint64, C.c_void_p, C.c_size_t,
+                                 C.POINTER(C.c_int64)]
+lib.stk_dataset_read.restype = C.c_int64
+lib.stk_dataset_read_field.argtypes = [C.c_void_p, C.c_uint64, C.c_char_p,
+                                       C.POINTER(C.c_void_p), C.POINTER(C.c_size_t), C.c_void_p]
+lib.stk_dataset_label.argtypes = [C.c_void_p, C.c_uint64, C.POINTER(C.c_int64)]
+lib.stk_free.argtypes = [C.c_void_p]
+lib.stk_dataset_skipped_count.argtypes = [C.c_void_p]
+lib.stk_dataset_skipped_count.restype = C.c_uint64
+lib.stk_dataset_skipped.argtypes = [C.c_void_p, C.c_uint64]
+lib.stk_dataset_skipped.restype = C.c_char_p
+lib.stk_dataset_info_get.argtypes = [C.c_void_p, C.POINTER(Info)]
+
+
+def open_ds(uri):
+    """(code, handle) of stk_dataset_open(uri)."""
+    ds = C.c_void_p()
+    rc = lib.stk_dataset_open(str(uri).encode(), None, C.byref(ds))
+    return rc, ds
+
 class Error(Exception):
     pass
 

@@ -5,36 +5,13 @@ refuses (Fortran order, float pixels or labels, a count mismatch) with the
 file named. C-level header cases are in
 tests/test_npy.c."""
 import ctypes as C
-import os
 
 import numpy as np
 import pytest
 
-from conftest import BUILD
 
-lib = C.CDLL(os.path.join(BUILD, "libstoker.so"))
-lib.stk_errmsg.restype = C.c_char_p
-lib.stk_dataset_open.argtypes = [C.c_char_p, C.c_void_p, C.POINTER(C.c_void_p)]
-lib.stk_dataset_close.argtypes = [C.c_void_p]
-lib.stk_dataset_read.argtypes = [C.c_void_p, C.c_uint64, C.c_void_p, C.c_size_t,
-                                 C.POINTER(C.c_int64)]
-lib.stk_dataset_read.restype = C.c_int64
+from stk_ctypes import Info, lib, open_ds  # noqa: E402
 
-
-class Info(C.Structure):
-    """stk_dataset_info, whole: the library writes its reserved words too."""
-    _fields_ = [("uri", C.c_char_p), ("format", C.c_char_p), ("count", C.c_uint64),
-                ("height", C.c_uint32), ("width", C.c_uint32), ("channels", C.c_uint32),
-                ("num_classes", C.c_uint32), ("reserved_", C.c_uint64 * 4)]
-
-
-lib.stk_dataset_info_get.argtypes = [C.c_void_p, C.POINTER(Info)]
-
-
-def open_ds(uri):
-    ds = C.c_void_p()
-    rc = lib.stk_dataset_open(uri.encode(), None, C.byref(ds))
-    return rc, ds
 
 
 def read_all(uri):

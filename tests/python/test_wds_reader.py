@@ -25,29 +25,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from conftest import BUILD, need_photos, run_stoker
+from conftest import need_photos, run_stoker
 
-lib = C.CDLL(os.path.join(BUILD, "libstoker.so"))
-lib.stk_errmsg.restype = C.c_char_p
-lib.stk_dataset_open.argtypes = [C.c_char_p, C.c_void_p, C.POINTER(C.c_void_p)]
-lib.stk_dataset_close.argtypes = [C.c_void_p]
-lib.stk_dataset_read_field.argtypes = [C.c_void_p, C.c_uint64, C.c_char_p,
-                                       C.POINTER(C.c_void_p), C.POINTER(C.c_size_t), C.c_void_p]
-lib.stk_dataset_label.argtypes = [C.c_void_p, C.c_uint64, C.POINTER(C.c_int64)]
-lib.stk_free.argtypes = [C.c_void_p]
-lib.stk_dataset_skipped_count.argtypes = [C.c_void_p]
-lib.stk_dataset_skipped_count.restype = C.c_uint64
-lib.stk_dataset_skipped.argtypes = [C.c_void_p, C.c_uint64]
-lib.stk_dataset_skipped.restype = C.c_char_p
-
-
-class Info(C.Structure):
-    _fields_ = [("uri", C.c_char_p), ("format", C.c_char_p), ("count", C.c_uint64),
-                ("height", C.c_uint32), ("width", C.c_uint32), ("channels", C.c_uint32),
-                ("num_classes", C.c_uint32), ("reserved_", C.c_uint64 * 4)]
-
-
-lib.stk_dataset_info_get.argtypes = [C.c_void_p, C.POINTER(Info)]
+from stk_ctypes import Info, lib  # noqa: E402
 
 
 def read_all(uri):

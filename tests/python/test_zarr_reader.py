@@ -18,32 +18,12 @@ import pytest
 zarr = pytest.importorskip("zarr")
 numcodecs = pytest.importorskip("numcodecs")
 
-from conftest import BUILD, need_photos, run_stoker  # noqa: E402
+from conftest import need_photos, run_stoker  # noqa: E402
 
-lib = C.CDLL(os.path.join(BUILD, "libstoker.so"))
-lib.stk_errmsg.restype = C.c_char_p
-lib.stk_dataset_open.argtypes = [C.c_char_p, C.c_void_p, C.POINTER(C.c_void_p)]
-lib.stk_dataset_close.argtypes = [C.c_void_p]
-lib.stk_dataset_read.argtypes = [C.c_void_p, C.c_uint64, C.c_void_p, C.c_size_t,
-                                 C.POINTER(C.c_int64)]
-lib.stk_dataset_read.restype = C.c_int64
+from stk_ctypes import Info, lib, open_ds  # noqa: E402
 
 STK_ENOENT, STK_EFORMAT, STK_EUNSUPPORTED, STK_EDATA, STK_EINVAL = -4, -5, -10, -11, -1
 
-
-class Info(C.Structure):
-    _fields_ = [("uri", C.c_char_p), ("format", C.c_char_p), ("count", C.c_uint64),
-                ("height", C.c_uint32), ("width", C.c_uint32), ("channels", C.c_uint32),
-                ("num_classes", C.c_uint32), ("reserved_", C.c_uint64 * 4)]
-
-
-lib.stk_dataset_info_get.argtypes = [C.c_void_p, C.POINTER(Info)]
-
-
-def open_ds(uri):
-    ds = C.c_void_p()
-    rc = lib.stk_dataset_open(uri.encode(), None, C.byref(ds))
-    return rc, ds
 
 
 def open_error(uri):
