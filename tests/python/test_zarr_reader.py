@@ -10,7 +10,6 @@ a damaged chunk skipped once); and the same digest from zarr:, npy: and the
 import ctypes as C
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
