@@ -371,6 +371,25 @@ static void test_sampling_through_loader(void **state)
     d = make_loader(f.ds, o);
     assert_int_equal(stk_loader_state_set(d, &st), STK_EINVAL);
     stk_loader_destroy(d);
+    /* Explicit class labels: a state taken with other labels is refused
+     * (their contents are fingerprinted, not just their count). */
+    int64_t lab[300];
+    for (int i = 0; i < 300; i++)
+        lab[i] = i % 4;
+    stk_sampling sl = {.labels = lab, .num_labels = 300};
+    stk_loader_options ol = {.batch_size = 16, .seed = 5, .sampling = &sl};
+    stk_loader *la = make_loader(f.ds, ol);
+    stk_loader_state sa;
+    stk_loader_state_get(la, &sa);
+    lab[7] = 0; /* one label changed (it was 3) */
+    stk_loader *lb = make_loader(f.ds, ol);
+    assert_int_equal(stk_loader_state_set(lb, &sa), STK_EINVAL);
+    lab[7] = 3;
+    stk_loader *lc = make_loader(f.ds, ol);
+    assert_int_equal(stk_loader_state_set(lc, &sa), 0);
+    stk_loader_destroy(la);
+    stk_loader_destroy(lb);
+    stk_loader_destroy(lc);
     /* Plain loaders' states are unchanged by all this (digest 0). */
     stk_loader *p1 = make_loader(f.ds, (stk_loader_options){.batch_size = 16, .seed = 5});
     stk_loader_state_get(p1, &st);

@@ -670,9 +670,18 @@ static void stk_h5_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
+/* vtable.label: the table read at open, no record read (class balancing
+ * asks for every label). */
+static int stk_h5_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    *label = ((const stk_h5_impl *)ds->impl)->labels[index];
+    return 0;
+}
+
 static const stk_dataset_vtable stk_h5_vt = {
     .format = "hdf5",
     .read = stk_h5_read,
+    .label = stk_h5_label,
     .close = stk_h5_close,
     .sample_name = stk_h5_sample_name,
     .read_check = stk_h5_read_check,

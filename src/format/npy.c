@@ -324,7 +324,15 @@ static void stk_npy_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
+/* vtable.label: the table built at open. */
+static int stk_npy_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    *label = ((const stk_npy_impl *)ds->impl)->labels[index];
+    return 0;
+}
+
 static const stk_dataset_vtable stk_npy_vt = {.format = "npy", .read = stk_npy_read,
+                                              .label = stk_npy_label,
                                               .close = stk_npy_close,
                                               .read_check = stk_npy_read_check};
 

@@ -625,13 +625,11 @@ static int stk_recordio_open(const char *uri, const char *path, const char *quer
         uint64_t first = m->rs.count;
         if ((rc = stk_recordset_add_file(&m->rs, file, o.max_bytes, 0)) < 0)
             goto fail;
-        if ((rc = rio_scan(m, file, o.max_samples, &w)) < 0)
+        rc = rio_scan(m, file, o.max_samples, &w);
+        /* A file cut while it was scanned: say so, not what its zeros looked like. */
+        int lost = stk_recordset_file_intact(&m->rs, m->rs.nfiles - 1);
+        if ((rc = lost < 0 ? lost : rc) < 0)
             goto fail;
-        const stk_recfile *rf = &m->rs.files[f];
-        if (rf->guard && !stk_map_guard_intact(rf->guard, 0, rf->size)) {
-            rc = stk_fail(STK_EIO, "%s: the file was truncated while being opened", file);
-            goto fail;
-        }
         if (idx && (rc = rio_check_idx(idx, file, w.starts, m->rs.count - first, o.max_bytes)) < 0)
             goto fail;
     }

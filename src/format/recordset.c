@@ -114,10 +114,32 @@ int stk_recordset_get(const stk_recordset *rs, uint64_t i, stk_scratch *scratch,
     int rc = stk_scratch_reserve(scratch, r->size);
     if (rc < 0)
         return rc;
-    if ((rc = stk_source_pread(f->src, scratch->data, r->size, r->offset)) < 0)
-        return rc;
+    if ((rc = stk_source_pread(f->src, scratch->data, r->size, r->offset)) < 0) {
+        /* A file shorter than at open lost this record: damage to skip, not
+         * a reason to stop (other failures stay what they are); both name
+         * the record. */
+        char name[1024];
+        stk_recordset_name(rs, i, name, sizeof name);
+        if (rc == STK_EFORMAT)
+            return stk_fail(STK_EDATA, "%s: the file ends before the record's end (truncated "
+                                       "while open?)",
+                            name);
+        return stk_fail_prefix(rc, "%s", name);
+    }
     *data = scratch->data;
     return 0;
+}
+
+int stk_recordset_file_intact(const stk_recordset *rs, uint32_t f)
+{
+    const stk_recfile *file = &rs->files[f];
+    if (!file->guard || stk_map_guard_intact(file->guard, 0, file->size))
+        return 0;
+    return stk_fail(STK_EIO,
+                    "%s: the file was truncated while it was being opened (only its first %llu "
+                    "of %llu bytes remain)",
+                    file->path, (unsigned long long)stk_map_guard_valid(file->guard),
+                    (unsigned long long)file->size);
 }
 
 int stk_recordset_check(const stk_recordset *rs, uint64_t i, uint64_t off, uint64_t len)

@@ -79,9 +79,14 @@ static inline const uint8_t *stk_recordset_file_data(const stk_recordset *rs, ui
  * record of 4 GiB or more or when there are more than max_records). */
 int stk_recordset_push(stk_recordset *rs, uint64_t offset, uint64_t size, uint64_t max_records);
 /* The bytes of record i: a view into the mapping, or read into `scratch`
- * (pread mode; the source's error when the read fails). */
+ * (pread mode: a file that ends early is STK_EDATA, other failures keep
+ * their code; both messages name the record). */
 int stk_recordset_get(const stk_recordset *rs, uint64_t i, stk_scratch *scratch,
                       const uint8_t **data, size_t *size);
+/* After indexing file f from its mapping: 0, or STK_EIO naming the file
+ * when it was cut while it was read (its lost pages read as zeros, which a
+ * framing walk could take for an end marker and so drop records). */
+int stk_recordset_file_intact(const stk_recordset *rs, uint32_t f);
 /* After using bytes [off, off + len) of record i (relative to the record):
  * 0, or STK_EDATA via stk_fail naming the file and record when they were
  * lost to a truncation under the mapping. `what` names the dataset. */

@@ -742,9 +742,7 @@ static int tfr_record(const stk_dataset *ds, uint64_t index, stk_scratch *scratc
     size_t n;
     int rc = stk_recordset_get(&m->rs, index, scratch, &p, &n);
     if (rc < 0)
-        return rc == STK_EFORMAT ? tfr_bad(ds, index, "the file ends before the record's end "
-                                                      "(truncated while open?)")
-                                 : rc;
+        return rc;
     size_t dl = n - TFR_FRAME;
     if (stk_rd64(p) != dl) {
         /* A file cut under the mapping reads as zeros: say that first. */
@@ -994,7 +992,10 @@ static int tfr_open(const char *uri, const char *path, const char *query,
     for (uint32_t i = 0; i < nfiles; i++) {
         if ((rc = stk_recordset_add_file(&m->rs, files[i], o.max_bytes, pread_only)) < 0)
             goto out;
-        if ((rc = tfr_index_file(m, qv[Q_INDEX], cache == 0, &o)) < 0)
+        rc = tfr_index_file(m, qv[Q_INDEX], cache == 0, &o);
+        /* A file cut while it was indexed: say so, not what its zeros looked like. */
+        int lost = stk_recordset_file_intact(&m->rs, m->rs.nfiles - 1);
+        if ((rc = lost < 0 ? lost : rc) < 0)
             goto out;
     }
     if (m->rs.count == 0) {

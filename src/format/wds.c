@@ -1177,8 +1177,16 @@ static void wds_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
+/* vtable.label: parsed at open, no member read. */
+static int wds_label(const stk_dataset *ds, uint64_t index, int64_t *label)
+{
+    *label = ((const wds_impl *)ds->impl)->samples[index].label;
+    return 0;
+}
+
 static const stk_dataset_vtable wds_vt = {.format = "wds",
                                           .read = wds_read,
+                                          .label = wds_label,
                                           .close = wds_close,
                                           .sample_name = wds_sample_name,
                                           .read_check = wds_read_check,
@@ -1210,7 +1218,11 @@ static int wds_open_as(const char *prefix, const char *uri, const char *path, co
     for (size_t i = 0; i < files.n; i++) {
         if ((rc = stk_recordset_add_file(&b.m->rs, files.v[i], o.max_bytes, 0)) < 0)
             goto fail;
-        if ((rc = wds_index_file(&b, &b.m->rs.files[b.m->rs.nfiles - 1])) < 0)
+        rc = wds_index_file(&b, &b.m->rs.files[b.m->rs.nfiles - 1]);
+        /* A tar cut while it was walked reads as zeros, which look like the
+         * end-of-archive marker: fail naming the file, never drop samples. */
+        int lost = stk_recordset_file_intact(&b.m->rs, b.m->rs.nfiles - 1);
+        if ((rc = lost < 0 ? lost : rc) < 0)
             goto fail;
     }
     if (b.m->rs.count == 0) {

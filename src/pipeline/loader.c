@@ -543,8 +543,10 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
 
 /* A digest of what, besides the spec, decides a row's content: the sampling
  * options, aug_seed and views; 0 when none is set (so older states still
- * match). `labels` are the class-balance labels actually used. */
-static uint64_t order_digest(const stk_loader_options *o, const int64_t *labels)
+ * match). `used` is the sampling in effect: with balance_classes, its
+ * labels are the ones read from the dataset; the labels, given or read,
+ * are hashed whole, so a state taken with other labels does not match. */
+static uint64_t order_digest(const stk_loader_options *o, const stk_sampling *used)
 {
     const stk_sampling *sp = o->sampling;
     bool any = (o->flags & STK_LOADER_AUG_SEED) || o->views > 1 ||
@@ -571,11 +573,10 @@ static uint64_t order_digest(const stk_loader_options *o, const int64_t *labels)
         if (sp->mix_weights)
             XXH3_64bits_update(st, sp->mix_weights, sp->num_mix * sizeof *sp->mix_weights);
     }
-    if (labels) {
-        uint64_t tag = 0x4c41424cu;
-        XXH3_64bits_update(st, &tag, sizeof tag);
-        uint64_t n = sp->indices ? sp->num_indices : 0;
-        XXH3_64bits_update(st, &n, sizeof n);
+    if (used && used->labels) {
+        uint64_t tag[3] = {0x4c41424cu, used->balance_classes != 0, used->num_labels};
+        XXH3_64bits_update(st, tag, sizeof tag);
+        XXH3_64bits_update(st, used->labels, used->num_labels * sizeof *used->labels);
     }
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
@@ -649,7 +650,7 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
             goto fail_early;
         sampling = &balanced;
     }
-    uint64_t digest = order_digest(&l->opt, labels);
+    uint64_t digest = order_digest(&l->opt, sampling);
     l->spec_hash ^= digest;
     stk_sampler_options so = {
         .dataset_size = ds->count,
