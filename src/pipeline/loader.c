@@ -739,6 +739,10 @@ int stk_loader_start(stk_loader *l)
     pthread_mutex_lock(&l->mu);
     if (l->started)
         goto out;
+    if (l->stopping) { /* being destroyed: start nothing it would not join */
+        rc = stk_fail(STK_ESTOPPED, "loader: stopped");
+        goto out;
+    }
     while (l->nslots < l->opt.prefetch + 1) {
         if ((rc = slot_alloc(l, &l->slots[l->nslots])) < 0)
             goto out; /* the slots made so far stay: a later start goes on */

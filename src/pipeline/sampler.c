@@ -402,9 +402,9 @@ static int apply_mix(stk_sampler *s, const stk_sampling *sp, stk_shuffle mode)
         s->mix_quota[best]++;
         rem[best] = -1; /* one each, then round again if still short */
         given++;
-        bool any = false;
+        bool any = false; /* a source that can still take one (zero weights never do) */
         for (uint64_t i = 0; i < g; i++)
-            any |= rem[i] >= 0;
+            any |= rem[i] >= 0 && (sp->mix_weights ? sp->mix_weights[i] : 1) > 0;
         if (!any)
             for (uint64_t i = 0; i < g; i++)
                 rem[i] = 0;
