@@ -355,7 +355,11 @@ static int tfr_load_cache(tfr_impl *m, const char *cpath, const tfr_keys *k, uin
     const char *why = NULL;
     if (!stk_path_exists(cpath))
         return 0;
-    int rc = stk_map_file(cpath, (uint64_t)TFR_CACHE_HEAD + 8 * (max_records + 1) + 4, &c);
+    /* The largest cache max_records allows (no wrap for a huge max_samples). */
+    uint64_t limit = max_records < (UINT64_MAX - TFR_CACHE_HEAD - 12) / 8
+                         ? (uint64_t)TFR_CACHE_HEAD + 8 * (max_records + 1) + 4
+                         : UINT64_MAX;
+    int rc = stk_map_file(cpath, limit, &c);
     if (rc < 0) {
         tfr_note(m, "%s: cache not used: %s", f->path, stk_errmsg());
         stk_errmsg_clear();
