@@ -458,10 +458,7 @@ static int h5_read_labels(stk_dataset *ds, stk_h5_impl *m, uint64_t n)
                       m->labels_name, h5_reason(&w));
         goto out;
     }
-    int64_t maxl = -1;
-    for (uint64_t i = 0; i < n && maxl != INT64_MIN; i++)
-        maxl = m->labels[i] < 0 ? INT64_MIN : (m->labels[i] > maxl ? m->labels[i] : maxl);
-    ds->num_classes = maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    ds->num_classes = stk_num_classes(m->labels, n);
 out:
     if (s >= 0)
         H5Sclose(s);

@@ -645,7 +645,6 @@ static int stk_npy_open_arrays(const char *uri, const char *npz_path, const char
                       labels_path);
         goto fail;
     }
-    int64_t maxl = -1;
     const uint8_t *ld = lv.data + lh.data_offset;
     for (uint64_t i = 0; i < n; i++) {
         int64_t v;
@@ -656,8 +655,6 @@ static int stk_npy_open_arrays(const char *uri, const char *npz_path, const char
         else
             v = ld[i];
         m->labels[i] = v;
-        if (maxl != INT64_MIN)
-            maxl = v < 0 ? INT64_MIN : (v > maxl ? v : maxl);
     }
     stk_unmap_file(&lm);
 
@@ -667,7 +664,7 @@ static int stk_npy_open_arrays(const char *uri, const char *npz_path, const char
     ds->height = (uint32_t)ih.shape[1];
     ds->width = (uint32_t)ih.shape[2];
     ds->channels = (uint32_t)c;
-    ds->num_classes = maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    ds->num_classes = stk_num_classes(m->labels, n);
     free(iname);
     free(lname);
     *out = ds;

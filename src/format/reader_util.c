@@ -324,3 +324,15 @@ void stk_file_list_free(char **list, uint32_t n)
         free(list[i]);
     free(list);
 }
+
+uint32_t stk_num_classes(const int64_t *labels, uint64_t n)
+{
+    int64_t maxl = -1;
+    for (uint64_t i = 0; i < n; i++) {
+        if (labels[i] < 0)
+            return 0;
+        if (labels[i] > maxl)
+            maxl = labels[i];
+    }
+    return maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+}

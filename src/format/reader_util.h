@@ -50,7 +50,11 @@ bool stk_path_is_file(const char *path);
 bool stk_path_is_dir(const char *path);
 bool stk_path_exists(const char *path);
 
-/* How stk_path_list names what it looks for, in its messages (static). */
+/* num_classes of a label table: the largest label + 1 when every label is
+ * >= 0 (and that fits in 32 bits), else 0 (unknown). */
+uint32_t stk_num_classes(const int64_t *labels, uint64_t n);
+
+/* How stk_file_list names what it looks for, in its messages (static). */
 typedef struct stk_file_list_words {
     const char *file;        /* "shard file": "no shard file matches this pattern" */
     const char *files;       /* "*.stk shard files": "no *.stk shard files in this directory" */

@@ -917,7 +917,7 @@ static int zarr_geometry(zarr_array *a, const stk_dataset_options *o, const char
 }
 
 /* The labels array, whole, into m->labels (count n). */
-static int zarr_load_labels(stk_zarr_impl *m, uint64_t n, int64_t *maxl)
+static int zarr_load_labels(stk_zarr_impl *m, uint64_t n)
 {
     zarr_array *a = &m->labels_arr;
     stk_scratch sc = {0};
@@ -925,7 +925,6 @@ static int zarr_load_labels(stk_zarr_impl *m, uint64_t n, int64_t *maxl)
     if (n > SIZE_MAX / sizeof *m->labels || !(m->labels = malloc((size_t)n * sizeof *m->labels)))
         return stk_fail(STK_ENOMEM, "out of memory for %llu labels of %s", (unsigned long long)n,
                         a->path);
-    *maxl = -1;
     for (uint64_t c = 0; c < a->nchunks; c++) {
         if ((rc = zarr_chunk_load(a, c, &sc, 0, &missing)) < 0) {
             rc = stk_fail_prefix(rc == STK_EDATA ? STK_EFORMAT : rc, "labels");
@@ -961,8 +960,6 @@ static int zarr_load_labels(stk_zarr_impl *m, uint64_t n, int64_t *maxl)
                 v = (int64_t)u;
             }
             m->labels[first + i] = v;
-            if (*maxl != INT64_MIN)
-                *maxl = v < 0 ? INT64_MIN : (v > *maxl ? v : *maxl);
         }
     }
 out:
@@ -1015,7 +1012,6 @@ static int stk_zarr_open(const char *uri, const char *path, const char *query,
     stk_zarr_impl *m;
     int group_fd = -1, rc;
     uint64_t n, px;
-    int64_t maxl = -1;
 
     if ((rc = stk_query_names(uri, "zarr", query, keys, names, 2)) < 0)
         goto fail;
@@ -1106,7 +1102,7 @@ static int stk_zarr_open(const char *uri, const char *path, const char *query,
                       (unsigned long long)(l->ndim ? l->shape[0] : 0));
         goto fail;
     }
-    if ((rc = zarr_geometry(l, &o, "labels")) < 0 || (rc = zarr_load_labels(m, n, &maxl)) < 0)
+    if ((rc = zarr_geometry(l, &o, "labels")) < 0 || (rc = zarr_load_labels(m, n)) < 0)
         goto fail;
 
     m->generation = atomic_fetch_add(&zarr_generations, 1);
@@ -1114,7 +1110,7 @@ static int stk_zarr_open(const char *uri, const char *path, const char *query,
     ds->height = (uint32_t)a->shape[1];
     ds->width = (uint32_t)a->shape[2];
     ds->channels = (uint32_t)c;
-    ds->num_classes = maxl >= 0 && maxl < (int64_t)UINT32_MAX ? (uint32_t)(maxl + 1) : 0;
+    ds->num_classes = stk_num_classes(m->labels, n);
     close(group_fd);
     free(names[0]);
     free(names[1]);
