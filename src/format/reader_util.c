@@ -199,9 +199,9 @@ static int stk_cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool stk_has_glob_chars(const char *p) { return strpbrk(p, "*?[") != NULL; }
+bool stk_path_has_glob(const char *p) { return strpbrk(p, "*?[") != NULL; }
 
-static bool stk_has_suffix(const char *name, const char *const *suffixes)
+bool stk_path_has_suffix(const char *name, const char *const *suffixes)
 {
     size_t n = strlen(name);
     for (; *suffixes; suffixes++) {
@@ -240,7 +240,7 @@ int stk_file_list(const char *path, const char *const *suffixes, const stk_file_
         list[++n] = NULL;                                                          \
     } while (0)
     struct stat st;
-    if (stk_has_glob_chars(path) && stat(path, &st) != 0) {
+    if (stk_path_has_glob(path) && stat(path, &st) != 0) {
         int grc = glob(path, 0, NULL, &g);
         globbed = 1; /* glob leaves g for globfree on error too */
         if (grc == GLOB_NOMATCH) {
@@ -264,7 +264,7 @@ int stk_file_list(const char *path, const char *const *suffixes, const stk_file_
         struct dirent *e;
         /* NULL with errno set is a read error, not the end of the list. */
         for (errno = 0; (e = readdir(d)); errno = 0) {
-            if (!stk_has_suffix(e->d_name, suffixes))
+            if (!stk_path_has_suffix(e->d_name, suffixes))
                 continue;
             char *p = malloc(strlen(path) + strlen(e->d_name) + 2);
             if (p)

@@ -50,6 +50,12 @@ bool stk_path_is_file(const char *path);
 bool stk_path_is_dir(const char *path);
 bool stk_path_exists(const char *path);
 
+/* True when p holds a glob character (* ? [). */
+bool stk_path_has_glob(const char *p);
+/* True when name ends in one of `suffixes` (NULL-terminated) and is longer
+ * than it. */
+bool stk_path_has_suffix(const char *name, const char *const *suffixes);
+
 /* num_classes of a label table: the largest label + 1 when every label is
  * >= 0 (and that fits in 32 bits), else 0 (unknown). */
 uint32_t stk_num_classes(const int64_t *labels, uint64_t n);

@@ -434,23 +434,19 @@ done:
 /* Listing shard files                                                       */
 /* ------------------------------------------------------------------------ */
 
-static bool has_glob_chars(const char *p) { return strpbrk(p, "*?[") != NULL; }
+static const char *const stk_suffixes[] = {".stk", NULL};
 
-static bool ends_with_stk(const char *name)
-{
-    size_t n = strlen(name);
-    return n > 4 && !strcmp(name + n - 4, ".stk");
-}
+static bool ends_with_stk(const char *name) { return stk_path_has_suffix(name, stk_suffixes); }
+
 
 /* The shard paths of `path` (file, directory or glob), sorted, in a new
  * NULL-terminated array of malloc'd strings (the listing every multi-file
  * reader shares: stk_file_list, reader_util.h). */
 int stk_shard_list(const char *path, char ***out, uint32_t *count)
 {
-    static const char *const suffixes[] = {".stk", NULL};
     static const stk_file_list_words words = {"shard file", "*.stk shard files",
                                                "shard file or directory"};
-    return stk_file_list(path, suffixes, &words, out, count);
+    return stk_file_list(path, stk_suffixes, &words, out, count);
 }
 
 void stk_shard_list_free(char **list, uint32_t n) { stk_file_list_free(list, n); }
@@ -639,9 +635,9 @@ uint32_t stk_shard_set_check(const char *where, const set_member *m, uint32_t n,
 int stk_shards_detect(const char *path)
 {
     struct stat st;
-    if (ends_with_stk(path) && !has_glob_chars(path))
+    if (ends_with_stk(path) && !stk_path_has_glob(path))
         return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-    if (has_glob_chars(path) && stat(path, &st) != 0)
+    if (stk_path_has_glob(path) && stat(path, &st) != 0)
         return ends_with_stk(path);
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0;

@@ -128,19 +128,9 @@ static const char *const tfr_suffixes[] = {".tfrecord", ".tfrec", ".tfrecords", 
 
 static bool tfr_ends_with(const char *s, const char *suffix)
 {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n > k && !strcmp(s + n - k, suffix);
+    const char *one[] = {suffix, NULL};
+    return stk_path_has_suffix(s, one);
 }
-
-static bool tfr_has_suffix(const char *s)
-{
-    for (int i = 0; tfr_suffixes[i]; i++)
-        if (tfr_ends_with(s, tfr_suffixes[i]))
-            return true;
-    return false;
-}
-
-static bool tfr_has_glob(const char *p) { return strpbrk(p, "*?[") != NULL; }
 
 static uint32_t tfr_len_crc(const uint8_t *hdr) { return stk_crc32c_mask(stk_crc32c(0, hdr, 8)); }
 
@@ -957,7 +947,7 @@ static int tfr_open(const char *uri, const char *path, const char *query,
     }
     if ((rc = stk_file_list(path, tfr_suffixes, &words, &files, &nfiles)) < 0)
         goto out;
-    if (tfr_has_glob(path) && !stk_path_exists(path)) {
+    if (stk_path_has_glob(path) && !stk_path_exists(path)) {
         /* A glob also matches the index files beside the data: not data. */
         uint32_t k = 0;
         for (uint32_t i = 0; i < nfiles; i++) {
@@ -1031,8 +1021,8 @@ out:
  * ending in one of the extensions. */
 static int tfr_detect(const char *path)
 {
-    if (tfr_has_glob(path) && !stk_path_exists(path))
-        return tfr_has_suffix(path);
+    if (stk_path_has_glob(path) && !stk_path_exists(path))
+        return stk_path_has_suffix(path, tfr_suffixes);
     if (stk_path_is_dir(path)) {
         static const stk_file_list_words words = {"", "", ""};
         char **files = NULL;
@@ -1045,7 +1035,7 @@ static int tfr_detect(const char *path)
     }
     if (!stk_path_is_file(path))
         return 0;
-    if (tfr_has_suffix(path))
+    if (stk_path_has_suffix(path, tfr_suffixes))
         return 1;
     stk_source *s = NULL;
     uint8_t hdr[TFR_HEADER];
