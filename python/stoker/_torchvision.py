@@ -98,8 +98,35 @@ def _convert_image_dtype(obj):
                      "float16 or float32" % (_name(obj), name))
 
 
+def _policy_fill(o):
+    """A policy's fill as stoker takes it: one pixel value (torchvision's
+    None is 0; a per-channel list only when its values are all equal)."""
+    f = o.fill
+    if f is None:
+        return 0
+    if isinstance(f, (list, tuple)):
+        if len(f) == 0 or any(v != f[0] for v in f):
+            raise ValueError("%s(fill=%r) is not supported by stoker: one value for every "
+                             "channel" % (_name(o), f))
+        f = f[0]
+    return f
+
+
+def _policy(o, build):
+    """A torchvision augmentation policy: nearest interpolation only (the
+    argument is checked, never dropped), then the stoker class."""
+    _t._nearest_only(o.interpolation, _name(o))
+    return build(o)
+
+
 # class name -> builder(obj) -> stoker Transform, reading the object's attributes.
 _TRANSLATE = {
+    "AutoAugment": lambda o: _policy(o, lambda o: _t.AutoAugment(
+        o.policy, fill=None if o.fill is None else _policy_fill(o))),
+    "RandAugment": lambda o: _policy(o, lambda o: _t.RandAugment(
+        o.num_ops, o.magnitude, o.num_magnitude_bins, _policy_fill(o))),
+    "TrivialAugmentWide": lambda o: _policy(o, lambda o: _t.TrivialAugmentWide(
+        o.num_magnitude_bins, _policy_fill(o))),
     "RandomResizedCrop": lambda o: _t.RandomResizedCrop(
         _size(o.size), scale=tuple(o.scale), ratio=tuple(o.ratio), interpolation=_interp(o),
         antialias=getattr(o, "antialias", None)),
@@ -138,6 +165,11 @@ _WHY = {
 def _table_op(obj, cls):
     """An op of the C op table with an argument schema: its arguments, by
     name, are the torchvision object's attributes."""
+    kept = [k for k in vars(obj) if not k.startswith("_") and k != "training"]
+    extra = [k for k in kept if k not in cls._args]
+    if extra:  # none is dropped silently
+        raise ValueError("%s cannot be translated: stoker.%s takes no %s argument"
+                         % (_name(obj), cls.__name__, ", ".join(repr(k) for k in extra)))
     kwargs = {}
     for arg in cls._args:
         if not hasattr(obj, arg):
