@@ -232,7 +232,7 @@ class Mixup:
 
     # -- application ------------------------------------------------------
 
-    def soft_labels(self, labels, lam):
+    def soft_labels(self, labels, lam, mode=None):
         """float32 (B, num_classes): timm's mixup_target for int labels and
         per-row lam (a float or an array of B)."""
         import numpy as np
@@ -249,9 +249,16 @@ class Mixup:
         y1[np.arange(b), y] = on
         y2 = y1[::-1]
         lam = np.broadcast_to(np.asarray(lam, dtype=np.float64).reshape(-1), (b,))
-        l1 = lam.astype(np.float32)[:, None]
-        l2 = (1.0 - lam).astype(np.float32)[:, None]
-        return y1 * l1 + y2 * l2
+        if (mode or self.mode) == "batch":
+            # timm's lam is a Python float: torch casts it, and 1 - lam
+            # computed in double, to float32
+            l1 = lam.astype(np.float32)[:, None]
+            l2 = (1.0 - lam).astype(np.float32)[:, None]
+            return y1 * l1 + y2 * l2
+        # pair/elem: timm keeps lam in a float32 array (the CutMix-corrected
+        # value rounded on store) and computes 1 - lam in float32
+        lam32 = lam.astype(np.float32)
+        return y1 * lam32[:, None] + y2 * (np.float32(1.0) - lam32)[:, None]
 
     def __call__(self, images, labels, *, seed=0, epoch=0, position=0, rank=0, layout="NCHW"):
         """Mix ``images`` (a float torch tensor or NumPy array, N×C×H×W or
@@ -286,10 +293,10 @@ class Mixup:
         if is_torch:
             import torch
             _mix_torch(torch, images, p, layout)
-            soft = torch.from_numpy(self.soft_labels(labels.cpu().numpy(), p.lam))
+            soft = torch.from_numpy(self.soft_labels(labels.cpu().numpy(), p.lam, p.mode))
         else:
             _mix_numpy(np, images, p, layout)
-            soft = self.soft_labels(labels, p.lam)
+            soft = self.soft_labels(labels, p.lam, p.mode)
         return images, soft
 
 

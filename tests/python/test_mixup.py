@@ -76,8 +76,10 @@ def ref_batch_params(seed, epoch, position, mixup_alpha, cutmix_alpha, prob, swi
     return lam, use_cutmix, box
 
 
-def ref_targets(labels, lam, smoothing, nc=NC):
-    """timm.data.mixup.mixup_target, float32, lam per row."""
+def ref_targets(labels, lam, smoothing, nc=NC, mode="batch"):
+    """timm.data.mixup.mixup_target, float32, lam per row: in 'batch' mode
+    lam is a Python float (1 - lam in double, then float32), in 'pair' and
+    'elem' a float32 tensor (the stored lam rounded, 1 - lam in float32)."""
     off = smoothing / nc
     on = 1.0 - smoothing + off
     y = np.asarray(labels).astype(np.int64)
@@ -85,7 +87,11 @@ def ref_targets(labels, lam, smoothing, nc=NC):
     y1[np.arange(len(y)), y] = on
     y2 = y1[::-1]
     lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (len(y),))
-    return y1 * lam.astype(np.float32)[:, None] + y2 * (1.0 - lam).astype(np.float32)[:, None]
+    if mode == "batch":
+        return (y1 * lam.astype(np.float32)[:, None]
+                + y2 * (1.0 - lam).astype(np.float32)[:, None])
+    lam32 = lam.astype(np.float32)
+    return y1 * lam32[:, None] + y2 * (np.float32(1.0) - lam32)[:, None]
 
 
 def ref_mix_rows(x, lam, cutmix, boxes):
@@ -252,7 +258,7 @@ def test_pair_elem_modes(ds, mode):
         np.testing.assert_array_equal(p.cutmix, use_cut)
         np.testing.assert_array_equal(p.boxes, boxes)
         np.testing.assert_array_equal(x.numpy(), ref_mix_rows(rx, lam, use_cut, boxes))
-        np.testing.assert_array_equal(y.numpy(), ref_targets(ry, lam, 0.1))
+        np.testing.assert_array_equal(y.numpy(), ref_targets(ry, lam, 0.1, mode=mode))
         if mode == "pair" and b % 2:
             np.testing.assert_array_equal(x.numpy()[b // 2], rx[b // 2])
 
