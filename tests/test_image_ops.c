@@ -293,6 +293,7 @@ static const errcase errcases[] = {
     {"gaussian_blur 3,4", 0, 0, 0, 1, "gaussian_blur kernel sizes must be odd, got '3,4'"},
     {"gaussian_blur 257", 0, 0, 0, 1, "from 1 to 255"},
     {"gaussian_blur 3 sigma=0", 0, 0, 0, 1, "sigma must be > 0"},
+    {"gaussian_blur 3 sigma=1e-50", 0, 0, 0, 1, "sigma must be > 0 as a float32"},
     {"gaussian_blur 3 sigma=2:1", 0, 0, 0, 1, "must be low:high"},
     {"gaussian_blur 3 0.5 kernel_size=5", 0, 0, 0, 1, "'kernel_size' is given twice"},
     {"random_erasing 1.5", 0, 0, 0, 1, "random_erasing p must be from 0 to 1, got '1.5'"},

@@ -421,7 +421,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         }
         case STK_OP_ROTATE: {
             if (nrot++ == MAX_ROT) {
-                rc = stk_spec_fail(text, o->col, "at most %d rotate stages", MAX_ROT);
+                rc = stk_spec_fail(text, o->col, "at most %d rotate and affine stages", MAX_ROT);
                 goto fail;
             }
             stk_tail_op *t = &ip->tail[ip->ntail];

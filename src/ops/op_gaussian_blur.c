@@ -69,8 +69,11 @@ static int parse(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_op
                 return rc;
             if (n == 1)
                 v[1] = v[0];
-            if (!(v[0] > 0.0) || v[1] > 1e6)
-                return stk_spec_err(P, va, "sigma must be > 0 (and at most 1e6), got '%.*s'",
+            /* > 0 as the float32 it is drawn in: a sigma that rounds to 0
+             * would make the kernel 0/0 */
+            if (!((float)v[0] > 0.0f) || v[1] > 1e6)
+                return stk_spec_err(P, va, "sigma must be > 0 as a float32 (and at most 1e6), "
+                                           "got '%.*s'",
                                     STK_SPEC_TOKARG(P, va, vb));
             op->u.blur.sigma[0] = v[0];
             op->u.blur.sigma[1] = v[1];
