@@ -329,6 +329,15 @@ static int stk_tiff_read_samples(TIFF *tif, stk_tiff_job *j, const stk_tiff_layo
             (uint64_t)tw * th > max_pixels + 65536)
             return stk_fail(STK_EDATA, "TIFF: tile %ux%u is too large for a %ux%u image", tw,
                             th, l->width, l->height);
+        /* Tiles are copied at byte offsets: a tile whose rows do not
+         * start on a byte of the image's rows (libtiff only warns about
+         * widths that are not multiples of 16) would put bits in the
+         * wrong place; refused rather than decoded wrong. */
+        if (((uint64_t)tw * l->bits * l->spp) % 8)
+            return stk_fail(STK_EUNSUPPORTED,
+                            "TIFF: tiles %u pixels wide of %u-bit samples do not start on a "
+                            "byte",
+                            tw, (unsigned)(l->bits * l->spp));
         tmsize_t tsize = TIFFTileSize(tif);
         tmsize_t trow = TIFFTileRowSize(tif);
         if (tsize <= 0 || trow <= 0)
@@ -347,8 +356,8 @@ static int stk_tiff_read_samples(TIFF *tif, stk_tiff_job *j, const stk_tiff_layo
                     break;
                 }
                 /* Copy the tile's part inside the image. The bits of
-                 * column x start at byte x * scan / width: tile widths
-                 * are multiples of 16 pixels, so whole bytes. */
+                 * column x start at byte x * bits_px / 8: whole bytes,
+                 * since x is a multiple of tw (checked above). */
                 uint32_t rows = th < l->height - y ? th : l->height - y;
                 uint32_t cols = tw < l->width - x ? tw : l->width - x;
                 uint64_t bits_px = (uint64_t)l->bits * l->spp;
