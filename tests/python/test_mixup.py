@@ -335,6 +335,15 @@ def test_positions_and_indices(ds):
         q = ref.params(len(idx), H, W, seed=2, epoch=3, position=pos)
         np.testing.assert_array_equal(p.lam, q.lam)
         np.testing.assert_array_equal(p.boxes, q.boxes)
+        # and the documented draws, replayed independently ('batch' mode)
+        g = ref_generator(2, 3, pos)
+        assert g.random() < 1.0  # prob
+        use_cut = g.random() < 0.5  # switch_prob
+        lam = float(g.beta(1.0, 1.0))
+        if use_cut and lam != 1.0:
+            yl, yh, xl, xh = ref_rand_bbox(H, W, lam, g)
+            lam = 1.0 - (yh - yl) * (xh - xl) / float(H * W)
+        np.testing.assert_array_equal(p.lam, np.full(len(idx), lam))
         n += 1
     assert n == len(L) == 5
     assert L.epoch == 4  # the pass completed as without a batch transform
