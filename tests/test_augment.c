@@ -132,6 +132,67 @@ static void test_draw_order(void **state)
     }
 }
 
+/* torchvision 0.14's AutoAugment ImageNet policy (autoaugment.py,
+ * _get_policies), transcribed: (op, probability, magnitude bin or -1). */
+typedef struct aa_ref {
+    const char *op;
+    double p;
+    int bin;
+} aa_ref;
+static const aa_ref k_imagenet[25][2] = {
+    {{"Posterize", 0.4, 8}, {"Rotate", 0.6, 9}},     {{"Solarize", 0.6, 5}, {"AutoContrast", 0.6, -1}},
+    {{"Equalize", 0.8, -1}, {"Equalize", 0.6, -1}},  {{"Posterize", 0.6, 7}, {"Posterize", 0.6, 6}},
+    {{"Equalize", 0.4, -1}, {"Solarize", 0.2, 4}},   {{"Equalize", 0.4, -1}, {"Rotate", 0.8, 8}},
+    {{"Solarize", 0.6, 3}, {"Equalize", 0.6, -1}},   {{"Posterize", 0.8, 5}, {"Equalize", 1.0, -1}},
+    {{"Rotate", 0.2, 3}, {"Solarize", 0.6, 8}},      {{"Equalize", 0.6, -1}, {"Posterize", 0.4, 6}},
+    {{"Rotate", 0.8, 8}, {"Color", 0.4, 0}},         {{"Rotate", 0.4, 9}, {"Equalize", 0.6, -1}},
+    {{"Equalize", 0.0, -1}, {"Equalize", 0.8, -1}},  {{"Invert", 0.6, -1}, {"Equalize", 1.0, -1}},
+    {{"Color", 0.6, 4}, {"Contrast", 1.0, 8}},       {{"Rotate", 0.8, 8}, {"Color", 1.0, 2}},
+    {{"Color", 0.8, 8}, {"Solarize", 0.8, 7}},       {{"Sharpness", 0.4, 7}, {"Invert", 0.6, -1}},
+    {{"ShearX", 0.6, 5}, {"Equalize", 1.0, -1}},     {{"Color", 0.4, 0}, {"Equalize", 0.6, -1}},
+    {{"Equalize", 0.4, -1}, {"Solarize", 0.2, 4}},   {{"Solarize", 0.6, 5}, {"AutoContrast", 0.6, -1}},
+    {{"Invert", 0.6, -1}, {"Equalize", 1.0, -1}},    {{"Color", 0.6, 4}, {"Contrast", 1.0, 8}},
+    {{"Equalize", 0.8, -1}, {"Equalize", 0.6, -1}},
+};
+
+/* auto_augment against the policy table above and torchvision's rules:
+ * sub-policy = below(25); step i applies when u_i <= its probability
+ * (torch.rand(2) <= p); a signed op is negated when its sign draw is 0. */
+static void test_auto_augment_rules(void **state)
+{
+    (void)state;
+    stk_aug_policy aut = {STK_AUG_POLICY_AUTO, 0, 0, 0, {0, 0, 0}, 0};
+    int applied = 0, negated = 0, skipped = 0;
+    for (uint64_t index = 0; index < 2000; index++) {
+        stk_rng a, b;
+        stk_aug_step st[STK_AUG_MAX_OPS];
+        stk_rng_init(&a, 11, 0, 2, index);
+        stk_rng_init(&b, 11, 0, 2, index);
+        int n = stk_aug_draw(&aut, &a, 224, 224, st);
+        int id = (int)stk_rng_below(&b, 25);
+        double u[2] = {stk_rng_uniform(&b), stk_rng_uniform(&b)};
+        int sign[2] = {(int)stk_rng_below(&b, 2), (int)stk_rng_below(&b, 2)};
+        int k = 0;
+        for (int i = 0; i < 2; i++) {
+            const aa_ref *r = &k_imagenet[id][i];
+            if (!(u[i] <= r->p)) {
+                skipped++;
+                continue;
+            }
+            assert_true(k < n);
+            assert_string_equal(stk_aug_name(st[k].prim), r->op);
+            assert_int_equal(st[k].bin, r->bin);
+            int is_signed = st[k].prim >= STK_AUG_SHEAR_X && st[k].prim <= STK_AUG_SHARPNESS;
+            assert_int_equal(st[k].neg, is_signed && sign[i] == 0);
+            negated += st[k].neg;
+            k++;
+            applied++;
+        }
+        assert_int_equal(n, k);
+    }
+    assert_true(applied > 1000 && skipped > 300 && negated > 100); /* every branch met */
+}
+
 static void test_magnitudes(void **state)
 {
     (void)state;
@@ -168,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_translate_and_sharpness_by_hand),
         cmocka_unit_test(test_draw_order),
         cmocka_unit_test(test_magnitudes),
+        cmocka_unit_test(test_auto_augment_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
