@@ -187,6 +187,8 @@ static int stk_recordio_read(const stk_dataset *ds, uint64_t index, stk_sample *
         if (p != scratch->data && (rc = stk_scratch_reserve(scratch, n)) < 0)
             return rc;
         size_t joined = rio_join(p, n, scratch->data);
+        if (joined == (size_t)-1 && (rc = stk_recordset_check(&m->rs, index, 0, n)) < 0)
+            return rc; /* frames lost to a file cut while open: say that */
         if (joined == (size_t)-1) {
             stk_recordio_sample_name(ds, index, name, sizeof name);
             return stk_fail(STK_EDATA, "%s: the frames of the split record changed since open",

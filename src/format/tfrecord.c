@@ -753,6 +753,8 @@ static int tfr_record(const stk_dataset *ds, uint64_t index, stk_scratch *scratc
     if (check) {
         uint32_t want = stk_rd32(p + TFR_HEADER + dl);
         uint32_t got = stk_crc32c_mask(stk_crc32c(0, p + TFR_HEADER, dl));
+        if (want != got && (rc = stk_recordset_check(&m->rs, index, 0, n)) < 0)
+            return rc; /* bytes lost to a file cut while open: say that, not "damaged" */
         if (want != got)
             return tfr_bad(ds, index, "the data's CRC does not match (stored %08x, computed "
                                       "%08x): the record is damaged", want, got);

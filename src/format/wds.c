@@ -1151,8 +1151,9 @@ static void wds_sample_name(const stk_dataset *ds, uint64_t index, char *buf, si
     tar_member mb;
     /* Only from a mapping: a pread's failure would replace the message the
      * caller is composing. */
-    int ok = f->map && (!f->guard || stk_map_guard_intact(f->guard, hdr, 512)) &&
-             tar_next(&w, &mb) > 0;
+    int ok = f->map && tar_next(&w, &mb) > 0;
+    /* after use, over every byte the walk read (headers, long names, pax) */
+    ok = ok && (!f->guard || stk_map_guard_intact(f->guard, hdr, w.pos - hdr));
     if (ok)
         snprintf(buf, size, "%s: member %s (byte %llu)", f->path, mb.name,
                  (unsigned long long)hdr);
