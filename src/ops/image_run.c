@@ -366,7 +366,10 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         if ((rc = reserve_keep(scratch, (size_t)est + slack + ws, 0)) < 0)
             return rc;
         stk_rect r = {(uint32_t)rx0, (uint32_t)ry0, (uint32_t)(rx1 - rx0), (uint32_t)(ry1 - ry0)};
+        uint64_t t_dec = in->decode_ticks ? stk_ticks() : 0;
         rc = stk_image_decode(in->encoded, in->encoded_size, NULL, &r, d, scratch, &view);
+        if (in->decode_ticks)
+            *in->decode_ticks += stk_ticks() - t_dec;
         if (rc == STK_ELIMIT)
             rc = STK_EDATA;
         if (rc < 0)

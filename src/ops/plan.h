@@ -56,6 +56,10 @@ typedef struct stk_plan_input {
     const stk_image_view *image; /* decoded pixels, or NULL */
     const uint8_t *encoded;      /* when image is NULL */
     size_t encoded_size;
+    /* Optional (NULL: not measured): stk_ticks() spent inside the image
+     * decoder are added here, so the loader's profile and `stoker doctor`
+     * can tell decoding from the pixel work that follows it. */
+    uint64_t *decode_ticks;
 } stk_plan_input;
 
 /*
