@@ -108,7 +108,7 @@ int main(int argc, char **argv)
                 int s = (k + i) % NSPECS; /* rotate the order too */
                 stk_rng rng;
                 stk_rng_init(&rng, 1, 0, (uint64_t)r, (uint64_t)i);
-                stk_plan_input in = {NULL, data[i], size[i]};
+                stk_plan_input in = {.image = NULL, .encoded = data[i], .encoded_size = size[i]};
                 double t0 = cpu_now();
                 int rc = stk_plan_run_input(plans[s], &in, &rng, out, &sc);
                 cpu[s] += cpu_now() - t0;

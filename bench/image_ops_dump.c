@@ -262,7 +262,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "run") && (n == 4 || n == 5)) {
         size_t sz;
         uint8_t *data = read_all(v[1], &sz);
-        stk_plan_input in = {NULL, data, sz};
+        stk_plan_input in = {.image = NULL, .encoded = data, .encoded_size = sz};
         return run_plan(v[0], &in, strtoull(v[3], NULL, 10), n == 5 ? strtoull(v[4], NULL, 10) : 0,
                         v[2], v[1]);
     }
@@ -271,7 +271,7 @@ int main(int argc, char **argv)
         uint8_t *px = read_all(v[1], &sz);
         uint32_t h = (uint32_t)atoi(v[2]), w = (uint32_t)atoi(v[3]), c = (uint32_t)atoi(v[4]);
         stk_image_view view = {px, h, w, c, (ptrdiff_t)w * c, (ptrdiff_t)c, 1};
-        stk_plan_input in = {&view, NULL, 0};
+        stk_plan_input in = {.image = &view, .encoded = NULL, .encoded_size = 0};
         return run_plan(v[0], &in, strtoull(v[6], NULL, 10), n == 8 ? strtoull(v[7], NULL, 10) : 0,
                         v[5], v[1]);
     }
@@ -299,7 +299,7 @@ int main(int argc, char **argv)
             }
             size_t sz;
             uint8_t *data = read_all(path, &sz);
-            stk_plan_input in = {NULL, data, sz};
+            stk_plan_input in = {.image = NULL, .encoded = data, .encoded_size = sz};
             stk_rng rng;
             stk_plan_trace tr;
             stk_rng_init(&rng, seed, STK_RNG_DOMAIN_SAMPLE, 0, index++);
@@ -330,7 +330,7 @@ int main(int argc, char **argv)
         uint8_t px[3] = {0, 0, 0};
         /* A zero-stride view: any size without the memory. */
         stk_image_view view = {px, h, w, 3, 0, 0, 1};
-        stk_plan_input in = {&view, NULL, 0};
+        stk_plan_input in = {.image = &view, .encoded = NULL, .encoded_size = 0};
         for (long i = 0; i < cnt; i++) {
             stk_rng rng;
             stk_plan_trace tr;

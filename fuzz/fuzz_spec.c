@@ -119,7 +119,7 @@ static void run_plan(const char *text, uint32_t h, uint32_t w, uint32_t c)
         stk_image_view v = {.pixels = px, .height = h, .width = w, .channels = c,
                             .row_stride = (ptrdiff_t)w * c, .col_stride = (ptrdiff_t)c,
                             .chan_stride = 1};
-        stk_plan_input in = {&v, NULL, 0};
+        stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
         uint8_t *o1 = malloc(bytes), *o2 = malloc(bytes);
         stk_scratch sc = {NULL, 0};
         CHECK(o1 && o2);

@@ -443,7 +443,7 @@ static int trace_raw(const stk_plan *p, uint32_t h, uint32_t w, uint64_t seed, u
 {
     static uint8_t px[3];
     stk_image_view v = {px, h, w, 3, 0, 0, 1}; /* zero strides: any size, no memory */
-    stk_plan_input in = {&v, NULL, 0};
+    stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_rng r;
     stk_rng_init(&r, seed, STK_RNG_DOMAIN_SAMPLE, 0, index);
     return stk_plan_trace_input(p, &in, &r, t);
@@ -853,7 +853,7 @@ static void test_plans_raw_inputs(void **state)
             v.col_stride = 1;
             v.chan_stride = (ptrdiff_t)h * w;
         }
-        stk_plan_input in = {&v, NULL, 0};
+        stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
         for (size_t s = 0; s < sizeof plan_specs / sizeof plan_specs[0]; s++)
             run_all_isas(plan_specs[s], &in, 0, 0, 0, i * 10 + s);
         free(px);
@@ -863,13 +863,13 @@ static void test_plans_raw_inputs(void **state)
     tu_fill_random(cifar, sizeof cifar, 7);
     tu_fill_random(gray, sizeof gray, 8);
     stk_image_view cv = {cifar, 32, 32, 3, 32, 1, 32 * 32}; /* planar, as CIFAR */
-    stk_plan_input cin = {&cv, NULL, 0};
+    stk_plan_input cin = {.image = &cv, .encoded = NULL, .encoded_size = 0};
     run_all_isas("pad 4 | random_crop 32 | flip | color_jitter 0.4 0.4 0.4 0.1 | normalize cifar10",
                  &cin, 32, 32, 3, 1);
     run_all_isas("pad 2 mode=reflect | random_resized_crop 24 | rotate 15 | to f16 hwc", &cin, 32,
                  32, 3, 2);
     stk_image_view gv = {gray, 28, 28, 1, 28, 1, 1};
-    stk_plan_input gin = {&gv, NULL, 0};
+    stk_plan_input gin = {.image = &gv, .encoded = NULL, .encoded_size = 0};
     run_all_isas("resize 16 | color_jitter 0.5 0.5 0.5 0.5 | normalize mnist", &gin, 28, 28, 1, 3);
     run_all_isas("random_resized_crop 20 | rotate 30 fill=128 | to u8", &gin, 28, 28, 1, 4);
     /* grayscale, gaussian_blur, random_apply, random_erasing, bf16 */
@@ -899,7 +899,7 @@ static void test_determinism_and_streams(void **state)
     (void)state;
     uint8_t *px = make_image(150, 200, 3);
     stk_image_view v = {px, 150, 200, 3, 600, 3, 1};
-    stk_plan_input in = {&v, NULL, 0};
+    stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_plan *p = compile_ok(plan_specs[4], 0, 0, 0);
     size_t n = plan_bytes(p);
     stk_scratch sc = {NULL, 0};
@@ -926,7 +926,7 @@ static void test_dtypes_agree(void **state)
     (void)state;
     uint8_t *px = make_image(90, 130, 1);
     stk_image_view v = {px, 90, 130, 3, 390, 3, 1};
-    stk_plan_input in = {&v, NULL, 0};
+    stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
     static const char *const bases[] = {"random_resized_crop 40,30 | flip",
                                         "random_resized_crop 40,30 | flip | color_jitter 0.3 0.3 0.3 0.05"};
@@ -967,7 +967,7 @@ static void test_flip_after_rotate(void **state)
     (void)state;
     uint8_t *px = make_image(40, 56, 2);
     stk_image_view v = {px, 40, 56, 3, 168, 3, 1};
-    stk_plan_input in = {&v, NULL, 0};
+    stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
     static const char *const pairs[][2] = {
         {"rotate 25:25 | flip 1 | to f32 chw", "rotate 25:25 | to f32 chw"},
@@ -1144,7 +1144,7 @@ static void test_encoded_matches_raw(void **state)
     uint8_t *png = malloc(4 << 20);
     size_t plen = fread(png, 1, 4 << 20, f);
     fclose(f);
-    stk_plan_input enc = {NULL, jpg, jlen}, pin = {NULL, png, plen}, raw = {&full, NULL, 0};
+    stk_plan_input enc = {.image = NULL, .encoded = jpg, .encoded_size = jlen}, pin = {.image = NULL, .encoded = png, .encoded_size = plen}, raw = {.image = &full, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
     int exact = 0;
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
@@ -1200,7 +1200,7 @@ static void test_dct_scaled_decode(void **state)
         {"resize 100,120 | to u8", 8},                /* scale 9.6 x 10.7 */
         {"center_crop 400 | resize 190 | to u8", 2},  /* 400 -> 190: 2.1 */
     };
-    stk_plan_input enc = {NULL, jpg, jlen}, raw = {&full, NULL, 0};
+    stk_plan_input enc = {.image = NULL, .encoded = jpg, .encoded_size = jlen}, raw = {.image = &full, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         stk_plan *p = compile_ok(cases[k].spec, 0, 0, 0);
@@ -1247,13 +1247,13 @@ static void test_corrupt_encoded(void **state)
     stk_scratch sc = {NULL, 0};
     int rc;
     /* truncated */
-    stk_plan_input in = {NULL, jpg, jlen / 2};
+    stk_plan_input in = {.image = NULL, .encoded = jpg, .encoded_size = jlen / 2};
     assert_null(run_checked(p, &in, 1, 0, &sc, &rc));
     assert_int_equal(rc, STK_EDATA);
     /* empty, garbage */
     uint8_t junk[300];
     tu_fill_random(junk, sizeof junk, 3);
-    stk_plan_input e0 = {NULL, junk, 0}, e1 = {NULL, junk, sizeof junk};
+    stk_plan_input e0 = {.image = NULL, .encoded = junk, .encoded_size = 0}, e1 = {.image = NULL, .encoded = junk, .encoded_size = sizeof junk};
     assert_null(run_checked(p, &e0, 1, 0, &sc, &rc));
     assert_int_equal(rc, STK_EDATA);
     assert_null(run_checked(p, &e1, 1, 0, &sc, &rc));
@@ -1270,13 +1270,13 @@ static void test_corrupt_encoded(void **state)
             break;
         }
     }
-    stk_plan_input eb = {NULL, big, jlen};
+    stk_plan_input eb = {.image = NULL, .encoded = big, .encoded_size = jlen};
     assert_null(run_checked(p, &eb, 1, 0, &sc, &rc));
     assert_int_equal(rc, STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "max_pixels"));
     /* an encoded image for a fixed-shape plan is the caller's mistake */
     stk_plan *pf = compile_ok("flip", 8, 8, 3);
-    stk_plan_input ok = {NULL, jpg, jlen};
+    stk_plan_input ok = {.image = NULL, .encoded = jpg, .encoded_size = jlen};
     uint8_t out[8 * 8 * 3];
     stk_rng r;
     stk_rng_init(&r, 1, STK_RNG_DOMAIN_SAMPLE, 0, 0);
@@ -1320,7 +1320,7 @@ static void test_scratch_steady(void **state)
         size_t cap = 0;
         for (int pass = 0; pass < 4; pass++) {
             for (uint64_t k = 0; k < 200; k++) {
-                stk_plan_input in = {NULL, jpg[k % NIMG], len[k % NIMG]};
+                stk_plan_input in = {.image = NULL, .encoded = jpg[k % NIMG], .encoded_size = len[k % NIMG]};
                 stk_rng r;
                 stk_rng_init(&r, 1, STK_RNG_DOMAIN_SAMPLE, 0, k);
                 assert_int_equal(stk_plan_run_input(p, &in, &r, out, &sc), 0);
@@ -1351,7 +1351,7 @@ static void test_plan_run_fixed(void **state)
     stk_rng r;
     stk_rng_init(&r, 2, STK_RNG_DOMAIN_SAMPLE, 0, 1);
     assert_int_equal(stk_plan_run(p, &v, &r, a), 0);
-    stk_plan_input in = {&v, NULL, 0};
+    stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
     stk_rng_init(&r, 2, STK_RNG_DOMAIN_SAMPLE, 0, 1);
     assert_int_equal(stk_plan_run_input(p, &in, &r, b, &sc), 0);
@@ -1359,7 +1359,7 @@ static void test_plan_run_fixed(void **state)
     /* wrong shape for a fixed plan */
     stk_image_view bad = v;
     bad.width = 63;
-    stk_plan_input bin = {&bad, NULL, 0};
+    stk_plan_input bin = {.image = &bad, .encoded = NULL, .encoded_size = 0};
     stk_rng_init(&r, 2, STK_RNG_DOMAIN_SAMPLE, 0, 1);
     assert_int_equal(stk_plan_run_input(p, &bin, &r, b, &sc), STK_EINVAL);
     stk_scratch_free(&sc);

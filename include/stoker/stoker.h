@@ -81,7 +81,14 @@ extern "C" {
 
 /* The version of the library actually linked (may differ from the header). */
 STK_API unsigned stk_version_number(void);
+
 STK_API const char *stk_version_string(void);
+
+/* The CPU this process may use, in cores (fractional under a cgroup quota):
+ * the smallest of the affinity mask, the cgroup v1/v2 CPU quota and the
+ * STOKER_CPUS environment variable when set. What the autotuner and
+ * `stoker doctor` plan with; read afresh on each call. Thread-safe. */
+STK_API double stk_cpus_available(void);
 
 /* ------------------------------------------------------------------------ */
 /* Errors (pinned: never renumber, only append)                              */

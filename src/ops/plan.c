@@ -635,7 +635,7 @@ int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void
         return stk_fail(STK_EINVAL, "stk_plan_run: NULL argument");
     if (p->img) {
         stk_scratch sc = {NULL, 0};
-        stk_plan_input pin = {in, NULL, 0};
+        stk_plan_input pin = {.image = in, .encoded = NULL, .encoded_size = 0};
         int rc = stk_imgplan_run(p->img, &pin, rng, out, &sc, NULL, 1);
         stk_scratch_free(&sc);
         return rc;

@@ -374,8 +374,9 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
         uint64_t t_read = stk_ticks();
         read_ticks += t_read - t;
         if (rc == 0) {
-            stk_plan_input in = {sample.image.pixels ? &sample.image : NULL, sample.encoded,
-                                 sample.encoded_size};
+            stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
+                                 .encoded = sample.encoded,
+                                 .encoded_size = sample.encoded_size};
             /* View v's draws: the counter with v in its top byte (v = 0:
              * the plain draw; counters stay below 2^56, checked at create). */
             for (uint32_t v = 0; v < k && rc == 0; v++) {
