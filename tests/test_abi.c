@@ -69,7 +69,7 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_sampling, reserved_), 88);
     /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
      * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
-     * sampling, aug_seed, views + flags, 3 reserved */
+     * sampling, aug_seed, views + flags, memory_limit, 2 reserved */
     assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
     assert_int_equal(offsetof(stk_loader_options, block_size), 48);
     assert_int_equal(offsetof(stk_loader_options, shuffle), 56);
@@ -78,7 +78,8 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_options, aug_seed), 72);
     assert_int_equal(offsetof(stk_loader_options, views), 80);
     assert_int_equal(offsetof(stk_loader_options, flags), 84);
-    assert_int_equal(offsetof(stk_loader_options, reserved_), 88);
+    assert_int_equal(offsetof(stk_loader_options, memory_limit), 88);
+    assert_int_equal(offsetof(stk_loader_options, reserved_), 96);
     /* 3 pointers, size + ndim, shape[4], dtype + layout, sample_bytes, epoch,
      * position, skipped (+4), handle, 4 reserved */
     assert_int_equal(sizeof(stk_batch), 24 + 8 + 32 + 8 + 8 + 8 + 8 + 8 + 8 + 32);
@@ -90,8 +91,20 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_state, block_size), 64);
     assert_int_equal(offsetof(stk_loader_state, shuffle_window), 72);
     assert_int_equal(offsetof(stk_loader_state, reserved_), 80);
-    /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted, 8 reserved */
+    /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted,
+     * then in the 8 words once reserved: decode_s, collate_s, step_s,
+     * memory_bytes, threads + prefetch, decisions, 2 reserved */
     assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
+    assert_int_equal(offsetof(stk_loader_stats, decode_s), 80);
+    assert_int_equal(offsetof(stk_loader_stats, threads), 112);
+    assert_int_equal(offsetof(stk_loader_stats, decisions), 120);
+    assert_int_equal(offsetof(stk_loader_stats, reserved_), 128);
+    /* batches, samples, 19 doubles, threads, prefetch, bound, stage,
+     * verdict[256], 8 reserved */
+    assert_int_equal(sizeof(stk_loader_profile), 16 + 19 * 8 + 16 + 256 + 64);
+    assert_int_equal(offsetof(stk_loader_profile, verdict), 184);
+    /* t, wait_s, step_s, ready, threads, prefetch, reserved16_ */
+    assert_int_equal(sizeof(stk_loader_event), 24);
     /* name, whole + required, lo, hi, def, 2 reserved */
     assert_int_equal(sizeof(stk_op_param), 8 + 8 + 24 + 16);
     /* 4 pointers, nparams + reserved32_, 4 params, 4 reserved */
@@ -134,7 +147,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_loader *l = NULL;
     expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[2]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[1]"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;

@@ -591,7 +591,8 @@ STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_
  * caller's side is meant for one consumer thread. next and next_timeout:
  * one thread at a time. set_epoch and state_set: from the consumer, not
  * while a next() is in flight. release, interrupt, state_get, stats_get,
- * length and sample_shape: any thread, at any time, alongside the consumer
+ * profile_get, profile_events, profile_reset, set_threads, set_prefetch,
+ * decision, length and sample_shape: any thread, at any time, alongside the consumer
  * (none of them from a signal handler). errmsg: once a call has returned the
  * error that stopped the loader (the message is written then, once).
  * destroy: once, with no other call on the loader in flight.
@@ -611,11 +612,20 @@ typedef enum stk_error_policy {
 /* Zero means default for every field. */
 typedef struct stk_loader_options {
     uint32_t batch_size;  /* default 256 */
-    uint32_t threads;     /* worker threads, default 2 */
-    uint32_t prefetch;    /* batches filled ahead of the consumer, default 4 */
+    /* Worker threads; 0 = auto: the autotuner (docs/engine.md, "Autotune")
+     * starts with the CPU this process may use (stk_cpus_available) and
+     * moves the active count, while running, by the measured consumer wait,
+     * worker load and delivered rate. A number fixes it. */
+    uint32_t threads;
+    /* Batches filled ahead of the consumer; 0 = auto: starts at 4 and grows
+     * (to 16) while the consumer waits although workers are idle, within
+     * memory_limit. A number fixes it. */
+    uint32_t prefetch;
     uint32_t max_batches; /* cap on batch buffers (prefetch + lent); default
-                             prefetch + 4. When the consumer holds that many,
-                             next() fails with STK_EEXHAUSTED. */
+                             prefetch + 4 (the auto prefetch's cap + 4), and
+                             no more than memory_limit holds. When the
+                             consumer holds that many, next() fails with
+                             STK_EEXHAUSTED. */
     uint64_t seed;
     int no_shuffle;
     int drop_last;
@@ -637,10 +647,16 @@ typedef struct stk_loader_options {
      * gives. At most STK_MAX_VIEWS. */
     uint32_t views;
     uint32_t flags;          /* STK_LOADER_* below */
+    /* Bytes the batch pool and the workers' scratch may use together (0: no
+     * limit beyond max_batches). The pool is sized within it, the autotuner
+     * adds a thread or a prefetched batch only if the result fits, and a
+     * parked worker frees its scratch; create fails (STK_EINVAL) when not
+     * even two batches fit. stk_loader_stats.memory_bytes is the sum. */
+    uint64_t memory_limit;
     /* Must be zero (ABI: see the top of this file). The GPU backend's
      * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
      * out of this space, zero meaning "batches in host memory" as today. */
-    uint64_t reserved_[3];
+    uint64_t reserved_[2];
 } stk_loader_options;
 
 #define STK_LOADER_AUG_SEED 1u /* aug_seed is set (else the order's seed) */
@@ -788,16 +804,115 @@ typedef struct stk_loader_stats {
     uint64_t skipped;        /* samples left out (skip policy) of the batches
                                 delivered: each counted once, like batches */
     double read_s;           /* workers: fetching samples from the dataset */
-    double augment_s;        /* workers: pipeline + write into the batch */
+    double augment_s;        /* workers: pipeline + write into the batch, not
+                                counting the decoder (decode_s) */
     double idle_s;           /* workers: waiting for a free buffer */
     double wait_s;           /* consumer: blocked in next() */
     uint32_t batches_allocated; /* buffers in the pool now */
     uint64_t pool_bytes;     /* bytes of batch buffers allocated */
     uint64_t pool_exhausted; /* next() calls that found every buffer lent */
-    uint64_t reserved_[8];   /* zeroed by the library */
+    /* Carved out of the reserved words: */
+    double decode_s;         /* workers: inside the image decoder */
+    double collate_s;        /* workers: moving rows after skipped samples
+                                (the write into the batch is fused into
+                                augment_s: there is no separate copy) */
+    double step_s;           /* consumer: between batches (its training step) */
+    uint64_t memory_bytes;   /* batch pool + workers' scratch now */
+    uint32_t threads;        /* workers active now (the autotuner moves it) */
+    uint32_t prefetch;       /* prefetch depth now */
+    uint64_t decisions;      /* autotuner decisions made (stk_loader_decision) */
+    uint64_t reserved_[2];   /* zeroed by the library */
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);
+
+/*
+ * The data-stall profile (docs/engine.md, "Profile"): measured per delivered
+ * batch, without changing the training loop. For each batch the loader
+ * records how long the consumer waited for it inside next() and how long the
+ * consumer was away since the previous batch (its step: everything the
+ * training loop did between two next() calls; the gap after an epoch's end
+ * is not a step). Over a window (since creation or the last
+ * stk_loader_profile_reset; the percentiles over its last 4096 batches):
+ */
+typedef enum stk_bound {
+    STK_BOUND_UNKNOWN = 0, /* fewer than 2 batches measured */
+    STK_BOUND_STEP = 1,    /* the consumer rarely waits: the step limits */
+    STK_BOUND_DATA = 2,    /* the consumer waits for data (share >= 5%) */
+} stk_bound;
+
+typedef enum stk_stage {
+    STK_STAGE_NONE = 0,
+    STK_STAGE_READ = 1,     /* fetching records from storage */
+    STK_STAGE_DECODE = 2,   /* the image decoder */
+    STK_STAGE_AUGMENT = 3,  /* the pipeline's pixel work and the batch write */
+    STK_STAGE_COLLATE = 4,  /* moving rows (skip policy) */
+    STK_STAGE_PREFETCH = 5, /* workers idle while the consumer waits: the
+                               pipeline is too shallow or has too few threads */
+} stk_stage;
+
+typedef struct stk_loader_profile {
+    uint64_t batches;        /* batches lent in the window */
+    uint64_t samples;        /* their rows */
+    double wall_s;           /* the loop's time: wait_s + step_s */
+    double wait_s;           /* consumer blocked in next() */
+    double step_s;           /* consumer between batches */
+    double data_share;       /* wait_s / wall_s (0..1) */
+    double wait_p50_s, wait_p90_s, wait_p99_s, wait_max_s; /* per batch */
+    double step_p50_s, step_p90_s, step_p99_s;
+    double read_s, decode_s, augment_s, collate_s; /* worker seconds */
+    double busy;             /* worker time spent working / (active workers x
+                                window time), 0..1 */
+    double queue_mean;       /* batches ready when the consumer asked, mean */
+    double images_per_s;     /* samples / wall_s */
+    double cpus;             /* stk_cpus_available() */
+    uint32_t threads;        /* active workers now */
+    uint32_t prefetch;       /* prefetch depth now */
+    int32_t bound;           /* stk_bound */
+    int32_t stage;           /* stk_stage: what limits (data-bound), or the
+                                largest stage (step-bound) */
+    char verdict[256];       /* one line: "data-bound: ..." / "step-bound: ..." */
+    uint64_t reserved_[8];   /* zeroed by the library */
+} stk_loader_profile;
+
+/* One delivered batch (the profile's time series: queue depth over time). */
+typedef struct stk_loader_event {
+    double t;          /* seconds since the loader was created, when lent */
+    float wait_s;      /* the consumer waited this long in next() */
+    float step_s;      /* the consumer's step before asking for it */
+    uint16_t ready;    /* batches ready when the consumer asked */
+    uint16_t threads;  /* active workers then */
+    uint16_t prefetch; /* prefetch depth then */
+    uint16_t reserved16_;
+} stk_loader_event;
+
+/* Fill *p with the window's profile. Safe with a concurrent next(). */
+STK_API void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p);
+
+/* Start a new window (e.g. after each report). */
+STK_API void stk_loader_profile_reset(stk_loader *l);
+
+/* Copy the window's last `cap` batch records, oldest first, into out
+ * (caller's memory); returns how many were copied (at most 4096 are kept). */
+STK_API size_t stk_loader_profile_events(const stk_loader *l, stk_loader_event *out,
+                                         size_t cap);
+
+/*
+ * Fix the active worker count (1 .. the loader's threads, or for an auto
+ * loader 1 .. its thread cap) or the prefetch depth (1 .. max_batches - 1,
+ * within memory_limit) while running; each turns that knob's autotuning
+ * off. Batches stay bit-identical: a row's content never depends on which
+ * thread made it. STK_EINVAL out of range, naming the range.
+ */
+STK_API int stk_loader_set_threads(stk_loader *l, uint32_t threads);
+STK_API int stk_loader_set_prefetch(stk_loader *l, uint32_t prefetch);
+
+/* The autotuner's decision number n (0-based, stk_loader_stats.decisions
+ * made so far), e.g. "threads 2 -> 3: data share 31%, workers busy 97%",
+ * into buf. Returns 1, 0 when n is not made yet, STK_ENOENT when it is
+ * older than the last 64 kept. Decisions are also printed to stderr when
+ * the environment has STOKER_LOG=debug. */
+STK_API int stk_loader_decision(const stk_loader *l, uint64_t n, char *buf, size_t size);
 
 /* The message of the error that stopped the loader, or "" (lent, lives with
  * the loader). */

@@ -65,6 +65,7 @@
  * last writer leaves. Lent slots are never touched: a lent batch stays valid
  * until released.
  */
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/util.h"
@@ -73,9 +74,12 @@
 #include "pipeline/sampler.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -83,10 +87,13 @@
 #include <time.h>
 
 #define DEFAULT_BATCH_SIZE 256
-#define DEFAULT_THREADS 2
-#define DEFAULT_PREFETCH 4
+#define AUTO_PREFETCH_START 4  /* prefetch = 0: where the tuner starts... */
+#define AUTO_PREFETCH_MAX 16   /* ...and how deep it may go */
+#define AUTO_THREADS_CAP 64    /* threads = 0: at most this many workers */
 #define MAX_THREADS 1024
 #define MAX_SLOTS 4096
+#define EVENT_RING 4096        /* batch records kept for the profile */
+#define DECISION_RING 64       /* autotuner decisions kept (texts) */
 
 /* A lent batch's public `handle`: the slot's lend count (ticket) above the
  * slot index, so a stale copy of a batch (released twice, or kept after its
@@ -129,13 +136,29 @@ typedef struct slot {
  * stats readers on other threads are race-free), one cache line each. */
 typedef struct worker {
     _Alignas(STK_ALIGN) stk_loader *loader;
+    uint32_t index;      /* 0-based; claims work only while index < loader->active */
     pthread_t thread;
     bool started;
     stk_scratch scratch; /* owned by the worker thread: dataset reads */
     stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
-    _Atomic uint64_t read_ticks, augment_ticks, samples;
+    _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
+    _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
+    _Atomic uint64_t cpu_ns;        /* this thread's CPU time while busy */
+    _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk */
     _Atomic double idle_s;
 } worker;
+
+/* The autotuner's view of one window (tune_locked). */
+typedef struct tune_sample {
+    double t;               /* stk_now() at its end */
+    uint64_t batches, samples;
+    double wait_s, step_s;
+    uint64_t busy_ticks, cpu_ns;
+    double consumer_cpu_s, process_cpu_s;
+} tune_sample;
+
+/* A move the tuner is trying: kept if the next window's rate says so. */
+typedef enum tune_move { MOVE_NONE, MOVE_THREAD_UP, MOVE_THREAD_DOWN, MOVE_PREFETCH_UP } tune_move;
 
 struct stk_loader {
     /* Immutable after create. */
@@ -154,7 +177,7 @@ struct stk_loader {
     uint32_t views;             /* output rows per sample (>= 1) */
     uint64_t aug_seed;          /* seed of the augmentation draws */
     uint64_t list_size;         /* entries in an epoch's list (the sampler's M) */
-    worker *workers;            /* opt.threads, owned */
+    worker *workers;            /* threads_max, owned */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* workers: something to fill, or stop */
@@ -176,12 +199,55 @@ struct stk_loader {
     bool failed;
     bool interrupted;
     stk_errbuf error;           /* why it failed */
-    uint64_t batches_delivered, pool_exhausted;
+    uint64_t batches_delivered, pool_exhausted, samples_delivered;
     uint64_t skipped_delivered; /* sum of batch.skipped over the batches lent:
                                    each skipped sample counted once, however
                                    often dropped work (set_epoch, state_set,
                                    read-ahead) read it */
     double wait_s;
+    double step_s;
+
+    /* Knobs. threads_max workers exist (opt.threads when fixed); the first
+     * `active` claim work, the others wait on park_cv with no scratch.
+     * Guarded by mu; active and prefetch also readable relaxed. */
+    uint32_t threads_max;
+    uint32_t active;
+    uint32_t prefetch;          /* FILLING + READY batches allowed */
+    uint32_t prefetch_cap;      /* auto prefetch's ceiling (memory, max_batches) */
+    bool auto_threads, auto_prefetch;
+    pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
+    uint64_t batch_bytes;       /* one slot's buffers */
+
+    /* Consumer-side timing (guarded by mu; written inside next()). */
+    double created;             /* stk_now() at create: event times count from it */
+    double last_exit;           /* when next() last lent a batch */
+    bool have_last;             /* last_exit starts a step (not after an epoch's end) */
+    double step_acc, wait_acc;  /* of the batch being asked for */
+    double consumer_cpu_at_exit;/* consumer thread CPU at last_exit */
+    double consumer_cpu_s;      /* consumer thread CPU during steps, summed */
+
+    /* Profile window (guarded by mu). events: a ring of the last EVENT_RING
+     * batches of the window, owned. */
+    stk_loader_event *events;
+    uint64_t nevents;           /* recorded in the window (ring index = n % RING) */
+    double win_start;           /* stk_now() at the window's start */
+    uint64_t win_batches, win_samples;
+    double win_wait, win_step, win_ready;
+    uint64_t win_ticks[4];      /* read, decode, augment, collate at window start */
+    uint64_t win_busy;          /* busy ticks at window start */
+
+    /* Autotuner (guarded by mu; runs in the consumer's next()). */
+    tune_sample tune_prev;      /* end of the last window */
+    double tune_period;         /* seconds per window */
+    tune_move move;             /* being tried, or MOVE_NONE */
+    double move_rate, move_share; /* the window before the move */
+    uint64_t block_until[4];    /* per move: not before this window */
+    uint64_t block_len[4];      /* per move: the next block's length */
+    uint64_t windows;           /* windows measured */
+    int quiet_windows;          /* consecutive step-bound windows */
+    bool log_debug;             /* STOKER_LOG=debug */
+    uint64_t decisions;
+    char decision_text[DECISION_RING][160];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -302,7 +368,7 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
             (!best || s->seq < best->seq))
             best = s;
     }
-    if (!best && l->pending < l->opt.prefetch) {
+    if (!best && l->pending < l->prefetch) {
         for (uint32_t i = 0; i < l->nslots; i++) {
             slot *s = &l->slots[i];
             if (s->state != SLOT_FREE)
@@ -336,8 +402,9 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
 
 /* Move the rows kept under the skip policy to the front, in order. Called by
  * the worker that finished the slot (no other thread touches it then). */
-static void compact_rows(stk_loader *l, slot *s)
+static void compact_rows(stk_loader *l, worker *w, slot *s)
 {
+    uint64_t t0 = stk_ticks();
     uint32_t out = 0, k = l->views;
     for (uint32_t i = 0; i < s->rows; i++) {
         if (!s->row_ok[i])
@@ -351,6 +418,7 @@ static void compact_rows(stk_loader *l, slot *s)
         }
         out++;
     }
+    atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0, memory_order_relaxed);
 }
 
 /* Process rows [row0, row1) of slot s. No lock held. Returns 0 or the fatal
@@ -361,7 +429,7 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     stk_epoch_key key;
     stk_sampler_epoch_key(l->sampler, epoch, &key);
     uint64_t first = pos * l->opt.batch_size;
-    uint64_t read_ticks = 0, augment_ticks = 0;
+    uint64_t read_ticks = 0, decode_ticks = 0, augment_ticks = 0;
     uint64_t t = stk_ticks();
     int rc = 0;
     uint32_t k = l->views;
@@ -373,10 +441,12 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
         rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
         uint64_t t_read = stk_ticks();
         read_ticks += t_read - t;
+        uint64_t dec = 0;
         if (rc == 0) {
             stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
                                  .encoded = sample.encoded,
-                                 .encoded_size = sample.encoded_size};
+                                 .encoded_size = sample.encoded_size,
+                                 .decode_ticks = &dec};
             /* View v's draws: the counter with v in its top byte (v = 0:
              * the plain draw; counters stay below 2^56, checked at create). */
             for (uint32_t v = 0; v < k && rc == 0; v++) {
@@ -399,7 +469,10 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
             }
         }
         t = stk_ticks();
-        augment_ticks += t - t_read;
+        if (dec > t - t_read) /* (a migration between unsynchronised TSCs) */
+            dec = t - t_read;
+        decode_ticks += dec;
+        augment_ticks += t - t_read - dec;
         for (uint32_t v = 0; v < k; v++) {
             s->labels[(size_t)row * k + v] = rc == 0 ? sample.label : -1;
             s->indices[(size_t)row * k + v] = index;
@@ -414,8 +487,17 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
             break;
     }
     atomic_fetch_add_explicit(&w->read_ticks, read_ticks, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->decode_ticks, decode_ticks, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->augment_ticks, augment_ticks, memory_order_relaxed);
     return rc;
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void *worker_main(void *arg)
@@ -426,6 +508,17 @@ static void *worker_main(void *arg)
     for (;;) {
         if (l->stopping)
             break;
+        if (w->index >= l->active) {
+            /* Parked by the tuner (or set_threads): the scratch goes back
+             * while asleep, so memory_limit counts only working threads. */
+            if (w->scratch.cap || w->plan_scratch.cap) {
+                stk_scratch_free(&w->scratch);
+                stk_scratch_free(&w->plan_scratch);
+                atomic_store_explicit(&w->scratch_bytes, 0, memory_order_relaxed);
+            }
+            pthread_cond_wait(&l->park_cv, &l->mu);
+            continue;
+        }
         uint32_t row0 = 0, row1 = 0;
         slot *s = l->failed ? NULL : claim_locked(l, &row0, &row1);
         if (!s) {
@@ -439,9 +532,16 @@ static void *worker_main(void *arg)
         uint64_t epoch = s->epoch, pos = s->position, start = s->start;
         pthread_mutex_unlock(&l->mu);
 
+        uint64_t busy0 = stk_ticks();
+        double cpu0 = thread_cpu_s();
         uint32_t skipped = 0;
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - busy0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->cpu_ns, (uint64_t)((thread_cpu_s() - cpu0) * 1e9),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&w->scratch_bytes, w->scratch.cap + w->plan_scratch.cap,
+                              memory_order_relaxed);
 
         pthread_mutex_lock(&l->mu);
         s->active--;
@@ -465,7 +565,9 @@ static void *worker_main(void *arg)
                  * reset from freeing the slot under us. */
                 s->active++;
                 pthread_mutex_unlock(&l->mu);
-                compact_rows(l, s);
+                uint64_t c0 = stk_ticks();
+                compact_rows(l, w, s);
+                atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - c0, memory_order_relaxed);
                 pthread_mutex_lock(&l->mu);
                 s->active--;
                 if (s->cancelled) { /* reset happened meanwhile */
@@ -498,23 +600,20 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
         return rc;
     if (!o->batch_size)
         o->batch_size = DEFAULT_BATCH_SIZE;
-    if (!o->threads)
-        o->threads = DEFAULT_THREADS;
-    if (!o->prefetch)
-        o->prefetch = DEFAULT_PREFETCH;
+    /* threads = 0 / prefetch = 0 stay 0 here: auto (stk_loader_create). */
     if (!o->world_size)
         o->world_size = 1;
     if (!o->max_batches)
-        o->max_batches = o->prefetch + 4;
+        o->max_batches = (o->prefetch ? o->prefetch : AUTO_PREFETCH_MAX) + 4;
     if (o->threads > MAX_THREADS)
         return stk_fail(STK_EINVAL, "loader: %u threads is more than the limit of %u", o->threads,
                         MAX_THREADS);
     if (o->prefetch >= MAX_SLOTS)
         return stk_fail(STK_EINVAL, "loader: prefetch %u is more than the limit of %u", o->prefetch,
                         MAX_SLOTS - 1);
-    if (o->max_batches < o->prefetch + 1)
+    if (o->max_batches < (o->prefetch ? o->prefetch : 1) + 1)
         return stk_fail(STK_EINVAL, "loader: max_batches %u must be at least prefetch + 1 = %u",
-                        o->max_batches, o->prefetch + 1);
+                        o->max_batches, (o->prefetch ? o->prefetch : 1) + 1);
     if (o->max_batches > MAX_SLOTS)
         o->max_batches = MAX_SLOTS;
     if (o->flags & ~(STK_LOADER_AUG_SEED | STK_LOADER_EAGER))
@@ -623,6 +722,63 @@ static int balance_labels(stk_dataset *ds, const stk_sampling *sp, stk_sampling 
     return 0;
 }
 
+/* One slot's bytes: the rows, their labels and indices, the row flags. */
+static uint64_t slot_bytes(const stk_loader *l)
+{
+    uint64_t rows = (uint64_t)l->opt.batch_size * l->views;
+    return rows * l->sample_bytes + rows * (sizeof(int64_t) + sizeof(uint64_t)) +
+           l->opt.batch_size;
+}
+
+/* The knobs' starting values and ceilings: fixed by the options, or the
+ * autotuner's start (threads from the CPU this process may use, prefetch
+ * AUTO_PREFETCH_START), all within max_batches and memory_limit. */
+static int plan_knobs(stk_loader *l)
+{
+    stk_loader_options *o = &l->opt;
+    l->auto_threads = o->threads == 0;
+    l->auto_prefetch = o->prefetch == 0;
+    if (l->auto_threads) {
+        double cpus = stk_cpu_available();
+        uint32_t c = (uint32_t)ceil(cpus);
+        l->threads_max = 2 * c < 2 ? 2 : 2 * c > AUTO_THREADS_CAP ? AUTO_THREADS_CAP : 2 * c;
+        long start = lround(cpus);
+        l->active = start < 1 ? 1 : (uint32_t)start > l->threads_max ? l->threads_max : (uint32_t)start;
+    } else {
+        l->threads_max = l->active = o->threads;
+    }
+    if (l->auto_prefetch) {
+        l->prefetch_cap = o->max_batches - 1 < AUTO_PREFETCH_MAX ? o->max_batches - 1
+                                                                   : AUTO_PREFETCH_MAX;
+        l->prefetch = l->prefetch_cap < AUTO_PREFETCH_START ? l->prefetch_cap : AUTO_PREFETCH_START;
+    } else {
+        l->prefetch = l->prefetch_cap = o->prefetch;
+    }
+    l->batch_bytes = slot_bytes(l);
+    if (o->memory_limit) {
+        uint64_t fit = o->memory_limit / l->batch_bytes;
+        if (fit < 2)
+            return stk_fail(STK_EINVAL,
+                            "loader: memory_limit of %llu bytes holds fewer than two batches of "
+                            "%llu bytes",
+                            (unsigned long long)o->memory_limit,
+                            (unsigned long long)l->batch_bytes);
+        if (!l->auto_prefetch && l->prefetch + 1 > fit)
+            return stk_fail(STK_EINVAL,
+                            "loader: prefetch %u needs %u batches of %llu bytes; memory_limit of "
+                            "%llu bytes holds %llu",
+                            l->prefetch, l->prefetch + 1, (unsigned long long)l->batch_bytes,
+                            (unsigned long long)o->memory_limit, (unsigned long long)fit);
+        if (o->max_batches > fit)
+            o->max_batches = (uint32_t)fit;
+        if (l->prefetch_cap > o->max_batches - 1)
+            l->prefetch_cap = o->max_batches - 1;
+        if (l->prefetch > l->prefetch_cap)
+            l->prefetch = l->prefetch_cap;
+    }
+    return 0;
+}
+
 int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
                       stk_loader **out)
 {
@@ -689,26 +845,38 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
         goto fail_early;
     }
     stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
+    if ((rc = plan_knobs(l)) < 0)
+        goto fail_early;
 
     /* Chunks: a few per thread per batch, so all threads share one batch
      * without locking per sample. */
-    uint32_t parts = l->opt.threads * 4;
+    uint32_t parts = l->threads_max * 4;
     l->chunk_rows = (l->opt.batch_size + parts - 1) / parts;
     if (l->chunk_rows == 0)
         l->chunk_rows = 1;
 
     l->slots = calloc(l->opt.max_batches, sizeof *l->slots);
-    l->workers = calloc(l->opt.threads, sizeof *l->workers);
-    if (!l->slots || !l->workers) {
+    l->workers = calloc(l->threads_max, sizeof *l->workers);
+    l->events = calloc(EVENT_RING, sizeof *l->events);
+    if (!l->slots || !l->workers || !l->events) {
         rc = stk_fail(STK_ENOMEM, "loader: out of memory");
         goto fail_early;
     }
-    for (uint32_t i = 0; i < l->opt.threads; i++)
+    for (uint32_t i = 0; i < l->threads_max; i++) {
         l->workers[i].loader = l;
+        l->workers[i].index = i;
+    }
     stk_ticks_per_second(); /* calibrate before workers start timing */
+    l->created = l->win_start = stk_now();
+    l->tune_period = 0.3;
+    for (int m = 0; m < 4; m++)
+        l->block_len[m] = 4;
+    const char *log = getenv("STOKER_LOG");
+    l->log_debug = log && !strcmp(log, "debug");
 
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->park_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* timed waits immune to clock jumps */
@@ -726,6 +894,7 @@ fail_early:
         slot_free_buffers(&l->slots[i]);
     free(l->slots);
     free(l->workers);
+    free(l->events);
     stk_plan_free(l->plan);
     stk_sampler_destroy(l->sampler);
     free(l);
@@ -744,19 +913,19 @@ int stk_loader_start(stk_loader *l)
         rc = stk_fail(STK_ESTOPPED, "loader: stopped");
         goto out;
     }
-    while (l->nslots < l->opt.prefetch + 1) {
+    while (l->nslots < l->prefetch + 1) {
         if ((rc = slot_alloc(l, &l->slots[l->nslots])) < 0)
             goto out; /* the slots made so far stay: a later start goes on */
         l->nslots++;
     }
     /* Workers block on mu until this call returns. */
-    for (uint32_t i = 0; i < l->opt.threads; i++) {
+    for (uint32_t i = 0; i < l->threads_max; i++) {
         worker *w = &l->workers[i];
         if (w->started)
             continue;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             rc = stk_fail(STK_ETHREAD, "loader: cannot create worker thread %u of %u", i + 1,
-                          l->opt.threads);
+                          l->threads_max);
             goto out; /* the ones started keep running; a later start adds the rest */
         }
         w->started = true;
@@ -775,8 +944,9 @@ void stk_loader_destroy(stk_loader *l)
     l->stopping = true;
     pthread_cond_broadcast(&l->work_cv);
     pthread_cond_broadcast(&l->ready_cv);
+    pthread_cond_broadcast(&l->park_cv);
     pthread_mutex_unlock(&l->mu);
-    for (uint32_t i = 0; i < l->opt.threads; i++) {
+    for (uint32_t i = 0; i < l->threads_max; i++) {
         if (l->workers[i].started)
             pthread_join(l->workers[i].thread, NULL);
         stk_scratch_free(&l->workers[i].scratch);
@@ -786,9 +956,11 @@ void stk_loader_destroy(stk_loader *l)
         slot_free_buffers(&l->slots[i]);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
+    pthread_cond_destroy(&l->park_cv);
     pthread_mutex_destroy(&l->mu);
     free(l->slots);
     free(l->workers);
+    free(l->events);
     stk_plan_free(l->plan);
     stk_sampler_destroy(l->sampler);
     free(l);
@@ -797,6 +969,21 @@ void stk_loader_destroy(stk_loader *l)
 /* ------------------------------------------------------------------------ */
 /* Consumer                                                                  */
 /* ------------------------------------------------------------------------ */
+
+/* Batch pool + the workers' scratch, now. Caller holds mu. */
+static uint64_t memory_locked(const stk_loader *l)
+{
+    uint64_t m = (uint64_t)l->nslots * l->batch_bytes;
+    for (uint32_t i = 0; i < l->threads_max; i++)
+        m += atomic_load_explicit(&l->workers[i].scratch_bytes, memory_order_relaxed);
+    return m;
+}
+
+/* Would `more` bytes still fit memory_limit? Caller holds mu. */
+static bool memory_fits_locked(const stk_loader *l, uint64_t more)
+{
+    return !l->opt.memory_limit || memory_locked(l) + more <= l->opt.memory_limit;
+}
 
 static slot *find_seq_locked(stk_loader *l, uint64_t seq)
 {
@@ -818,7 +1005,7 @@ static int starved_locked(stk_loader *l)
             return 1; /* a worker can (or soon will) start it */
     if (l->pending > 0)
         return 1;
-    if (l->nslots < l->opt.max_batches) {
+    if (l->nslots < l->opt.max_batches && memory_fits_locked(l, l->batch_bytes)) {
         int rc = slot_alloc(l, &l->slots[l->nslots]);
         if (rc < 0)
             return rc;
@@ -827,10 +1014,269 @@ static int starved_locked(stk_loader *l)
         return 1;
     }
     l->pool_exhausted++;
+    if (l->nslots < l->opt.max_batches)
+        return stk_fail(STK_EEXHAUSTED,
+                        "loader: all %u batch buffers are lent out and memory_limit (%llu bytes) "
+                        "holds no other; release a batch before asking for the next",
+                        l->nslots, (unsigned long long)l->opt.memory_limit);
     return stk_fail(STK_EEXHAUSTED,
                     "loader: all %u batch buffers are lent out; release a batch before asking "
                     "for the next (or raise max_batches)",
                     l->nslots);
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Profile and autotune                                                      */
+/* ------------------------------------------------------------------------ */
+
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Worker counters summed: read, decode, augment, collate ticks; busy ticks;
+ * CPU ns. Relaxed loads: each is a running total written by its worker. */
+static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy, uint64_t *cpu_ns)
+{
+    ticks[0] = ticks[1] = ticks[2] = ticks[3] = 0;
+    uint64_t b = 0, c = 0;
+    for (uint32_t i = 0; i < l->threads_max; i++) {
+        worker *w = &l->workers[i];
+        ticks[0] += atomic_load_explicit(&w->read_ticks, memory_order_relaxed);
+        ticks[1] += atomic_load_explicit(&w->decode_ticks, memory_order_relaxed);
+        ticks[2] += atomic_load_explicit(&w->augment_ticks, memory_order_relaxed);
+        ticks[3] += atomic_load_explicit(&w->collate_ticks, memory_order_relaxed);
+        b += atomic_load_explicit(&w->busy_ticks, memory_order_relaxed);
+        c += atomic_load_explicit(&w->cpu_ns, memory_order_relaxed);
+    }
+    if (busy)
+        *busy = b;
+    if (cpu_ns)
+        *cpu_ns = c;
+}
+
+/* Start a profile window now. Caller holds mu. */
+static void window_reset_locked(stk_loader *l)
+{
+    l->nevents = 0;
+    l->win_start = stk_now();
+    l->win_batches = l->win_samples = 0;
+    l->win_wait = l->win_step = l->win_ready = 0;
+    worker_sums(l, l->win_ticks, &l->win_busy, NULL);
+}
+
+/* A decision of the tuner: kept in the ring, printed under STOKER_LOG=debug.
+ * Caller holds mu. */
+__attribute__((format(printf, 2, 3))) static void decide_locked(stk_loader *l, const char *fmt,
+                                                                 ...)
+{
+    char *text = l->decision_text[l->decisions % DECISION_RING];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof l->decision_text[0], fmt, ap);
+    va_end(ap);
+    l->decisions++;
+    if (l->log_debug)
+        fprintf(stderr, "stoker: autotune: %s\n", text);
+}
+
+static void set_active_locked(stk_loader *l, uint32_t n)
+{
+    l->active = n;
+    pthread_cond_broadcast(&l->park_cv); /* more may claim */
+    pthread_cond_broadcast(&l->work_cv); /* fewer: the surplus parks */
+}
+
+/* Prefetch n, allocating the slots it needs (n + 1, within max_batches and
+ * memory_limit). Returns 0, or a negative code with nothing changed. Caller
+ * holds mu. */
+static int set_prefetch_locked(stk_loader *l, uint32_t n)
+{
+    if (l->started)
+        while (l->nslots < n + 1) {
+            if (l->nslots >= l->opt.max_batches || !memory_fits_locked(l, l->batch_bytes))
+                return stk_fail(STK_EINVAL,
+                                "loader: prefetch %u needs %u batch buffers; max_batches (%u) or "
+                                "memory_limit (%llu bytes) allows %u",
+                                n, n + 1, l->opt.max_batches,
+                                (unsigned long long)l->opt.memory_limit, l->nslots);
+            int rc = slot_alloc(l, &l->slots[l->nslots]);
+            if (rc < 0)
+                return rc;
+            l->nslots++;
+        }
+    l->prefetch = n;
+    pthread_cond_broadcast(&l->work_cv);
+    return 0;
+}
+
+static void tune_snapshot(const stk_loader *l, double now, tune_sample *t)
+{
+    uint64_t ticks[4];
+    t->t = now;
+    t->batches = l->batches_delivered;
+    t->samples = l->samples_delivered;
+    t->wait_s = l->wait_s;
+    t->step_s = l->step_s;
+    worker_sums(l, ticks, &t->busy_ticks, &t->cpu_ns);
+    t->consumer_cpu_s = l->consumer_cpu_s;
+    t->process_cpu_s = process_cpu_s();
+}
+
+/* Moves the tuner knows; index into block_until/block_len. */
+static const char *const move_names[] = {"none", "one thread more", "one thread fewer",
+                                         "prefetch one deeper"};
+
+/*
+ * The autotuner: one step per window of at least tune_period seconds and 4
+ * batches, in the consumer's next() (no thread of its own). It measures the
+ * window's delivered rate (samples/s), the consumer's data share, how busy
+ * the active workers were, and the CPU the rest of the process used, then
+ *  - judges the move it tried in the window before: an increase is kept if
+ *    the rate rose by 4% (10% when the workers would go beyond the CPU the
+ *    rest of the process leaves them), a thread fewer if the rate held
+ *    within 3% and the data share stayed under 3%; a move undone is not
+ *    tried again for 4, 8, 16 ... 64 windows;
+ *  - data-bound (share >= 3%): workers idle while the consumer waits asks
+ *    for a deeper prefetch; busy workers for one thread more;
+ *  - step-bound (share < 1%) for 3 windows in a row, with one worker fewer
+ *    still loaded under 80%: one thread fewer, which leaves the training
+ *    process the CPU it uses.
+ * Nothing it does changes a batch: rows depend on (seed, epoch, index) only.
+ * Caller holds mu.
+ */
+static void tune_locked(stk_loader *l, double now)
+{
+    if (!l->auto_threads && !l->auto_prefetch)
+        return;
+    tune_sample *prev = &l->tune_prev;
+    if (prev->t == 0) {
+        tune_snapshot(l, now, prev);
+        return;
+    }
+    if (now - prev->t < l->tune_period || l->batches_delivered - prev->batches < 4)
+        return;
+    tune_sample cur;
+    tune_snapshot(l, now, &cur);
+    double dt = cur.t - prev->t;
+    double wait = cur.wait_s - prev->wait_s, step = cur.step_s - prev->step_s;
+    double share = wait + step > 0 ? wait / (wait + step) : 0;
+    double rate = (double)(cur.samples - prev->samples) / dt;
+    double tick = 1.0 / stk_ticks_per_second();
+    double busy = (double)(cur.busy_ticks - prev->busy_ticks) * tick / ((double)l->active * dt);
+    double workers_cores = (double)(cur.cpu_ns - prev->cpu_ns) * 1e-9 / dt;
+    double others = (cur.process_cpu_s - prev->process_cpu_s) / dt - workers_cores;
+    if (others < 0)
+        others = 0;
+    double cpus = stk_cpu_available();
+    *prev = cur;
+    l->windows++;
+    if (l->windows == 1)
+        return; /* the first window fills the pipeline: not judged */
+
+    if (l->move != MOVE_NONE) {
+        tune_move m = l->move;
+        bool keep;
+        if (m == MOVE_THREAD_DOWN)
+            keep = rate >= l->move_rate * 0.97 && share < 0.03;
+        else if (m == MOVE_PREFETCH_UP)
+            keep = rate >= l->move_rate * 1.02 || share <= l->move_share * 0.8;
+        else
+            keep = rate >= l->move_rate * (l->active > cpus - others + 0.5 ? 1.10 : 1.04);
+        if (keep) {
+            l->block_len[m] = 4;
+            decide_locked(l, "kept %s: %.0f -> %.0f samples/s, data share %.1f%% -> %.1f%% "
+                             "(threads %u, prefetch %u)",
+                          move_names[m], l->move_rate, rate, l->move_share * 100, share * 100,
+                          l->active, l->prefetch);
+        } else {
+            if (m == MOVE_THREAD_UP)
+                set_active_locked(l, l->active - 1);
+            else if (m == MOVE_THREAD_DOWN)
+                set_active_locked(l, l->active + 1);
+            else
+                l->prefetch--; /* the extra slot stays in the pool for later */
+            l->block_until[m] = l->windows + l->block_len[m];
+            if (l->block_len[m] < 64)
+                l->block_len[m] *= 2;
+            decide_locked(l, "undid %s: %.0f -> %.0f samples/s, data share %.1f%% -> %.1f%% "
+                             "(threads %u, prefetch %u)",
+                          move_names[m], l->move_rate, rate, l->move_share * 100, share * 100,
+                          l->active, l->prefetch);
+        }
+        l->move = MOVE_NONE;
+        return;
+    }
+
+    tune_move m = MOVE_NONE;
+    if (share >= 0.03) {
+        l->quiet_windows = 0;
+        uint64_t per_worker = 0;
+        for (uint32_t i = 0; i < l->active; i++)
+            per_worker += atomic_load_explicit(&l->workers[i].scratch_bytes, memory_order_relaxed);
+        per_worker /= l->active;
+        if (l->auto_prefetch && busy < 0.85 && l->prefetch < l->prefetch_cap &&
+            l->windows >= l->block_until[MOVE_PREFETCH_UP] &&
+            (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
+            m = MOVE_PREFETCH_UP;
+        else if (l->auto_threads && l->active < l->threads_max &&
+                 l->windows >= l->block_until[MOVE_THREAD_UP] &&
+                 memory_fits_locked(l, per_worker))
+            m = MOVE_THREAD_UP;
+    } else {
+        l->quiet_windows = share < 0.01 ? l->quiet_windows + 1 : 0;
+        if (l->auto_threads && l->quiet_windows >= 3 && l->active > 1 &&
+            busy * l->active < (l->active - 1) * 0.8 &&
+            l->windows >= l->block_until[MOVE_THREAD_DOWN])
+            m = MOVE_THREAD_DOWN;
+    }
+    if (m == MOVE_NONE)
+        return;
+    l->move = m;
+    l->move_rate = rate;
+    l->move_share = share;
+    l->quiet_windows = 0;
+    if (m == MOVE_THREAD_UP)
+        set_active_locked(l, l->active + 1);
+    else if (m == MOVE_THREAD_DOWN)
+        set_active_locked(l, l->active - 1);
+    else if (set_prefetch_locked(l, l->prefetch + 1) < 0) {
+        l->move = MOVE_NONE; /* no room after all */
+        return;
+    }
+    decide_locked(l, "trying %s: %.0f samples/s, data share %.1f%%, workers busy %.0f%%, "
+                     "the rest of the process uses %.2f of %.2f cores (threads %u, prefetch %u)",
+                  move_names[m], rate, share * 100, busy * 100, others, cpus, l->active,
+                  l->prefetch);
+}
+
+/* The batch being lent: its record in the window, the consumer's totals and
+ * a tuner step. `ready` is what was ready when the consumer asked. Caller
+ * holds mu. */
+static void record_lend_locked(stk_loader *l, uint32_t rows, uint32_t ready, double now)
+{
+    stk_loader_event *e = &l->events[l->nevents % EVENT_RING];
+    e->t = now - l->created;
+    e->wait_s = (float)l->wait_acc;
+    e->step_s = (float)l->step_acc;
+    e->ready = ready > UINT16_MAX ? UINT16_MAX : (uint16_t)ready;
+    e->threads = l->active > UINT16_MAX ? UINT16_MAX : (uint16_t)l->active;
+    e->prefetch = l->prefetch > UINT16_MAX ? UINT16_MAX : (uint16_t)l->prefetch;
+    e->reserved16_ = 0;
+    l->nevents++;
+    l->win_batches++;
+    l->win_samples += rows;
+    l->win_wait += l->wait_acc;
+    l->win_step += l->step_acc;
+    l->win_ready += ready;
+    l->step_s += l->step_acc;
+    l->samples_delivered += rows;
+    l->wait_acc = l->step_acc = 0;
+    tune_locked(l, now);
 }
 
 static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
@@ -876,7 +1322,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     int rc;
     if ((rc = stk_loader_start(l)) < 0) /* lazy: the first call starts the workers */
         return rc;
-    double waited = 0;
+    double t_in = stk_now(), cpu_in = thread_cpu_s();
     struct timespec deadline = {0};
     if (timeout_ms >= 0) {
         clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -888,6 +1334,15 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
         }
     }
     pthread_mutex_lock(&l->mu);
+    if (l->have_last) { /* the consumer's step since the last batch ends here */
+        l->step_acc += t_in - l->last_exit;
+        l->consumer_cpu_s += cpu_in - l->consumer_cpu_at_exit;
+        l->have_last = false;
+    }
+    uint32_t ready = 0;
+    for (uint32_t i = 0; i < l->nslots; i++)
+        ready += l->slots[i].state == SLOT_READY && !l->slots[i].cancelled;
+    bool lent = false;
     for (;;) {
         if (l->interrupted) {
             l->interrupted = false;
@@ -915,23 +1370,36 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
         if (s && s->state == SLOT_READY) {
             lend_locked(l, s, batch);
             rc = 1;
+            lent = true;
             break;
         }
         if (!s && (rc = starved_locked(l)) < 0)
             break;
-        double t0 = stk_now();
         int wrc = 0;
         if (timeout_ms >= 0)
             wrc = pthread_cond_timedwait(&l->ready_cv, &l->mu, &deadline);
         else
             pthread_cond_wait(&l->ready_cv, &l->mu);
-        waited += stk_now() - t0;
         if (wrc == ETIMEDOUT) {
             rc = stk_fail(STK_ETIMEDOUT, "loader: no batch within %lld ms", (long long)timeout_ms);
             break;
         }
     }
-    l->wait_s += waited;
+    /* The whole call is the consumer's wait: what a timer around next()
+     * would see, lock and all. */
+    double now = stk_now();
+    l->wait_s += now - t_in;
+    l->wait_acc += now - t_in;
+    if (lent) {
+        record_lend_locked(l, batch->size, ready, now);
+        l->have_last = true;
+    } else if (rc < 0) {
+        l->have_last = true; /* a timeout or interrupt: the loop goes on from here */
+    } /* the end of an epoch: the gap until the next call is not a step */
+    if (l->have_last) {
+        l->last_exit = now;
+        l->consumer_cpu_at_exit = thread_cpu_s();
+    }
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -1109,22 +1577,239 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     stk_loader *ml = (stk_loader *)l;
     memset(st, 0, sizeof *st);
     double tick = 1.0 / stk_ticks_per_second();
-    for (uint32_t i = 0; i < l->opt.threads; i++) {
+    uint64_t ticks[4];
+    worker_sums(l, ticks, NULL, NULL);
+    for (uint32_t i = 0; i < l->threads_max; i++) {
         worker *w = &ml->workers[i];
         st->samples += atomic_load_explicit(&w->samples, memory_order_relaxed);
-        st->read_s += (double)atomic_load_explicit(&w->read_ticks, memory_order_relaxed) * tick;
-        st->augment_s += (double)atomic_load_explicit(&w->augment_ticks, memory_order_relaxed) * tick;
         st->idle_s += atomic_load_explicit(&w->idle_s, memory_order_relaxed);
     }
+    st->read_s = (double)ticks[0] * tick;
+    st->decode_s = (double)ticks[1] * tick;
+    st->augment_s = (double)ticks[2] * tick;
+    st->collate_s = (double)ticks[3] * tick;
     pthread_mutex_lock(&ml->mu);
     st->batches = l->batches_delivered;
     st->skipped = l->skipped_delivered;
     st->wait_s = l->wait_s;
+    st->step_s = l->step_s + l->step_acc;
     st->batches_allocated = l->nslots;
     st->pool_exhausted = l->pool_exhausted;
+    st->memory_bytes = memory_locked(l);
+    st->threads = l->active;
+    st->prefetch = l->prefetch;
+    st->decisions = l->decisions;
     pthread_mutex_unlock(&ml->mu);
     st->pool_bytes =
         (uint64_t)st->batches_allocated * l->opt.batch_size * l->views * l->sample_bytes;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (nearest rank) of n sorted values. */
+static double quantile(const float *v, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    size_t k = (size_t)ceil(q * (double)n);
+    return v[k ? k - 1 : 0];
+}
+
+static const char *const stage_names[] = {"none", "read", "decode", "augment", "collate",
+                                          "prefetch"};
+
+static const char *const stage_help[] = {
+    "",
+    "pack the data into .stk shards or look at the storage (stoker doctor measures it)",
+    "more cores, .stk shards packed with --restart (a crop decodes only what it covers) or "
+    "--reencode --max-side for large photos",
+    "more cores, fewer or cheaper ops, or a smaller output dtype",
+    "fewer damaged samples (each one skipped moves the rows after it)",
+    "a deeper prefetch (or leave prefetch to the autotuner), more threads",
+};
+
+void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
+{
+    stk_loader *ml = (stk_loader *)l;
+    float *w = malloc(2 * EVENT_RING * sizeof *w);
+    float *st = w ? w + EVENT_RING : NULL;
+    memset(p, 0, sizeof *p);
+    uint64_t ticks[4], busy;
+    double threads_sum = 0;
+    size_t n = 0;
+    pthread_mutex_lock(&ml->mu);
+    double now = stk_now();
+    worker_sums(l, ticks, &busy, NULL);
+    p->batches = l->win_batches;
+    p->samples = l->win_samples;
+    p->wait_s = l->win_wait;
+    /* Steps taken but not yet paid by a batch: the one after the last batch
+     * of an epoch, and the one in progress. */
+    p->step_s = l->win_step + l->step_acc + (l->have_last ? now - l->last_exit : 0);
+    p->queue_mean = l->win_batches ? l->win_ready / (double)l->win_batches : 0;
+    n = l->nevents < EVENT_RING ? (size_t)l->nevents : EVENT_RING;
+    for (size_t i = 0; i < n; i++) {
+        const stk_loader_event *e = &l->events[(l->nevents - n + i) % EVENT_RING];
+        if (w) {
+            w[i] = e->wait_s;
+            st[i] = e->step_s;
+        }
+        threads_sum += e->threads;
+    }
+    double span = now - l->win_start;
+    p->read_s = (double)(ticks[0] - l->win_ticks[0]) / stk_ticks_per_second();
+    p->decode_s = (double)(ticks[1] - l->win_ticks[1]) / stk_ticks_per_second();
+    p->augment_s = (double)(ticks[2] - l->win_ticks[2]) / stk_ticks_per_second();
+    p->collate_s = (double)(ticks[3] - l->win_ticks[3]) / stk_ticks_per_second();
+    double busy_s = (double)(busy - l->win_busy) / stk_ticks_per_second();
+    p->threads = l->active;
+    p->prefetch = l->prefetch;
+    pthread_mutex_unlock(&ml->mu);
+
+    double mean_threads = n ? threads_sum / (double)n : p->threads;
+    p->busy = span > 0 && mean_threads > 0 ? busy_s / (mean_threads * span) : 0;
+    if (p->busy > 1)
+        p->busy = 1;
+    p->wall_s = p->wait_s + p->step_s;
+    p->data_share = p->wall_s > 0 ? p->wait_s / p->wall_s : 0;
+    p->images_per_s = p->wall_s > 0 ? (double)p->samples / p->wall_s : 0;
+    p->cpus = stk_cpu_available();
+    if (w && n) {
+        qsort(w, n, sizeof *w, cmp_float);
+        qsort(st, n, sizeof *st, cmp_float);
+        p->wait_p50_s = quantile(w, n, 0.5);
+        p->wait_p90_s = quantile(w, n, 0.9);
+        p->wait_p99_s = quantile(w, n, 0.99);
+        p->wait_max_s = w[n - 1];
+        p->step_p50_s = quantile(st, n, 0.5);
+        p->step_p90_s = quantile(st, n, 0.9);
+        p->step_p99_s = quantile(st, n, 0.99);
+    }
+    free(w);
+
+    double stages[5] = {0, p->read_s, p->decode_s, p->augment_s, p->collate_s};
+    double work = stages[1] + stages[2] + stages[3] + stages[4];
+    int largest = STK_STAGE_NONE;
+    for (int k = 1; k <= 4; k++)
+        if (stages[k] > 0 && (largest == STK_STAGE_NONE || stages[k] > stages[largest]))
+            largest = k;
+    char split[128] = "";
+    if (work > 0)
+        snprintf(split, sizeof split, "read %.0f%%, decode %.0f%%, augment %.0f%%, collate %.0f%%",
+                 100 * stages[1] / work, 100 * stages[2] / work, 100 * stages[3] / work,
+                 100 * stages[4] / work);
+    if (p->batches < 2) {
+        p->bound = STK_BOUND_UNKNOWN;
+        snprintf(p->verdict, sizeof p->verdict, "not enough batches measured yet (%llu)",
+                 (unsigned long long)p->batches);
+    } else if (p->data_share >= 0.05) {
+        p->bound = STK_BOUND_DATA;
+        p->stage = p->busy < 0.85 ? STK_STAGE_PREFETCH : largest;
+        if (p->stage == STK_STAGE_PREFETCH)
+            snprintf(p->verdict, sizeof p->verdict,
+                     "data-bound: the loop waits %.0f%% of the time while %u worker%s idle "
+                     "%.0f%% (prefetch %u); try %s",
+                     100 * p->data_share, p->threads, p->threads == 1 ? " is" : "s are",
+                     100 * (1 - p->busy), p->prefetch, stage_help[STK_STAGE_PREFETCH]);
+        else
+            snprintf(p->verdict, sizeof p->verdict,
+                     "data-bound: the loop waits %.0f%% of the time; %s limits (%s of worker "
+                     "time, %u thread%s %.0f%% busy, %.1f cores available); try %s",
+                     100 * p->data_share, stage_names[p->stage], split, p->threads,
+                     p->threads == 1 ? "" : "s", 100 * p->busy, p->cpus, stage_help[p->stage]);
+    } else {
+        p->bound = STK_BOUND_STEP;
+        p->stage = largest;
+        snprintf(p->verdict, sizeof p->verdict,
+                 "step-bound: the loop waits %.1f%% of the time for data; %.1f batches were "
+                 "ready on average, %u thread%s %.0f%% busy (%s)",
+                 100 * p->data_share, p->queue_mean, p->threads, p->threads == 1 ? "" : "s",
+                 100 * p->busy, work > 0 ? split : "no worker time");
+    }
+}
+
+void stk_loader_profile_reset(stk_loader *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    window_reset_locked(l);
+    pthread_mutex_unlock(&l->mu);
+}
+
+size_t stk_loader_profile_events(const stk_loader *l, stk_loader_event *out, size_t cap)
+{
+    stk_loader *ml = (stk_loader *)l;
+    if (!l || !out)
+        return 0;
+    pthread_mutex_lock(&ml->mu);
+    size_t n = l->nevents < EVENT_RING ? (size_t)l->nevents : EVENT_RING;
+    if (n > cap)
+        n = cap;
+    for (size_t i = 0; i < n; i++)
+        out[i] = l->events[(l->nevents - n + i) % EVENT_RING];
+    pthread_mutex_unlock(&ml->mu);
+    return n;
+}
+
+int stk_loader_set_threads(stk_loader *l, uint32_t threads)
+{
+    if (!l)
+        return stk_fail(STK_EINVAL, "stk_loader_set_threads: loader is NULL");
+    if (threads < 1 || threads > l->threads_max)
+        return stk_fail(STK_EINVAL, "loader: threads must be 1..%u for this loader (%s), not %u",
+                        l->threads_max, l->auto_threads ? "the autotuner's cap" : "its threads",
+                        threads);
+    pthread_mutex_lock(&l->mu);
+    l->auto_threads = false;
+    if (l->move == MOVE_THREAD_UP || l->move == MOVE_THREAD_DOWN)
+        l->move = MOVE_NONE;
+    set_active_locked(l, threads);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+int stk_loader_set_prefetch(stk_loader *l, uint32_t prefetch)
+{
+    if (!l)
+        return stk_fail(STK_EINVAL, "stk_loader_set_prefetch: loader is NULL");
+    if (prefetch < 1 || prefetch + 1 > l->opt.max_batches)
+        return stk_fail(STK_EINVAL, "loader: prefetch must be 1..%u (max_batches %u - 1), not %u",
+                        l->opt.max_batches - 1, l->opt.max_batches, prefetch);
+    pthread_mutex_lock(&l->mu);
+    int rc = set_prefetch_locked(l, prefetch);
+    if (rc == 0) {
+        l->auto_prefetch = false;
+        if (l->move == MOVE_PREFETCH_UP)
+            l->move = MOVE_NONE;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int stk_loader_decision(const stk_loader *l, uint64_t n, char *buf, size_t size)
+{
+    stk_loader *ml = (stk_loader *)l;
+    if (!l || (!buf && size))
+        return stk_fail(STK_EINVAL, "stk_loader_decision: NULL argument");
+    int rc;
+    pthread_mutex_lock(&ml->mu);
+    if (n >= l->decisions) {
+        rc = 0;
+    } else if (l->decisions - n > DECISION_RING) {
+        rc = stk_fail(STK_ENOENT, "loader: decision %llu is older than the last %d kept",
+                      (unsigned long long)n, DECISION_RING);
+    } else {
+        if (size)
+            snprintf(buf, size, "%s", l->decision_text[n % DECISION_RING]);
+        rc = 1;
+    }
+    pthread_mutex_unlock(&ml->mu);
+    return rc;
 }
 
 const char *stk_loader_errmsg(const stk_loader *l)
