@@ -6,7 +6,9 @@
  * figures are the loader's ceiling. Elapsed time runs from before the loader
  * is created (thread start-up and first fill included) to the last batch.
  * Stage times come from stk_loader_stats: worker seconds summed over
- * threads (read, augment, idle) and the consumer's wait in next().
+ * threads (read, decode, augment, idle) and the consumer's wait in next();
+ * the data-stall profile (stk_loader_profile_get) gives the data share and
+ * the verdict, which matter with --step-ms (a simulated training step).
  *
  * --digest: one XXH3-128 hash over every batch in delivery order — for each
  * batch, its data bytes (size * sample_bytes) then its labels as int64
@@ -18,7 +20,10 @@
 
 #include <stoker/stoker.h>
 
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +42,10 @@ static const char bench_usage[] =
     "options:\n"
     "  -p, --pipeline SPEC    pipeline spec (docs/pipeline.md), required\n"
     "  -b, --batch N          batch size (256)\n"
-    "  -t, --threads N        worker threads (2)\n"
-    "      --prefetch N       batches filled ahead (4)\n"
+    "  -t, --threads N|auto   worker threads (auto: the autotuner, docs/engine.md)\n"
+    "      --prefetch N|auto  batches filled ahead (auto)\n"
+    "      --memory-limit B   bytes for the batch pool and scratch (suffix k, M, G)\n"
+    "      --step-ms T        simulate a training step: sleep T ms per batch\n"
     "  -e, --epochs N         epochs to run (1)\n"
     "  -s, --seed S           shuffle/augmentation seed (0)\n"
     "      --rank R           this rank (0)\n"
@@ -73,6 +80,7 @@ typedef struct bench_args {
     stk_loader_options opt;
     stk_sampling sampling; /* arrays owned, freed by cli_sampling_free */
     uint64_t epochs;
+    double step_ms; /* --step-ms: the consumer sleeps this long per batch */
     bool digest, json;
 } bench_args;
 
@@ -145,6 +153,11 @@ static int run_bench(const bench_args *a)
                 }
             }
             stk_loader_release(l, &b);
+            if (a->step_ms > 0) {
+                struct timespec nap = {(time_t)(a->step_ms / 1000),
+                                       (long)(fmod(a->step_ms, 1000.0) * 1e6)};
+                nanosleep(&nap, NULL);
+            }
         }
         if (rc < 0) {
             cli_error("%s", stk_errmsg());
@@ -156,6 +169,8 @@ static int run_bench(const bench_args *a)
 
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
+    stk_loader_profile prof;
+    stk_loader_profile_get(l, &prof);
     stk_dataset_info info;
     stk_dataset_info_get(ds, &info);
     int64_t shape[3];
@@ -181,12 +196,19 @@ static int run_bench(const bench_args *a)
                "\"threads\": %u, \"prefetch\": %u, \"elapsed_s\": %.6f, \"samples_per_s\": %.1f, "
                "\"mb_per_s\": %.3f, \"sample_bytes\": %zu, \"dtype\": \"%s\", \"layout\": \"%s\", "
                "\"peak_rss_mb\": %.2f, \"skipped\": %llu, \"stages\": {\"read_s\": %.6f, "
-               "\"augment_s\": %.6f, \"worker_idle_s\": %.6f, \"consumer_wait_s\": %.6f}",
+               "\"decode_s\": %.6f, \"augment_s\": %.6f, \"collate_s\": %.6f, "
+               "\"worker_idle_s\": %.6f, \"consumer_wait_s\": %.6f, \"consumer_step_s\": %.6f}, "
+               "\"auto_threads\": %s, \"auto_prefetch\": %s, \"decisions\": %llu, "
+               "\"memory_bytes\": %llu, \"data_share\": %.6f, \"verdict\": ",
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)a->epochs, a->opt.batch_size ? a->opt.batch_size : 256,
-               a->opt.threads ? a->opt.threads : 2, a->opt.prefetch ? a->opt.prefetch : 4, elapsed,
-               sps, mbps, sample_bytes, dtype_name(dtype), layout == STK_CHW ? "chw" : "hwc", rss,
-               (unsigned long long)skipped, st.read_s, st.augment_s, st.idle_s, st.wait_s);
+               st.threads, st.prefetch, elapsed, sps, mbps, sample_bytes, dtype_name(dtype),
+               layout == STK_CHW ? "chw" : "hwc", rss, (unsigned long long)skipped, st.read_s,
+               st.decode_s, st.augment_s, st.collate_s, st.idle_s, st.wait_s, st.step_s,
+               a->opt.threads ? "false" : "true", a->opt.prefetch ? "false" : "true",
+               (unsigned long long)st.decisions, (unsigned long long)st.memory_bytes,
+               prof.data_share);
+        json_string(prof.verdict);
         if (hash)
             printf(", \"digest\": \"%s\"", digest);
         printf("}\n");
@@ -197,15 +219,16 @@ static int run_bench(const bench_args *a)
         printf("  output:     %lldx%lldx%lld %s %s, %zu bytes/sample\n", (long long)shape[0],
                (long long)shape[1], (long long)shape[2], dtype_name(dtype),
                layout == STK_CHW ? "chw" : "hwc", sample_bytes);
-        printf("  ran:        %llu samples in %llu batches over %llu epoch(s), %u threads, "
-               "prefetch %u\n",
+        printf("  ran:        %llu samples in %llu batches over %llu epoch(s), %u threads%s, "
+               "prefetch %u%s\n",
                (unsigned long long)samples, (unsigned long long)batches,
-               (unsigned long long)a->epochs, a->opt.threads ? a->opt.threads : 2,
-               a->opt.prefetch ? a->opt.prefetch : 4);
+               (unsigned long long)a->epochs, st.threads, a->opt.threads ? "" : " (auto)",
+               st.prefetch, a->opt.prefetch ? "" : " (auto)");
         printf("  throughput: %.0f samples/s, %.1f MB/s (%.3f s)\n", sps, mbps, elapsed);
-        printf("  stages:     read %.3f s, augment %.3f s, worker idle %.3f s (summed over "
-               "threads); consumer wait %.3f s\n",
-               st.read_s, st.augment_s, st.idle_s, st.wait_s);
+        printf("  stages:     read %.3f s, decode %.3f s, augment %.3f s, worker idle %.3f s "
+               "(summed over threads); consumer wait %.3f s, step %.3f s\n",
+               st.read_s, st.decode_s, st.augment_s, st.idle_s, st.wait_s, st.step_s);
+        printf("  profile:    %s\n", prof.verdict);
         if (skipped)
             printf("  skipped:    %llu corrupt samples\n", (unsigned long long)skipped);
         printf("  peak RSS:   %.1f MB\n", rss);
@@ -223,13 +246,49 @@ done:
 
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
        OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW, OPT_INDICES,
-       OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS };
+       OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY,
+       OPT_STEP };
+
+/* N or "auto" (0). */
+static bool parse_count_or_auto(const char *s, const char *opt, uint32_t *out)
+{
+    if (!strcmp(s, "auto")) {
+        *out = 0;
+        return true;
+    }
+    return cli_parse_count(s, opt, out);
+}
+
+/* Bytes with an optional binary suffix k/M/G (--memory-limit). */
+static bool parse_bytes(const char *s, const char *opt, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t mul = 1;
+    if (end != s && *end && !end[1]) {
+        mul = *end == 'k' || *end == 'K' ? 1ull << 10
+            : *end == 'M'               ? 1ull << 20
+            : *end == 'G'               ? 1ull << 30
+                                        : 0;
+        end += mul ? 1 : 0;
+    }
+    if (end == s || *end || errno || !mul || v == 0 || v > UINT64_MAX / mul || s[0] == '-') {
+        cli_error("%s expects a positive byte count (suffix k, M or G allowed), not '%s'",
+                        opt, s);
+        return false;
+    }
+    *out = v * mul;
+    return true;
+}
 
 static const struct option bench_options[] = {
     {"pipeline", required_argument, NULL, 'p'},
     {"batch", required_argument, NULL, 'b'},
     {"threads", required_argument, NULL, 't'},
     {"prefetch", required_argument, NULL, OPT_PREFETCH},
+    {"memory-limit", required_argument, NULL, OPT_MEMORY},
+    {"step-ms", required_argument, NULL, OPT_STEP},
     {"epochs", required_argument, NULL, 'e'},
     {"seed", required_argument, NULL, 's'},
     {"rank", required_argument, NULL, OPT_RANK},
@@ -263,8 +322,18 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         switch (c) {
         case 'p': a->pipeline = optarg; break;
         case 'b': if (!cli_parse_count(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
-        case 't': if (!cli_parse_count(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
-        case OPT_PREFETCH: if (!cli_parse_count(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case 't': if (!parse_count_or_auto(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
+        case OPT_PREFETCH: if (!parse_count_or_auto(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case OPT_MEMORY: if (!parse_bytes(optarg, "--memory-limit", &a->opt.memory_limit)) return EXIT_USAGE; break;
+        case OPT_STEP: {
+            char *end;
+            a->step_ms = strtod(optarg, &end);
+            if (end == optarg || *end || !(a->step_ms > 0) || a->step_ms > 3.6e6) {
+                cli_error("--step-ms expects a time in milliseconds above 0, not '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        }
         case 'e': if (!cli_parse_u64(optarg, "--epochs", &a->epochs)) return EXIT_USAGE; break;
         case 's': if (!cli_parse_u64(optarg, "--seed", &a->opt.seed)) return EXIT_USAGE; break;
         case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &a->opt.rank)) return EXIT_USAGE; break;

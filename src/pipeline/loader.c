@@ -1624,12 +1624,11 @@ static const char *const stage_names[] = {"none", "read", "decode", "augment", "
 
 static const char *const stage_help[] = {
     "",
-    "pack the data into .stk shards or look at the storage (stoker doctor measures it)",
-    "more cores, .stk shards packed with --restart (a crop decodes only what it covers) or "
-    "--reencode --max-side for large photos",
-    "more cores, fewer or cheaper ops, or a smaller output dtype",
-    "fewer damaged samples (each one skipped moves the rows after it)",
-    "a deeper prefetch (or leave prefetch to the autotuner), more threads",
+    "pack into .stk shards, or check storage with stoker doctor",
+    "more cores, shards packed with --restart, or --reencode --max-side",
+    "more cores, cheaper ops or a smaller output dtype",
+    "fewer damaged samples",
+    "a deeper prefetch (or prefetch auto)",
 };
 
 void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
@@ -1699,9 +1698,9 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
             largest = k;
     char split[128] = "";
     if (work > 0)
-        snprintf(split, sizeof split, "read %.0f%%, decode %.0f%%, augment %.0f%%, collate %.0f%%",
+        snprintf(split, sizeof split, "read %.0f%%, decode %.0f%%, augment %.0f%%%s",
                  100 * stages[1] / work, 100 * stages[2] / work, 100 * stages[3] / work,
-                 100 * stages[4] / work);
+                 stages[4] > 0.005 * work ? ", collate >0.5%" : "");
     if (p->batches < 2) {
         p->bound = STK_BOUND_UNKNOWN;
         snprintf(p->verdict, sizeof p->verdict, "not enough batches measured yet (%llu)",
@@ -1717,8 +1716,8 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
                      100 * (1 - p->busy), p->prefetch, stage_help[STK_STAGE_PREFETCH]);
         else
             snprintf(p->verdict, sizeof p->verdict,
-                     "data-bound: the loop waits %.0f%% of the time; %s limits (%s of worker "
-                     "time, %u thread%s %.0f%% busy, %.1f cores available); try %s",
+                     "data-bound: the loop waits %.0f%% of the time; %s limits (%s; %u "
+                     "thread%s %.0f%% busy of %.1f cores); try %s",
                      100 * p->data_share, stage_names[p->stage], split, p->threads,
                      p->threads == 1 ? "" : "s", 100 * p->busy, p->cpus, stage_help[p->stage]);
     } else {
