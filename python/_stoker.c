@@ -1001,7 +1001,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                              "world_size", "on_error", "output", "convert", "block",
                              "block_size", "shuffle_window", "indices", "weights",
                              "num_samples", "balance_classes", "aug_seed", "views", "eager",
-                             "mix_sizes", "mix_weights", NULL};
+                             "mix_sizes", "mix_weights", "memory_limit", NULL};
     PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
     const char *spec;
     stk_loader_options o = {0};
@@ -1011,13 +1011,13 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*:_Loader", kwlist,
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&:_Loader", kwlist,
             &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
             conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
             &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
             &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
             conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
-            &mix_sizes, &mix_weights))
+            &mix_sizes, &mix_weights, conv_u64, &o.memory_limit))
         return NULL;
     if (mix_sizes.obj) {
         sg.mix_sizes = mix_sizes.buf;
@@ -1105,7 +1105,8 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     self->mode = mode;
     self->fork_gen = fork_generation;
     self->pid = (long)getpid();
-    uint32_t prefetch = o.prefetch ? o.prefetch : 4;
+    /* max_batches as the loader resolves it (prefetch auto: its cap, 16). */
+    uint32_t prefetch = o.prefetch ? o.prefetch : 16;
     self->max_batches = o.max_batches ? o.max_batches : prefetch + 4;
 
     stk_loader *l = NULL;
@@ -1113,6 +1114,14 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_create(((DatasetObject *)dataset)->ds, spec, &o, &l);
     Py_END_ALLOW_THREADS
+    if (rc >= 0 && o.memory_limit) { /* the pool also fits memory_limit (loader.c) */
+        size_t sb;
+        stk_loader_sample_shape(l, NULL, NULL, NULL, &sb);
+        uint64_t rows = (uint64_t)(o.batch_size ? o.batch_size : 256) * (o.views ? o.views : 1);
+        uint64_t bb = rows * sb + rows * 16 + (o.batch_size ? o.batch_size : 256);
+        if (o.memory_limit / bb < self->max_batches)
+            self->max_batches = (uint32_t)(o.memory_limit / bb);
+    }
     if (rc < 0) {
         raise_last(rc);
         Py_DECREF(self);
@@ -1331,11 +1340,19 @@ static PyObject *convert_out(LoaderObject *L, PyObject *obj, const view *v)
     return res;
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static PyObject *iter_next(IterObject *it)
 {
     LoaderObject *L = it->loader;
     if (it->done)
         return NULL;
+    double asked = monotonic_s(); /* the profile's wait is this whole call */
     stk_batch b;
     int rc = loader_wait_next(L, it, &b);
     if (rc <= 0) {
@@ -1384,6 +1401,7 @@ static PyObject *iter_next(IterObject *it)
     PyTuple_SET_ITEM(t, 1, lab);
     if (idx)
         PyTuple_SET_ITEM(t, 2, idx);
+    stk_loader_profile_note(L->l, asked, monotonic_s());
     return t;
 }
 
@@ -1574,12 +1592,110 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
     stk_loader_stats s;
     stk_loader_stats_get(self->l, &s);
     return Py_BuildValue(
-        "{sKsKsKsdsdsdsdsIsKsKsnsK}", "samples", (unsigned long long)s.samples, "batches",
-        (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped, "read_s",
-        s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s, "consumer_wait_s",
-        s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
+        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsK}", "samples", (unsigned long long)s.samples,
+        "batches", (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped,
+        "read_s", s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s,
+        "consumer_wait_s", s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
         (unsigned long long)s.pool_bytes, "pool_exhausted", (unsigned long long)s.pool_exhausted,
-        "batches_alive", self->lent, "gc_collects", (unsigned long long)self->gc_collects);
+        "batches_alive", self->lent, "gc_collects", (unsigned long long)self->gc_collects,
+        "decode_s", s.decode_s, "collate_s", s.collate_s, "consumer_step_s", s.step_s,
+        "memory_bytes", (unsigned long long)s.memory_bytes, "threads", s.threads, "prefetch",
+        s.prefetch, "decisions", (unsigned long long)s.decisions);
+}
+
+static const char *const bound_names[] = {"unknown", "step", "data"};
+static const char *const stage_names[] = {"none", "read", "decode", "augment", "collate",
+                                          "prefetch"};
+
+static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"reset", NULL};
+    int reset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:profile", kwlist, &reset))
+        return NULL;
+    if (loader_alive(self) < 0)
+        return NULL;
+    stk_loader_profile p;
+    stk_loader_profile_get(self->l, &p);
+    if (reset)
+        stk_loader_profile_reset(self->l);
+    const char *bound = p.bound >= 0 && p.bound <= 2 ? bound_names[p.bound] : "unknown";
+    const char *stage = p.stage >= 0 && p.stage <= 5 ? stage_names[p.stage] : "none";
+    return Py_BuildValue(
+        "{sKsK" "sdsdsdsd" "sdsdsdsd" "sdsdsd" "s{sdsdsdsd}" "sdsdsdsd" "sIsI" "ssssss}", "batches",
+        (unsigned long long)p.batches, "samples", (unsigned long long)p.samples, "wall_s",
+        p.wall_s, "wait_s", p.wait_s, "step_s", p.step_s, "data_share", p.data_share,
+        "wait_p50_s", p.wait_p50_s, "wait_p90_s", p.wait_p90_s, "wait_p99_s", p.wait_p99_s,
+        "wait_max_s", p.wait_max_s, "step_p50_s", p.step_p50_s, "step_p90_s", p.step_p90_s,
+        "step_p99_s", p.step_p99_s, "stages_s", "read", p.read_s, "decode", p.decode_s,
+        "augment", p.augment_s, "collate", p.collate_s, "workers_busy", p.busy, "queue_mean",
+        p.queue_mean, "images_per_s", p.images_per_s, "cpus", p.cpus, "threads", p.threads,
+        "prefetch", p.prefetch, "bound", bound, "stage", stage, "verdict", p.verdict);
+}
+
+static PyObject *loader_profile_events(LoaderObject *self, PyObject *u)
+{
+    if (loader_alive(self) < 0)
+        return NULL;
+    stk_loader_event *ev = PyMem_Malloc(4096 * sizeof *ev);
+    if (!ev)
+        return PyErr_NoMemory();
+    size_t n = stk_loader_profile_events(self->l, ev, 4096);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *t = Py_BuildValue("(dddIII)", ev[i].t, (double)ev[i].wait_s,
+                                    (double)ev[i].step_s, (unsigned)ev[i].ready,
+                                    (unsigned)ev[i].threads, (unsigned)ev[i].prefetch);
+        if (!t) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    PyMem_Free(ev);
+    return list;
+}
+
+static PyObject *loader_set_knob(LoaderObject *self, PyObject *args)
+{
+    const char *knob;
+    unsigned long v;
+    if (!PyArg_ParseTuple(args, "sk:_set_knob", &knob, &v))
+        return NULL;
+    if (loader_alive(self) < 0)
+        return NULL;
+    if (v > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s: %lu is too large", knob, v);
+        return NULL;
+    }
+    int rc = !strcmp(knob, "threads") ? stk_loader_set_threads(self->l, (uint32_t)v)
+                                      : stk_loader_set_prefetch(self->l, (uint32_t)v);
+    if (rc < 0)
+        return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_decisions(LoaderObject *self, PyObject *arg)
+{
+    unsigned long long since = PyLong_AsUnsignedLongLong(arg);
+    if (since == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (loader_alive(self) < 0)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    char buf[256];
+    for (uint64_t n = since; list; n++) {
+        int rc = stk_loader_decision(self->l, n, buf, sizeof buf);
+        if (rc == 0)
+            break;
+        if (rc < 0)
+            continue; /* older than the ring: skipped */
+        PyObject *str = PyUnicode_FromString(buf);
+        if (!str || PyList_Append(list, str) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(str);
+    }
+    return list;
 }
 
 static PyObject *loader_close(LoaderObject *self, PyObject *u)
@@ -1640,6 +1756,13 @@ static PyMethodDef loader_methods[] = {
     {"set_state", (PyCFunction)loader_set_state, METH_O,
      "set_state(dict)\n--\n\nRestore a state(); the next iter() continues from it."},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
+    {"profile", (PyCFunction)(void (*)(void))loader_profile, METH_VARARGS | METH_KEYWORDS,
+     "profile(reset=False)\n--\n\nThe data-stall profile of the window, a dict."},
+    {"profile_events", (PyCFunction)loader_profile_events, METH_NOARGS,
+     "The window's last batches: (t, wait_s, step_s, ready, threads, prefetch) tuples."},
+    {"_set_knob", (PyCFunction)loader_set_knob, METH_VARARGS, "_set_knob('threads'|'prefetch', n)"},
+    {"decisions", (PyCFunction)loader_decisions, METH_O,
+     "decisions(since)\n--\n\nThe autotuner's decisions numbered since.. (texts)."},
     {"warmup", (PyCFunction)loader_warmup, METH_NOARGS,
      "warmup()\n--\n\nStart the workers and the batch pool now (a Loader is lazy: it "
      "starts them at the first iteration otherwise)."},

@@ -889,6 +889,14 @@ typedef struct stk_loader_event {
 /* Fill *p with the window's profile. Safe with a concurrent next(). */
 STK_API void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p);
 
+/* For bindings: the caller's own timing (CLOCK_MONOTONIC seconds) of the
+ * call that handed over the batch next() lent last, from when its user
+ * asked to when the user got it (conversion to a tensor included). The
+ * batch's wait becomes that span, and the steps around it shrink by what
+ * it adds, so the profile matches a timer around the binding's call. From
+ * the consumer thread, after next() returned 1. */
+STK_API void stk_loader_profile_note(stk_loader *l, double asked_s, double handed_s);
+
 /* Start a new window (e.g. after each report). */
 STK_API void stk_loader_profile_reset(stk_loader *l);
 

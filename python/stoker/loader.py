@@ -325,6 +325,31 @@ def _distributed(rank, world_size):
     return rank, world_size
 
 
+def _count_or_auto(name, v):
+    """A knob: ``"auto"``/``None`` -> 0 (the autotuner), else an int >= 1."""
+    if v is None or (isinstance(v, str) and v == "auto"):
+        return 0
+    if isinstance(v, str):
+        raise ValueError("%s must be 'auto' or a number >= 1, got %r" % (name, v))
+    v = operator.index(v)
+    if v < 1:
+        raise ValueError("%s must be >= 1 or 'auto', got %d" % (name, v))
+    return v
+
+
+def _profile_text(p):
+    """One report line of a profile dict."""
+    st = p["stages_s"]
+    work = sum(st.values())
+    split = ", ".join("%s %.0f%%" % (k, 100 * v / work) for k, v in st.items() if v > 0) \
+        if work > 0 else "no worker time"
+    return ("stoker: %d batches, %.0f img/s, data share %.1f%% (wait p50 %.1f ms, p90 %.1f ms; "
+            "step p50 %.1f ms); workers %s; threads %d, prefetch %d; %s"
+            % (p["batches"], p["images_per_s"], 100 * p["data_share"], 1e3 * p["wait_p50_s"],
+               1e3 * p["wait_p90_s"], 1e3 * p["step_p50_s"], split, p["threads"],
+               p["prefetch"], p["verdict"]))
+
+
 def _shuffle_mode(shuffle):
     """shuffle argument -> (shuffle, block)."""
     if isinstance(shuffle, str):
@@ -460,9 +485,23 @@ class Loader:
         ``ConvertImageDtype`` set the output dtype (docs/python.md).
       pipeline: the spec text instead of ``transforms`` (docs/pipeline.md);
         used as given unless dtype/layout are set (then ``to`` is appended).
-      num_threads, prefetch: worker threads; batches filled ahead.
+      num_threads, prefetch: worker threads; batches filled ahead. Both
+        default to ``"auto"``: the autotuner starts from the CPU this
+        process may use (affinity mask and cgroup quota) and moves them
+        while running, from the measured wait of the training loop, the
+        workers' load and the delivered rate (docs/engine.md, "Autotune").
+        A number fixes the knob. Batches are the same either way.
+      memory_limit: bytes the batch pool and the workers' scratch may use
+        together (``None``: no limit beyond ``max_batches``); the tuner
+        stays within it.
       max_batches: cap on batch buffers, lent ones included (default
-        prefetch + 4). Holding more batches than that raises PoolExhausted.
+        prefetch + 4, or 20 with prefetch="auto"; fewer if memory_limit
+        holds fewer). Holding more batches than that raises PoolExhausted.
+      report_every: every N batches, report the data-stall profile of those
+        N batches (``profile(reset=True)``) to ``report``: a callable taking
+        the profile dict (log it to TensorBoard/W&B), ``"log"`` (logger
+        ``stoker`` at INFO) or ``None`` (one line on stderr). The
+        autotuner's decisions go to logger ``stoker`` at DEBUG.
       drop_last: drop each rank's last incomplete batch.
       dtype: 'float32' (default), 'float16', 'bfloat16' or 'uint8' (also
         numpy/torch dtypes). bfloat16 comes out as torch.bfloat16 with
@@ -528,11 +567,13 @@ class Loader:
     """
 
     def __init__(self, dataset, batch_size=256, shuffle=False, seed=0, transforms=None,
-                 pipeline=None, num_threads=2, prefetch=4, max_batches=None, drop_last=False,
+                 pipeline=None, num_threads="auto", prefetch="auto", max_batches=None,
+                 drop_last=False,
                  dtype=None, layout=None, output="torch", rank=None, world_size=None,
                  on_error="raise", block_size=None, shuffle_window=None, indices=None,
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
-                 views=1, eager=False, proportions=None, batch_transform=None):
+                 views=1, eager=False, proportions=None, batch_transform=None,
+                 memory_limit=None, report_every=None, report=None):
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)
@@ -557,18 +598,23 @@ class Loader:
         block_size = _optional_count("block_size", block_size)
         shuffle_window = _optional_count("shuffle_window", shuffle_window)
         batch_size = operator.index(batch_size)
-        num_threads = operator.index(num_threads)
-        prefetch = operator.index(prefetch)
-        for name, v in (("batch_size", batch_size), ("num_threads", num_threads),
-                        ("prefetch", prefetch)):
-            if v < 1:
-                raise ValueError("%s must be >= 1, got %d" % (name, v))
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1, got %d" % batch_size)
+        num_threads = _count_or_auto("num_threads", num_threads)
+        prefetch = _count_or_auto("prefetch", prefetch)
         if max_batches is None:
-            max_batches = prefetch + 4
+            max_batches = (prefetch or 16) + 4
         max_batches = operator.index(max_batches)
-        if max_batches < prefetch + 1:
+        if max_batches < (prefetch or 1) + 1:
             raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
-                             % (max_batches, prefetch + 1))
+                             % (max_batches, (prefetch or 1) + 1))
+        memory_limit = _optional_count("memory_limit", memory_limit)
+        if report_every is not None:
+            report_every = operator.index(report_every)
+            if report_every < 1:
+                raise ValueError("report_every must be >= 1, got %d" % report_every)
+        if not (report is None or report == "log" or callable(report)):
+            raise ValueError("report must be a callable, 'log' or None, got %r" % (report,))
         packed_indices = _pack_array("indices", indices, "Q")
         packed_weights = _pack_array("weights", weights, "d")
         num_samples = _optional_count("num_samples", num_samples)
@@ -585,10 +631,14 @@ class Loader:
             block_size=block_size, shuffle_window=shuffle_window, indices=packed_indices,
             weights=packed_weights, num_samples=num_samples,
             balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
-            eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights)
+            eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights,
+            memory_limit=memory_limit)
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
+        self._report_every = report_every
+        self._report = report
+        self._decisions_seen = 0
         try:
             self._batch_transform = _check_batch_transform(batch_transform, output,
                                                            self._core.dtype)
@@ -598,8 +648,9 @@ class Loader:
         self._options = dict(batch_size=batch_size,
                              shuffle="block" if block else shuffle,
                              block_size=block_size or None, shuffle_window=shuffle_window or None,
-                             seed=operator.index(seed), num_threads=num_threads,
-                             prefetch=prefetch, max_batches=max_batches,
+                             seed=operator.index(seed), num_threads=num_threads or "auto",
+                             prefetch=prefetch or "auto", max_batches=self._core.max_batches,
+                             memory_limit=memory_limit or None, report_every=report_every,
                              drop_last=bool(drop_last), rank=rank, world_size=world_size,
                              on_error=on_error, num_samples=num_samples or None,
                              balance_classes=bool(balance_classes), aug_seed=aug_seed,
@@ -611,16 +662,92 @@ class Loader:
 
     def __iter__(self):
         """A pass over the current epoch yielding ``(images, labels)``."""
+        it = self._core.iter()
         if self._batch_transform is not None:
-            return self._transformed(self._core.iter())
-        return self._core.iter()
+            it = self._transformed(it)
+        return self._watched(it)
 
     def iter_with_indices(self):
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
         the dataset index of every row, an int64 array (a copy)."""
+        it = self._core.iter(with_indices=True)
         if self._batch_transform is not None:
-            return self._transformed(self._core.iter(with_indices=True))
-        return self._core.iter(with_indices=True)
+            it = self._transformed(it)
+        return self._watched(it)
+
+    def _watched(self, it):
+        """``it`` as is, or with the periodic report and the autotuner's
+        decisions logged (only when asked: the plain path adds nothing)."""
+        import logging
+        log = logging.getLogger("stoker")
+        if self._report_every is None and not log.isEnabledFor(logging.DEBUG):
+            return it
+        return self._reporting(it, log)
+
+    def _reporting(self, it, log):
+        import logging
+        debug = log.isEnabledFor(logging.DEBUG)
+        every, n = self._report_every, 0
+        for item in it:
+            yield item
+            n += 1
+            if debug:
+                self._log_decisions(log)
+            if every and n % every == 0:
+                self._emit(self.profile(reset=True))
+
+    def _log_decisions(self, log):
+        made = self._core.stats()["decisions"]
+        if made > self._decisions_seen:
+            for text in self._core.decisions(self._decisions_seen):
+                log.debug("autotune: %s", text)
+            self._decisions_seen = made
+
+    def _emit(self, prof):
+        if callable(self._report):
+            self._report(prof)
+        elif self._report == "log":
+            import logging
+            logging.getLogger("stoker").info("%s", prof["text"])
+        else:
+            print(prof["text"], file=sys.stderr, flush=True)
+
+    def profile(self, reset=False):
+        """The data-stall profile since creation or the last ``reset=True``
+        (docs/engine.md, "Profile"), measured without touching the loop: for
+        every batch, how long the loop waited for it in ``next()`` and how
+        long it spent on its step before asking. A dict:
+
+        ``data_share`` (wait / loop time, 0..1), ``wait_s``, ``step_s``,
+        ``wall_s``, ``batches``, ``samples``, ``images_per_s``, percentiles
+        ``wait_p50_s`` ``wait_p90_s`` ``wait_p99_s`` ``wait_max_s``
+        ``step_p50_s`` ``step_p90_s`` ``step_p99_s``, ``stages_s`` (worker
+        seconds in ``read``, ``decode``, ``augment``, ``collate``),
+        ``workers_busy`` (0..1), ``queue_mean`` (batches ready when asked),
+        ``threads`` and ``prefetch`` (now), ``cpus`` (the CPU budget),
+        ``bound`` (``'data'``, ``'step'`` or ``'unknown'``), ``stage`` (what
+        limits), ``verdict`` (one line) and ``text`` (a report line).
+        ``reset=True`` starts a new window after reading this one."""
+        p = self._core.profile(reset=bool(reset))
+        p["text"] = _profile_text(p)
+        return p
+
+    def profile_events(self):
+        """Per delivered batch of the window (the last 4096): a list of
+        ``(t, wait_s, step_s, ready, threads, prefetch)``: seconds since the
+        loader was created, the wait for it, the step before it, batches
+        ready when it was asked for, and the knobs then (queue depth and
+        tuning over time)."""
+        return self._core.profile_events()
+
+    def set_threads(self, n):
+        """Fix the active worker count now (ends its autotuning); batches
+        are unchanged."""
+        self._core._set_knob("threads", operator.index(n))
+
+    def set_prefetch(self, n):
+        """Fix the prefetch depth now (ends its autotuning)."""
+        self._core._set_knob("prefetch", operator.index(n))
 
     def _transformed(self, it):
         """``it``'s batches through the batch transform (stoker.Mixup), each
@@ -723,9 +850,13 @@ class Loader:
         """Counters and times since creation, a dict:
 
         ``samples``, ``batches`` (delivered), ``skipped`` (corrupt samples
-        skipped), ``read_s``, ``augment_s``, ``worker_idle_s`` (worker seconds
-        summed over threads), ``consumer_wait_s`` (time the consumer waited
-        for batches), ``batches_allocated`` and ``pool_bytes`` (the buffer
+        skipped), ``read_s``, ``decode_s``, ``augment_s`` (without the
+        decoder), ``collate_s``, ``worker_idle_s`` (worker seconds summed
+        over threads), ``consumer_wait_s`` (time the consumer waited for
+        batches), ``consumer_step_s`` (its time between batches),
+        ``threads`` and ``prefetch`` (now), ``decisions`` (autotuner moves
+        made), ``memory_bytes`` (pool + scratch now),
+        ``batches_allocated`` and ``pool_bytes`` (the buffer
         pool now), ``pool_exhausted`` (next() calls that found every buffer
         held), ``batches_alive`` (batches Python still references),
         ``gc_collects`` (gc.collect() runs made to recover buffers)."""

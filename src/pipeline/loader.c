@@ -1320,9 +1320,9 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     if (!l || !batch)
         return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
     int rc;
+    double t_in = stk_now(), cpu_in = thread_cpu_s(); /* the wait includes a lazy start */
     if ((rc = stk_loader_start(l)) < 0) /* lazy: the first call starts the workers */
         return rc;
-    double t_in = stk_now(), cpu_in = thread_cpu_s();
     struct timespec deadline = {0};
     if (timeout_ms >= 0) {
         clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -1729,6 +1729,33 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
                  100 * p->data_share, p->queue_mean, p->threads, p->threads == 1 ? "" : "s",
                  100 * p->busy, work > 0 ? split : "no worker time");
     }
+}
+
+void stk_loader_profile_note(stk_loader *l, double asked_s, double handed_s)
+{
+    if (!l || !(handed_s > asked_s))
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->nevents && l->have_last && handed_s >= l->last_exit) {
+        /* The binding's span = pre (before next(): counted in this batch's
+         * step) + next()'s own wait + post (after: would be counted in the
+         * next batch's step). Both move to the wait. */
+        stk_loader_event *e = &l->events[(l->nevents - 1) % EVENT_RING];
+        double post = handed_s - l->last_exit;
+        double pre = (handed_s - asked_s) - e->wait_s - post;
+        if (pre < 0)
+            pre = 0;
+        if (pre > e->step_s)
+            pre = e->step_s;
+        e->wait_s += (float)(pre + post);
+        e->step_s -= (float)pre;
+        l->win_wait += pre + post;
+        l->wait_s += pre + post;
+        l->win_step -= pre;
+        l->step_s -= pre;
+        l->last_exit = handed_s;
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 void stk_loader_profile_reset(stk_loader *l)
