@@ -215,6 +215,7 @@ struct stk_loader {
     uint32_t prefetch;          /* FILLING + READY batches allowed */
     uint32_t prefetch_cap;      /* auto prefetch's ceiling (memory, max_batches) */
     bool auto_threads, auto_prefetch;
+    bool pool_capped;           /* memory_limit lowered max_batches */
     pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
     uint64_t batch_bytes;       /* one slot's buffers */
 
@@ -769,8 +770,10 @@ static int plan_knobs(stk_loader *l)
                             "%llu bytes holds %llu",
                             l->prefetch, l->prefetch + 1, (unsigned long long)l->batch_bytes,
                             (unsigned long long)o->memory_limit, (unsigned long long)fit);
-        if (o->max_batches > fit)
+        if (o->max_batches > fit) {
             o->max_batches = (uint32_t)fit;
+            l->pool_capped = true;
+        }
         if (l->prefetch_cap > o->max_batches - 1)
             l->prefetch_cap = o->max_batches - 1;
         if (l->prefetch > l->prefetch_cap)
@@ -1014,7 +1017,7 @@ static int starved_locked(stk_loader *l)
         return 1;
     }
     l->pool_exhausted++;
-    if (l->nslots < l->opt.max_batches)
+    if (l->nslots < l->opt.max_batches || l->pool_capped)
         return stk_fail(STK_EEXHAUSTED,
                         "loader: all %u batch buffers are lent out and memory_limit (%llu bytes) "
                         "holds no other; release a batch before asking for the next",
