@@ -148,3 +148,18 @@ def test_runtime_errors(tmp_path):
     assert p.returncode == 0 and "--step-ms" in p.stdout
     p = run_stoker("doctr", check=False)
     assert p.returncode == 2 and "did you mean 'doctor'?" in p.stderr
+
+
+def test_python_doctor_matches_cli_shape(tmp_path):
+    import stoker
+    d = folder(tmp_path / "small", 2, 10, 64, 48)
+    r = stoker.doctor(d, SMALL, step_ms=5000, time_budget=1, cores=2)
+    check(r, 2)
+    assert r["bottleneck"] == "consumer"
+    assert r["pipeline"] == SMALL and r["format"] == "imagefolder"
+    with pytest.raises(stoker.SpecError):
+        stoker.doctor(d, "resize 32,32 | frobnicate")
+    with pytest.raises(stoker.NotFound):
+        stoker.doctor(tmp_path / "missing", SMALL)
+    with pytest.raises(ValueError):
+        stoker.doctor(d, SMALL, step_ms=0)
