@@ -107,10 +107,10 @@ static void test_struct_sizes_are_pinned(void **state)
     /* kind + param, images_per_s, gain, measured + text[188], 2 reserved */
     assert_int_equal(sizeof(stk_doctor_recommendation), 8 + 16 + 192 + 16);
     /* format[32], dataset_samples, 4 x u32, 3 doubles, 4 x u32 (sizes),
-     * 5 doubles (read, storage), cpu_limited + bottleneck, 6 doubles, 2 x u32,
+     * 5 doubles (read, storage), cpu_limited + bottleneck, 7 doubles, 2 x u32,
      * 32 predictions, 8 recommendations, summary[256], 8 reserved */
     assert_int_equal(sizeof(stk_doctor_report),
-                     32 + 8 + 16 + 24 + 16 + 40 + 8 + 48 + 8 + 32 * 40 + 8 * 232 + 256 + 64);
+                     32 + 8 + 16 + 24 + 16 + 40 + 8 + 56 + 8 + 32 * 40 + 8 * 232 + 256 + 64);
 }
 
 enum { N = 64, H = 4, W = 4, C = 3 };

@@ -124,6 +124,7 @@ static void check_report(const stk_doctor_report *r, uint32_t cores)
             assert_true(r->recommendations[i].gain <= r->recommendations[i - 1].gain);
     }
     assert_non_null(strstr(r->summary, "-bound"));
+    assert_true(r->cpu_share > 0 && r->cpu_share <= 1.05);
     for (size_t i = 0; i < sizeof r->reserved_ / sizeof r->reserved_[0]; i++)
         assert_true(r->reserved_[i] == 0);
 }

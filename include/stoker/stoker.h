@@ -1015,6 +1015,9 @@ typedef struct stk_doctor_report {
     double consumer_per_s;    /* batch_size / step; 0 when not limited */
     double images_per_s;      /* predicted at the cores available */
     double elapsed_s;         /* the whole measurement */
+    /* Thread CPU / wall time of the one-core CPU pass: below 1 when other
+     * processes hold the cores (the predictions assume cores of one's own). */
+    double cpu_share;
     uint32_t npredictions, nrecommendations;
     stk_doctor_prediction predictions[STK_DOCTOR_MAX_PREDICTIONS];
     /* Best first (highest gain). */

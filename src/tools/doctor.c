@@ -379,6 +379,7 @@ typedef struct input {
 
 typedef struct timing {
     double cpu_s;          /* thread CPU of the runs */
+    double wall_s;         /* their wall time */
     double decode_share;   /* decoder ticks / all ticks */
     uint64_t runs;
 } timing;
@@ -392,7 +393,7 @@ static int time_plan(const doctor *d, const stk_plan *plan, input *in, uint32_t 
 {
     uint64_t dec = 0, all = 0;
     memset(t, 0, sizeof *t);
-    double c0 = thread_cpu_s();
+    double c0 = thread_cpu_s(), w0 = stk_now();
     for (uint32_t p = 0; p < passes; p++) {
         for (uint32_t i = 0; i < n; i++) {
             input *x = &in[i];
@@ -437,6 +438,7 @@ static int time_plan(const doctor *d, const stk_plan *plan, input *in, uint32_t 
     }
 out:
     t->cpu_s = thread_cpu_s() - c0;
+    t->wall_s = stk_now() - w0;
     t->decode_share = all ? (double)dec / (double)all : 0;
     if (t->decode_share > 1)
         t->decode_share = 1;
@@ -915,6 +917,7 @@ int stk_doctor_run(const char *uri, const char *spec, const stk_doctor_options *
         goto fail;
     }
     r->mean_bytes = (double)total_bytes / good;
+    r->cpu_share = t.wall_s > 0 ? t.cpu_s / t.wall_s : 0;
     double per_run_ms = t.cpu_s / (double)t.runs * 1e3;
     r->decode_ms = per_run_ms * t.decode_share;
     r->augment_ms = per_run_ms - r->decode_ms;
@@ -1185,6 +1188,7 @@ static void render_json(sbuf *b, const stk_doctor_report *r, const char *uri, co
     sb_num(b, "cpus", r->cpus, true);
     sb_num(b, "open_s", r->open_s, true);
     sb_num(b, "elapsed_s", r->elapsed_s, true);
+    sb_num(b, "cpu_share", r->cpu_share, true);
     sb_num(b, "mean_bytes", r->mean_bytes, true);
     sb_printf(b, "\"median_size\": [%u, %u], \"output_size\": [%u, %u], ", r->median_width,
               r->median_height, r->out_width, r->out_height);
@@ -1263,7 +1267,12 @@ static void render_text(sbuf *b, const stk_doctor_report *r, const char *uri, co
                   r->batch_size * 1e3 / r->consumer_per_s, r->consumer_per_s);
     else
         sb_printf(b, "consumer                 not limited (no step time given)\n");
-    sb_printf(b, "\n%s\n\n", r->summary);
+    sb_printf(b, "\n%s\n", r->summary);
+    if (r->cpu_share > 0 && r->cpu_share < 0.8)
+        sb_printf(b, "note: other processes hold the CPUs: the measuring thread got %.0f%% of a "
+                     "core; the figures below assume cores of one's own\n",
+                  r->cpu_share * 100);
+    sb_printf(b, "\n");
     sb_printf(b, "cores  threads   images/s  limited by\n");
     for (uint32_t i = 0; i < r->npredictions; i++) {
         const stk_doctor_prediction *p = &r->predictions[i];
