@@ -43,6 +43,9 @@ static const char usage[] =
     "  preview DATASET --pipeline SPEC -o FILE.png\n"
     "                                  a PNG grid of augmented samples (--count, --seed, --columns,\n"
     "                                  --labels, --compare original beside augmented, --scale)\n"
+    "  doctor DATASET --pipeline SPEC  find the bottleneck (storage, decode, augment or the\n"
+    "                                  training step: --step-ms), the images/s to expect with\n"
+    "                                  1..N cores, and what would help most\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -62,7 +65,7 @@ static void print_usage(FILE *f)
 }
 
 static const char *const commands[] = {"bench",   "order", "pack", "inspect", "verify",
-                                       "cat",     "preview", "demo", "version", "help"};
+                                       "cat",     "preview", "doctor", "demo", "version", "help"};
 
 size_t cli_distance(const char *a, const char *b)
 {
@@ -272,6 +275,8 @@ int stk_cli_main(int argc, char **argv)
         return cmd_cat(argc - 1, argv + 1);
     if (!strcmp(cmd, "preview"))
         return cmd_preview(argc - 1, argv + 1);
+    if (!strcmp(cmd, "doctor"))
+        return cmd_doctor(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("stoker %s\n", stk_version_string());
         return 0;
@@ -295,6 +300,8 @@ int stk_cli_main(int argc, char **argv)
                 return cmd_cat(2, sub);
             if (!strcmp(argv[2], "preview"))
                 return cmd_preview(2, sub);
+            if (!strcmp(argv[2], "doctor"))
+                return cmd_doctor(2, sub);
             unknown_command("no command", argv[2]);
             return EXIT_USAGE;
         }

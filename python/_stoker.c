@@ -1994,6 +1994,45 @@ done:
     return result;
 }
 
+/* doctor(uri, pipeline, step_ms, batch_size, samples, time_budget, readers,
+ * cores, seed): stk_doctor_run, its report returned as the JSON text of
+ * stk_doctor_render (stoker.doctor parses it: one source for the CLI's
+ * --json and Python's dict). The GIL is released while measuring. */
+static PyObject *mod_doctor(PyObject *m, PyObject *args)
+{
+    const char *uri, *spec;
+    double step_ms = 0, budget = 0;
+    unsigned int batch = 0, samples = 0, readers = 0, cores = 0;
+    unsigned long long seed = 0;
+    if (!PyArg_ParseTuple(args, "ssdIIdIIK:doctor", &uri, &spec, &step_ms, &batch, &samples,
+                          &budget, &readers, &cores, &seed))
+        return NULL;
+    stk_doctor_options o = {.samples = samples, .batch_size = batch, .step_ms = step_ms,
+                            .time_budget_s = budget, .readers = readers, .max_cores = cores,
+                            .seed = seed};
+    stk_doctor_report *r = PyMem_RawCalloc(1, sizeof *r);
+    if (!r)
+        return PyErr_NoMemory();
+    char *text = NULL;
+    char msg[1024] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_doctor_run(uri, spec, &o, r);
+    if (rc == 0)
+        rc = stk_doctor_render(r, uri, spec, 1, &text);
+    if (rc < 0)
+        snprintf(msg, sizeof msg, "%s", stk_errmsg());
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(r);
+    if (rc < 0) {
+        raise_code(rc, msg);
+        return NULL;
+    }
+    PyObject *result = PyUnicode_FromString(text);
+    stk_free(text);
+    return result;
+}
+
 #ifdef STK_HAVE_CLI
 /* The `stoker` tool (cli/main.c), compiled into this module without its
  * main() (STK_CLI_NO_MAIN): the console script and `python -m stoker` run
@@ -2065,6 +2104,9 @@ static PyMethodDef module_methods[] = {
      "validate=True, max_side=0, quality=0, restart=0)\n--\n\nPack a dataset into .stk shards "
      "(stk_pack); returns a dict with records, skipped, shards, bytes, restarted, "
      "skipped_inputs."},
+    {"doctor", mod_doctor, METH_VARARGS,
+     "doctor(uri, pipeline, step_ms, batch_size, samples, time_budget, readers, cores, seed)\n--"
+     "\n\nstk_doctor_run: the report as JSON text (stoker.doctor returns it as a dict)."},
 #ifdef STK_HAVE_CLI
     {"cli_main", mod_cli_main, METH_O,
      "cli_main(argv)\n--\n\nRun the `stoker` command-line tool (the C code of cli/) with argv, "

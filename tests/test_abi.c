@@ -112,6 +112,18 @@ static void test_struct_sizes_are_pinned(void **state)
     /* count, columns, seed, labels, compare, scale, reserved32_, 4 reserved */
     assert_int_equal(sizeof(stk_preview_options), 8 + 8 + 16 + 32);
     assert_int_equal(offsetof(stk_preview_options, reserved_), 32);
+    /* samples, batch_size, step_ms, time_budget_s, readers, max_cores, seed,
+     * 6 reserved */
+    assert_int_equal(sizeof(stk_doctor_options), 8 + 8 + 8 + 8 + 8 + 48);
+    /* cores, images_per_s, threads + bottleneck, 2 reserved */
+    assert_int_equal(sizeof(stk_doctor_prediction), 16 + 8 + 16);
+    /* kind + param, images_per_s, gain, measured + text[188], 2 reserved */
+    assert_int_equal(sizeof(stk_doctor_recommendation), 8 + 16 + 192 + 16);
+    /* format[32], dataset_samples, 4 x u32, 3 doubles, 4 x u32 (sizes),
+     * 5 doubles (read, storage), cpu_limited + bottleneck, 7 doubles, 2 x u32,
+     * 32 predictions, 8 recommendations, summary[256], 8 reserved */
+    assert_int_equal(sizeof(stk_doctor_report),
+                     32 + 8 + 16 + 24 + 16 + 40 + 8 + 56 + 8 + 32 * 40 + 8 * 232 + 256 + 64);
 }
 
 enum { N = 64, H = 4, W = 4, C = 3 };
@@ -180,6 +192,11 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     pv.reserved32_ = 1;
     assert_int_equal(stk_preview_write(ds, "to u8", &pv, tu_path("abi.png")), STK_EINVAL);
     assert_non_null(strstr(stk_errmsg(), "reserved32_ is not zero"));
+    stk_doctor_options dov = {0};
+    dov.reserved_[5] = 1;
+    stk_doctor_report drep;
+    expect_reserved_error(stk_doctor_run("/nonexistent-but-not-looked-at", "to u8", &dov, &drep),
+                          "stk_doctor_options");
 
     /* state_set: a valid state from state_get, then one reserved word set */
     lo.reserved_[NWORDS(lo.reserved_) - 1] = 0;

@@ -1030,6 +1030,145 @@ typedef struct stk_preview_options {
 STK_API int stk_preview_write(stk_dataset *ds, const char *spec, const stk_preview_options *opts,
                               const char *png_path);
 
+/* ------------------------------------------------------------------------ */
+/* Doctor: where a pipeline's time goes, and what would help                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * stk_doctor_run measures, on a random sample of the dataset and in a few
+ * seconds, what each stage of the input pipeline costs (docs/doctor.md):
+ * the storage read rate (wall clock, with several concurrent readers, and
+ * the reading thread's CPU time), the decode and augment time per sample on
+ * one core (the compiled plan, run on the sampled bytes), and the consumer's
+ * rate (step_ms per batch). From these it predicts the images/s to expect
+ * with 1..N cores (N = stk_cpus_available()), names the stage that limits
+ * it, and lists what would help most with the predicted gain, timed on the
+ * sample where it can be (restart markers, re-encoding smaller, a smaller
+ * output dtype) and estimated where it cannot (packing, more cores).
+ *
+ * Thread safety: stk_doctor_run keeps no state between calls; it runs its
+ * own threads and opens the dataset itself. The report is plain data.
+ */
+
+/* A stage of the input pipeline (pinned: only appended). */
+typedef enum stk_doctor_stage {
+    STK_DOCTOR_NONE = 0,
+    STK_DOCTOR_STORAGE = 1,  /* waiting for bytes: storage throughput or latency */
+    STK_DOCTOR_READ = 2,     /* CPU spent reading: per-file opens, syscalls, checksums */
+    STK_DOCTOR_DECODE = 3,   /* the image decoder (CPU) */
+    STK_DOCTOR_AUGMENT = 4,  /* the pipeline's pixel work after decoding (CPU) */
+    STK_DOCTOR_CONSUMER = 5, /* the training step: the loader is not the limit */
+} stk_doctor_stage;
+
+/* What a recommendation proposes (pinned: only appended). */
+typedef enum stk_doctor_advice {
+    STK_DOCTOR_ADVICE_NONE = 0,
+    STK_DOCTOR_ADVICE_PACK = 1,     /* `stoker pack` the files into .stk shards */
+    STK_DOCTOR_ADVICE_RESTART = 2,  /* `stoker pack --restart param` (crops decode less) */
+    STK_DOCTOR_ADVICE_REENCODE = 3, /* `stoker pack --reencode --max-side param` */
+    STK_DOCTOR_ADVICE_CORES = 4,    /* param cores instead of the ones available */
+    STK_DOCTOR_ADVICE_DTYPE = 5,    /* `to f16` instead of `to f32` */
+    STK_DOCTOR_ADVICE_THREADS = 6,  /* param loader threads: overlap read waits */
+} stk_doctor_advice;
+
+/* Options (zero means the default for every field; reserved words must be
+ * zero). */
+typedef struct stk_doctor_options {
+    uint32_t samples;      /* records sampled, in random order (0 = 128; at most 4096) */
+    uint32_t batch_size;   /* samples per training step, for step_ms (0 = 256) */
+    double step_ms;        /* the consumer's time per batch in ms (0 = not limited) */
+    double time_budget_s;  /* about how long to measure (0 = 5 s) */
+    uint32_t readers;      /* concurrent readers for the storage rate
+                              (0 = 8, or twice the cores when more; at most 256) */
+    uint32_t max_cores;    /* predict for 1..max_cores (0 = stk_cpus_available(),
+                              rounded up) */
+    uint64_t seed;         /* choice of samples and augmentation draws */
+    uint64_t reserved_[6]; /* must be zero (ABI: see the top of this file) */
+} stk_doctor_options;
+
+/* The images/s to expect with `cores` cores and `threads` loader threads. */
+typedef struct stk_doctor_prediction {
+    double cores;
+    double images_per_s;
+    uint32_t threads;      /* loader threads that hide the read waits (>= cores) */
+    stk_doctor_stage bottleneck; /* the stage that sets images_per_s */
+    uint64_t reserved_[2]; /* zeroed by the library */
+} stk_doctor_prediction;
+
+typedef struct stk_doctor_recommendation {
+    stk_doctor_advice kind;
+    uint32_t param;        /* restart interval, max side, cores or threads */
+    double images_per_s;   /* predicted with it, on the cores available */
+    double gain;           /* images_per_s over today's prediction (1.4 = +40%) */
+    int measured;          /* 1: timed on the sample; 0: estimated (docs/doctor.md) */
+    char text[188];        /* one line: what to do and why, NUL-terminated */
+    uint64_t reserved_[2]; /* zeroed by the library */
+} stk_doctor_recommendation;
+
+#define STK_DOCTOR_MAX_PREDICTIONS 32
+#define STK_DOCTOR_MAX_RECOMMENDATIONS 8
+
+typedef struct stk_doctor_report {
+    char format[32];          /* the reader's format name ("imagefolder", "stk"...) */
+    uint64_t dataset_samples; /* samples in the dataset */
+    uint32_t samples;         /* sampled records measured (corrupt ones excluded) */
+    uint32_t skipped;         /* sampled records that failed to read or decode */
+    uint32_t readers;         /* concurrent readers of the storage measurement */
+    uint32_t batch_size;
+    double cpus;              /* stk_cpus_available() */
+    double open_s;            /* opening the dataset (an image folder: the walk) */
+    double mean_bytes;        /* per record, as stored */
+    uint32_t median_width, median_height; /* of the sampled images (0: unknown) */
+    uint32_t out_width, out_height;       /* of the pipeline's output */
+    /* Storage, one reader: wall and thread-CPU milliseconds per read. */
+    double read_wall_ms, read_cpu_ms;
+    /* Storage, `readers` at once: records/s and MB/s (wall clock). */
+    double read_per_s, read_mb_per_s;
+    /* What storage itself gives, the model's ceiling: readers / the mean
+     * wait (wall minus CPU) per read, never below read_per_s; INFINITY
+     * when the reads did not wait at all. */
+    double storage_per_s;
+    /* 1 when the concurrent readers fell well short of that ceiling (held
+     * back by the CPU, not by storage). */
+    int read_cpu_limited;
+    stk_doctor_stage bottleneck;     /* at the cores available */
+    /* CPU milliseconds per sample on one core. */
+    double decode_ms, augment_ms;
+    double per_core_per_s;    /* 1000 / (read_cpu_ms + decode_ms + augment_ms) */
+    double consumer_per_s;    /* batch_size / step; 0 when not limited */
+    double images_per_s;      /* predicted at the cores available */
+    double elapsed_s;         /* the whole measurement */
+    /* Thread CPU / wall time of the one-core CPU pass: below 1 when other
+     * processes hold the cores (the predictions assume cores of one's own). */
+    double cpu_share;
+    uint32_t npredictions, nrecommendations;
+    stk_doctor_prediction predictions[STK_DOCTOR_MAX_PREDICTIONS];
+    /* Best first (highest gain). */
+    stk_doctor_recommendation recommendations[STK_DOCTOR_MAX_RECOMMENDATIONS];
+    char summary[256];        /* the bottleneck in one line, NUL-terminated */
+    uint64_t reserved_[8];    /* zeroed by the library */
+} stk_doctor_report;
+
+/* Measure `spec` (a pipeline spec or preset) over dataset `uri` and fill
+ * *out. Returns 0, or the dataset's error (STK_ENOENT, STK_EFORMAT...),
+ * STK_ESPEC for a spec that does not compile, STK_EINVAL for bad options,
+ * STK_EDATA when no sampled record could be read and decoded, with
+ * stk_errmsg(). */
+STK_API int stk_doctor_run(const char *uri, const char *spec, const stk_doctor_options *opts,
+                           stk_doctor_report *out);
+
+/* The report as text for a person (json = 0: stage table, bottleneck,
+ * predictions, recommendations) or as one JSON object (json = 1; fields in
+ * docs/cli.md), with `uri` and `spec` named in it. *out is given to the
+ * caller: free it with stk_free. Returns 0, STK_EINVAL or STK_ENOMEM. */
+STK_API int stk_doctor_render(const stk_doctor_report *r, const char *uri, const char *spec,
+                              int json, char **out);
+
+/* "storage", "read", "decode", "augment", "consumer", "none": static. */
+STK_API const char *stk_doctor_stage_name(stk_doctor_stage s);
+/* "pack", "restart", "reencode", "cores", "dtype", "threads", "none". */
+STK_API const char *stk_doctor_advice_name(stk_doctor_advice a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -111,6 +111,10 @@ def open(uri: Union[str, os.PathLike[str]], *, max_bytes: int | None = ...,
          max_samples: int | None = ..., max_pixels: int | None = ...) -> Dataset: ...
 def from_numpy(images: Any, labels: Any = ...) -> Dataset:
     """labels: integers (exact-integer floats accepted; any other value is a ValueError)."""
+def doctor(dataset: Union[str, os.PathLike[str]], pipeline: str, *,
+           step_ms: Optional[float] = ..., batch_size: int = ..., samples: int = ...,
+           time_budget: float = ..., readers: int = ..., cores: int = ...,
+           seed: int = ...) -> Mapping[str, Any]: ...
 def pack(src: Union[str, os.PathLike[str]], dest: Union[str, os.PathLike[str]], *,
          shard_size: int | None = ..., jobs: int = ...,
          mode: Literal["keep", "raw", "reencode"] = ..., zstd_level: int = ...,
