@@ -619,7 +619,8 @@ typedef struct stk_loader_options {
     uint32_t threads;
     /* Batches filled ahead of the consumer; 0 = auto: starts at 4 and grows
      * (to 16) while the consumer waits although workers are idle, within
-     * memory_limit. A number fixes it. */
+     * memory_limit (without one, beyond 4 only while the pool stays within
+     * 1 GiB). A number fixes it. */
     uint32_t prefetch;
     uint32_t max_batches; /* cap on batch buffers (prefetch + lent); default
                              prefetch + 4 (the auto prefetch's cap + 4), and

@@ -88,7 +88,8 @@
 
 #define DEFAULT_BATCH_SIZE 256
 #define AUTO_PREFETCH_START 4  /* prefetch = 0: where the tuner starts... */
-#define AUTO_PREFETCH_MAX 16   /* ...and how deep it may go */
+#define AUTO_PREFETCH_MAX 16   /* ...and how deep it may go, */
+#define AUTO_POOL_BYTES (UINT64_C(1) << 30) /* ...past 4, within 1 GiB without memory_limit */
 #define AUTO_THREADS_CAP 64    /* threads = 0: at most this many workers */
 #define MAX_THREADS 1024
 #define MAX_SLOTS 4096
@@ -756,6 +757,13 @@ static int plan_knobs(stk_loader *l)
         l->prefetch = l->prefetch_cap = o->prefetch;
     }
     l->batch_bytes = slot_bytes(l);
+    if (l->auto_prefetch && !o->memory_limit) {
+        uint64_t fit = AUTO_POOL_BYTES / l->batch_bytes;
+        if (fit < (uint64_t)AUTO_PREFETCH_START + 1)
+            fit = AUTO_PREFETCH_START + 1;
+        if (l->prefetch_cap > fit - 1)
+            l->prefetch_cap = (uint32_t)(fit - 1);
+    }
     if (o->memory_limit) {
         uint64_t fit = o->memory_limit / l->batch_bytes;
         if (fit < 2)
