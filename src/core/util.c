@@ -73,6 +73,17 @@ double stk_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double stk_thread_cpu_s(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
+double stk_process_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
 int stk_memdup(const void *src, size_t n, void **out)
 {
     *out = malloc(n ? n : 1);

@@ -51,6 +51,10 @@ double stk_ticks_per_second(void);
 
 /* Seconds from an arbitrary start, CLOCK_MONOTONIC. */
 double stk_now(void);
+/* CPU seconds of the calling thread (CLOCK_THREAD_CPUTIME_ID) and of the
+ * whole process (CLOCK_PROCESS_CPUTIME_ID); 0 if the clock is missing. */
+double stk_thread_cpu_s(void);
+double stk_process_cpu_s(void);
 
 /* A malloc'd copy of n bytes (at least 1 byte allocated) in *out; returns 0
  * or STK_ENOMEM via stk_fail. */

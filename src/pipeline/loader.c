@@ -494,14 +494,6 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     return rc;
 }
 
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -535,12 +527,12 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&l->mu);
 
         uint64_t busy0 = stk_ticks();
-        double cpu0 = thread_cpu_s();
+        double cpu0 = stk_thread_cpu_s();
         uint32_t skipped = 0;
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - busy0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->cpu_ns, (uint64_t)((thread_cpu_s() - cpu0) * 1e9),
+        atomic_fetch_add_explicit(&w->cpu_ns, (uint64_t)((stk_thread_cpu_s() - cpu0) * 1e9),
                                   memory_order_relaxed);
         atomic_store_explicit(&w->scratch_bytes, w->scratch.cap + w->plan_scratch.cap,
                               memory_order_relaxed);
@@ -1041,14 +1033,6 @@ static int starved_locked(stk_loader *l)
 /* Profile and autotune                                                      */
 /* ------------------------------------------------------------------------ */
 
-static double process_cpu_s(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Worker counters summed: read, decode, augment, collate ticks; busy ticks;
  * CPU ns. Relaxed loads: each is a running total written by its worker. */
 static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy, uint64_t *cpu_ns)
@@ -1135,7 +1119,7 @@ static void tune_snapshot(const stk_loader *l, double now, tune_sample *t)
     t->step_s = l->step_s;
     worker_sums(l, ticks, &t->busy_ticks, &t->cpu_ns);
     t->consumer_cpu_s = l->consumer_cpu_s;
-    t->process_cpu_s = process_cpu_s();
+    t->process_cpu_s = stk_process_cpu_s();
 }
 
 /* Moves the tuner knows; index into block_until/block_len. */
@@ -1331,7 +1315,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     if (!l || !batch)
         return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
     int rc;
-    double t_in = stk_now(), cpu_in = thread_cpu_s(); /* the wait includes a lazy start */
+    double t_in = stk_now(), cpu_in = stk_thread_cpu_s(); /* the wait includes a lazy start */
     if ((rc = stk_loader_start(l)) < 0) /* lazy: the first call starts the workers */
         return rc;
     struct timespec deadline = {0};
@@ -1409,7 +1393,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     } /* the end of an epoch: the gap until the next call is not a step */
     if (l->have_last) {
         l->last_exit = now;
-        l->consumer_cpu_at_exit = thread_cpu_s();
+        l->consumer_cpu_at_exit = stk_thread_cpu_s();
     }
     pthread_mutex_unlock(&l->mu);
     return rc;

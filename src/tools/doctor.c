@@ -105,13 +105,6 @@ typedef struct doctor {
     double t0;
 } doctor;
 
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *stk_doctor_stage_name(stk_doctor_stage s)
 {
     switch (s) {
@@ -176,7 +169,7 @@ static int resolve_options(const stk_doctor_options *in, stk_doctor_options *o)
  * included). STK_EDATA marks the record dropped; other codes are fatal. */
 static int read_one(doctor *d, rec *r, stk_scratch *scratch, double *wall, double *cpu)
 {
-    double w0 = stk_now(), c0 = thread_cpu_s();
+    double w0 = stk_now(), c0 = stk_thread_cpu_s();
     stk_sample s;
     int rc = d->ds->vt->read(d->ds, r->index, &s, scratch);
     if (rc == 0) {
@@ -210,7 +203,7 @@ static int read_one(doctor *d, rec *r, stk_scratch *scratch, double *wall, doubl
             rc = lost;
     }
     *wall = stk_now() - w0;
-    *cpu = thread_cpu_s() - c0;
+    *cpu = stk_thread_cpu_s() - c0;
     r->read = rc <= 0;
     r->rc = rc < 0 ? rc : rc > 0 ? STK_ELIMIT : 0;
     if (rc == STK_EDATA || rc > 0)
@@ -393,7 +386,7 @@ static int time_plan(const doctor *d, const stk_plan *plan, input *in, uint32_t 
 {
     uint64_t dec = 0, all = 0;
     memset(t, 0, sizeof *t);
-    double c0 = thread_cpu_s(), w0 = stk_now();
+    double c0 = stk_thread_cpu_s(), w0 = stk_now();
     for (uint32_t p = 0; p < passes; p++) {
         for (uint32_t i = 0; i < n; i++) {
             input *x = &in[i];
@@ -430,14 +423,14 @@ static int time_plan(const doctor *d, const stk_plan *plan, input *in, uint32_t 
             t->runs++;
             /* Large photos: a pass over the whole sample may outlast the
              * budget; a few runs are enough to know the rate. */
-            if (until > 0 && t->runs >= 8 && t->runs % 4 == 0 && thread_cpu_s() - c0 >= until)
+            if (until > 0 && t->runs >= 8 && t->runs % 4 == 0 && stk_thread_cpu_s() - c0 >= until)
                 goto out;
         }
-        if (until > 0 && thread_cpu_s() - c0 >= until)
+        if (until > 0 && stk_thread_cpu_s() - c0 >= until)
             break;
     }
 out:
-    t->cpu_s = thread_cpu_s() - c0;
+    t->cpu_s = stk_thread_cpu_s() - c0;
     t->wall_s = stk_now() - w0;
     t->decode_share = all ? (double)dec / (double)all : 0;
     if (t->decode_share > 1)
@@ -503,6 +496,18 @@ typedef struct model {
     double consumer;    /* INFINITY when not limited */
     double read_ms, decode_ms, augment_ms;
 } model;
+
+/* The model with decode + augment CPU per sample scaled by `ratio` (what a
+ * rewrite of the bytes measured on the sample gives). */
+static model cpu_scaled(const model *m, const stk_doctor_report *r, double ratio)
+{
+    model x = *m;
+    double dec_aug = (r->decode_ms + r->augment_ms) * ratio;
+    x.cpu_ms = r->read_cpu_ms + dec_aug;
+    x.wait_ms = m->wait_ms - (r->decode_ms + r->augment_ms) + dec_aug;
+    x.decode_ms = r->decode_ms * ratio;
+    return x;
+}
 
 static double predict(const model *m, double n, stk_doctor_stage *why, uint32_t *threads)
 {
@@ -1000,11 +1005,7 @@ int stk_doctor_run(const char *uri, const char *spec, const stk_doctor_options *
         if ((rc = measure_restart(&d, &ratio, &nrw)) < 0)
             goto fail;
         if (ratio > 0) {
-            model rm = m;
-            double dec_aug = (r->decode_ms + r->augment_ms) * ratio;
-            rm.cpu_ms = r->read_cpu_ms + dec_aug;
-            rm.wait_ms = m.wait_ms - (r->decode_ms + r->augment_ms) + dec_aug;
-            rm.decode_ms = r->decode_ms * ratio;
+            model rm = cpu_scaled(&m, r, ratio);
             double v = predict(&rm, cores, NULL, NULL);
             add_rec(r, STK_DOCTOR_ADVICE_RESTART, DOC_RESTART_INTERVAL, v, base, 1,
                     "stoker pack --restart %u: crops decode only the restart intervals they "
@@ -1017,11 +1018,7 @@ int stk_doctor_run(const char *uri, const char *spec, const stk_doctor_options *
         if ((rc = measure_reencode(&d, max_side, &ratio, &bratio)) < 0)
             goto fail;
         if (ratio > 0) {
-            model em = m;
-            double dec_aug = (r->decode_ms + r->augment_ms) * ratio;
-            em.cpu_ms = r->read_cpu_ms + dec_aug;
-            em.wait_ms = m.wait_ms - (r->decode_ms + r->augment_ms) + dec_aug;
-            em.decode_ms = r->decode_ms * ratio;
+            model em = cpu_scaled(&m, r, ratio);
             double v = predict(&em, cores, NULL, NULL);
             add_rec(r, STK_DOCTOR_ADVICE_REENCODE, max_side, v, base, 1,
                     "stoker pack --reencode --max-side %u: the photos (median %ux%u) are much "
