@@ -1137,8 +1137,9 @@ static const char *const move_names[] = {"none", "one thread more", "one thread 
  *    within 3% and the data share stayed under 3%; a move undone is not
  *    tried again for 4, 8, 16 ... 64 windows;
  *  - data-bound (share >= 3%): workers idle while the consumer waits asks
- *    for a deeper prefetch; busy workers for one thread more;
- *  - step-bound (share < 1%) for 3 windows in a row, with one worker fewer
+ *    for a deeper prefetch; busy workers that, with the rest of the process,
+ *    want more CPU than there is, for one thread fewer; else one thread more;
+ *  - step-bound (share < 3%) for 3 windows in a row, with one worker fewer
  *    still loaded under 80%: one thread fewer, which leaves the training
  *    process the CPU it uses.
  * Nothing it does changes a batch: rows depend on (seed, epoch, index) only.
@@ -1176,8 +1177,9 @@ static void tune_locked(stk_loader *l, double now)
     if (l->move != MOVE_NONE) {
         tune_move m = l->move;
         bool keep;
-        if (m == MOVE_THREAD_DOWN)
-            keep = rate >= l->move_rate * 0.97 && share < 0.03;
+        if (m == MOVE_THREAD_DOWN) /* (tried data-bound: the rate must hold closer) */
+            keep = l->move_share >= 0.03 ? rate >= l->move_rate * 0.98
+                                         : rate >= l->move_rate * 0.97 && share < 0.03;
         else if (m == MOVE_PREFETCH_UP)
             keep = rate >= l->move_rate * 1.02 || share <= l->move_share * 0.8;
         else
@@ -1218,12 +1220,15 @@ static void tune_locked(stk_loader *l, double now)
             l->windows >= l->block_until[MOVE_PREFETCH_UP] &&
             (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
             m = MOVE_PREFETCH_UP;
+        else if (l->auto_threads && l->active > 1 && l->active > cpus - others + 0.5 &&
+                 l->windows >= l->block_until[MOVE_THREAD_DOWN])
+            m = MOVE_THREAD_DOWN; /* oversubscribed: does a thread fewer lose anything? */
         else if (l->auto_threads && l->active < l->threads_max &&
                  l->windows >= l->block_until[MOVE_THREAD_UP] &&
                  memory_fits_locked(l, per_worker))
             m = MOVE_THREAD_UP;
     } else {
-        l->quiet_windows = share < 0.01 ? l->quiet_windows + 1 : 0;
+        l->quiet_windows++;
         if (l->auto_threads && l->quiet_windows >= 3 && l->active > 1 &&
             busy * l->active < (l->active - 1) * 0.8 &&
             l->windows >= l->block_until[MOVE_THREAD_DOWN])
