@@ -20,7 +20,7 @@ against the limit, the tuner's decisions, and whether the digests match.
     /usr/bin/python3 bench/autotune.py [--photos /work/data/photos]
         [--cifar /work/data/cifar10] [--epochs 3] [--json OUT]
 
-Datasets: the photos set (imagenet-train-few, batch 64, 1536 samples an
+Datasets: the photos set (imagenet-train-few, batch 64, 4096 samples an
 epoch), CIFAR-10 binaries made by shared/datasets/make_cifar.py (the CIFAR
 pipeline, batch 256) and Fashion-MNIST from Debian's dataset-fashion-mnist
 (batch 256). Each configuration runs in a fresh subprocess so one run's
@@ -38,7 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DATASETS = {
-    "photos": dict(pipeline="imagenet-train-few", batch=64, step_ms=45.0, num_samples=1536,
+    "photos": dict(pipeline="imagenet-train-few", batch=64, step_ms=45.0, num_samples=4096,
                    memory_limit=640 << 20, epochs=2),
     "cifar10": dict(pipeline="pad 4 | random_crop 32 | flip | color_jitter 0.2 0.2 0.2 | "
                              "normalize cifar10 | to f32 chw",

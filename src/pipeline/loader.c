@@ -871,7 +871,7 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     }
     stk_ticks_per_second(); /* calibrate before workers start timing */
     l->created = l->win_start = stk_now();
-    l->tune_period = 0.3;
+    l->tune_period = 0.5;
     for (int m = 0; m < 4; m++)
         l->block_len[m] = 4;
     const char *log = getenv("STOKER_LOG");
@@ -1127,7 +1127,7 @@ static const char *const move_names[] = {"none", "one thread more", "one thread 
                                          "prefetch one deeper"};
 
 /*
- * The autotuner: one step per window of at least tune_period seconds and 4
+ * The autotuner: one step per window of at least tune_period seconds and 8
  * batches, in the consumer's next() (no thread of its own). It measures the
  * window's delivered rate (samples/s), the consumer's data share, how busy
  * the active workers were, and the CPU the rest of the process used, then
@@ -1154,7 +1154,7 @@ static void tune_locked(stk_loader *l, double now)
         tune_snapshot(l, now, prev);
         return;
     }
-    if (now - prev->t < l->tune_period || l->batches_delivered - prev->batches < 4)
+    if (now - prev->t < l->tune_period || l->batches_delivered - prev->batches < 8)
         return;
     tune_sample cur;
     tune_snapshot(l, now, &cur);
