@@ -593,7 +593,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--real", action="store_true", help="only part 2, the real training")
     ap.add_argument("--no-real", action="store_true", help="only part 1")
-    ap.add_argument("--real-steps", type=int, default=150)
+    ap.add_argument("--real-steps", type=int, default=200)
     ap.add_argument("--real-warmup", type=int, default=5)
     ap.add_argument("--real-size", type=int, default=112)
     ap.add_argument("--real-batch", type=int, default=32)
