@@ -275,7 +275,7 @@ def batches_dali(a, preset, source, threads):
 def child_sim(a, loader, source, preset, threads):
     nbatches = a.images // a.batch
     gpu = GPUS[a.gpu]
-    step_s = a.batch / (gpu["ips"] / a.scale_value)
+    step_s = a.batch / (gpu["ips"] / float(a.scale))
     total = (nbatches + 1) * a.batch
     if loader == "stoker":
         b = batches_stoker(a, preset, source, threads, total)
@@ -389,82 +389,102 @@ def pct(x):
 
 
 def sim_key(r):
-    return (r["preset"], r["threads"], r["loader"], r["source"])
+    return (r.get("gpu"), r["preset"], r["threads"], r["loader"], r["source"])
+
+
+def scale_of(gpu, scale):
+    """--scale: 'auto' = the published system's host cores per GPU / this machine's."""
+    return GPUS[gpu]["cores_per_gpu"] / os.cpu_count() if scale == "auto" else float(scale)
+
+
+def render_sim(res, gm):
+    """The table and summary of one simulated GPU."""
+    meta = res["meta"]
+    gpu = gm["gpu"]
+    g = GPUS[gpu]
+    sims = {sim_key(r): r for r in res.get("sim", []) if "error" not in r}
+    ideal = (meta["images"] // meta["batch"]) * gm["step_s"]
+    lines = [
+        "**Simulated %s** (`--gpu %s`): %d images/s published / %.2f (%d host cores per GPU "
+        "there, %d here) = %.0f images/s; a step of batch %d sleeps %.3f s; the GPU-bound "
+        "epoch (steps back to back, no wait) is %.2f s." % (
+            g["what"], gpu, g["ips"], gm["scale"], g["cores_per_gpu"], meta["cpus"],
+            g["ips"] / gm["scale"], meta["batch"], gm["step_s"], ideal),
+        "",
+        "| preset | threads / workers | loader | reader | epoch s | vs baseline | data wait s "
+        "| data share | images/s | images/CPU-s | others' load |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for preset in PRESETS:
+        for th in meta["threads"]:
+            base = sims.get((gpu, preset, th, "torch", "folder"))
+            for lo, so in COLUMNS:
+                r = sims.get((gpu, preset, th, lo, so))
+                if r is None:
+                    err = [x for x in res["sim"] if sim_key(x) == (gpu, preset, th, lo, so)]
+                    why = ("not run: " + meta["dali"]) if lo == "dali" and not \
+                        meta["dali_ok"] else ("failed" if err else "not run")
+                    lines.append("| %s | %d | %s | %s | %s |  |  |  |  |  |  |" % (
+                        preset, th, LOADER_NAMES[lo], source_label(lo, so), why))
+                    continue
+                red = "baseline" if (lo, so) == ("torch", "folder") else (
+                    "%+.0f%%" % (100 * (r["epoch_s"] / base["epoch_s"] - 1)) if base else "")
+                lines.append("| %s | %d | %s | %s | %.2f | %s | %.2f | %s | %.0f | %.0f | "
+                             "%.2f |" % (
+                                 preset, th, LOADER_NAMES[lo], source_label(lo, so),
+                                 r["epoch_s"], red, r["wait_s"],
+                                 pct(r["wait_s"] / r["epoch_s"]),
+                                 r["images"] / r["epoch_s"],
+                                 r["images"] / r["cpu_s"] if r["cpu_s"] else 0,
+                                 r["others_cpu_s"] / r["epoch_s"]))
+    lines += ["", "Epoch time against the baseline (DataLoader + torchvision on the image "
+              "folder, same preset and workers; the seed study reports 20-40% shorter epochs):",
+              ""]
+    for preset in PRESETS:
+        for th in meta["threads"]:
+            b = sims.get((gpu, preset, th, "torch", "folder"))
+            if not b:
+                continue
+            parts = []
+            for lo, so, what in (("torch", "stk", "DataLoader on .stk (dedicated reader only)"),
+                                 ("dali", "folder", "DALI, folder"),
+                                 ("dali", "stk", "DALI, RecordIO"),
+                                 ("stoker", "folder", "stoker, folder"),
+                                 ("stoker", "stk", "stoker, .stk"),
+                                 ("stoker", "stk-r4", "stoker, .stk --restart 4")):
+                r = sims.get((gpu, preset, th, lo, so))
+                if r:
+                    parts.append("%s %.0f%%" % (what, 100 * (1 - r["epoch_s"] / b["epoch_s"])))
+            lines.append("- %s, %d thread%s/worker%s (baseline data share %s): shorter by %s."
+                         % (preset, th, "" if th == 1 else "s", "" if th == 1 else "s",
+                            pct(b["wait_s"] / b["epoch_s"]), "; ".join(parts)))
+    lines.append("")
+    return lines
 
 
 def render(res, a):
-    """Markdown (tables + text) for docs/benchmarks.md, and the chart."""
-    meta = res["meta"]
-    sims = {sim_key(r): r for r in res.get("sim", []) if "error" not in r}
+    """Markdown (tables + text) for docs/benchmarks.md."""
     lines = []
     if res.get("sim"):
-        g = GPUS[meta["gpu"]]
+        meta = res["meta"]
         lines += [
-            "Run of %s UTC (`%s`, %.1f minutes for the whole study): simulated GPU **%s**, "
-            "%d images/s published, /%.2f (scale: %d host cores per GPU there, %d here) = "
-            "%.0f images/s, so a step of batch %d takes %.3f s; epoch = %d images after one "
-            "warm-up batch; DALI %s. Machine: %s; load average %s at the start, %s at the end; "
-            "the last column is the CPU the rest of the machine used during each epoch (CPUs, "
-            "i.e. CPU-seconds per second), so a row with a high figure there ran with less "
-            "than %d cores: its images per CPU-second is the steadier figure." % (
-                meta["date"], meta["command"], meta["minutes"], g["what"], g["ips"],
-                meta["scale"], g["cores_per_gpu"], meta["cpus"], g["ips"] / meta["scale"],
-                meta["batch"], meta["step_s"], meta["images"], meta["dali"], meta["machine"],
-                meta["load_start"], meta["load_end"], meta["cpus"]),
+            "Run of %s UTC (`%s`, %.1f minutes for the whole study, real run included); "
+            "epoch = %d images after one warm-up batch, batch %d; DALI %s. Machine: %s, "
+            "shared: load average %s at the start, %s at the end. \"others' load\" is the CPU "
+            "the rest of the machine used during each epoch (CPU-seconds per second, out of "
+            "%d): a row with a high figure ran with less than the whole machine, and its "
+            "images per CPU-second (the loader's own CPU cost per image; the simulated step "
+            "costs none) is the steadier figure." % (
+                meta["date"], meta["command"], meta["minutes"], meta["images"], meta["batch"],
+                meta["dali"], meta["machine"], meta["load_start"], meta["load_end"],
+                meta["cpus"]),
             "",
-            "![stall study](stall-study.png)",
+            "![stall study: epoch time and data wait per loader, reader, preset and threads]"
+            "(stall-study.png)",
             "",
-            "| preset | threads / workers | loader | reader | epoch s | vs baseline | data wait s "
-            "| data share | images/s | images/CPU-s | others' load |",
-            "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for preset in PRESETS:
-            for th in meta["threads"]:
-                base = sims.get((preset, th, "torch", "folder"))
-                for lo, so in COLUMNS:
-                    r = sims.get((preset, th, lo, so))
-                    if r is None:
-                        err = [x for x in res["sim"] if sim_key(x) == (preset, th, lo, so)]
-                        why = ("not run: " + meta["dali"]) if lo == "dali" and not \
-                            meta["dali_ok"] else ("failed" if err else "not run")
-                        lines.append("| %s | %d | %s | %s | %s |  |  |  |  |  |  |" % (
-                            preset, th, LOADER_NAMES[lo], source_label(lo, so), why))
-                        continue
-                    red = "baseline" if (lo, so) == ("torch", "folder") else (
-                        "%+.0f%%" % (100 * (r["epoch_s"] / base["epoch_s"] - 1)) if base else "")
-                    lines.append("| %s | %d | %s | %s | %.2f | %s | %.2f | %s | %.0f | %.0f | "
-                                 "%.2f |" % (
-                                     preset, th, LOADER_NAMES[lo], source_label(lo, so),
-                                     r["epoch_s"], red, r["wait_s"],
-                                     pct(r["wait_s"] / r["epoch_s"]),
-                                     r["images"] / r["epoch_s"],
-                                     r["images"] / r["cpu_s"] if r["cpu_s"] else 0,
-                                     r["others_cpu_s"] / r["epoch_s"]))
-        lines += ["", "The GPU-bound epoch (every step back to back, no wait) is %.2f s; "
-                  "\"vs baseline\" is the epoch time against DataLoader + torchvision on the "
-                  "image folder with the same preset and workers (negative = shorter)." % (
-                      (meta["images"] // meta["batch"]) * meta["step_s"]), ""]
-        # the seed study's two levers, as far as they can be measured here
-        summ = []
-        for preset in PRESETS:
-            for th in meta["threads"]:
-                b = sims.get((preset, th, "torch", "folder"))
-                if not b:
-                    continue
-                parts = []
-                for lo, so, what in (("torch", "stk", "dedicated reader only (DataLoader on .stk)"),
-                                     ("dali", "folder", "DALI CPU"),
-                                     ("stoker", "folder", "stoker, folder"),
-                                     ("stoker", "stk", "stoker, .stk"),
-                                     ("stoker", "stk-r4", "stoker, .stk --restart 4")):
-                    r = sims.get((preset, th, lo, so))
-                    if r:
-                        parts.append("%s %.0f%%" % (what, 100 * (1 - r["epoch_s"] / b["epoch_s"])))
-                summ.append("- %s, %d thread%s/worker%s: baseline data share %s; epoch shorter "
-                            "by: %s." % (preset, th, "" if th == 1 else "s", "" if th == 1 else "s",
-                                         pct(b["wait_s"] / b["epoch_s"]), "; ".join(parts)))
-        lines += ["Epoch-time reduction against the baseline (the seed study reports 20-40%):",
-                  ""] + summ + [""]
+        for gm in meta["gpus"]:
+            lines += render_sim(res, gm)
     if res.get("real"):
         rm = res["real_meta"]
         lines += [
@@ -472,12 +492,13 @@ def render(res, a):
             "ResNet-18 (%d classes) trained on the CPU, SGD, batch %d, imagenet-train-few at "
             "%d px (`random_resized_crop %d | flip 0.5 | normalize imagenet | to f32 chw` / "
             "the same torchvision transforms), image folder, %d loader threads / worker "
-            "processes, `torch.set_num_threads(%d)`, %d steps measured after %d warm-up steps."
+            "processes, `torch.set_num_threads(%d)`, %d steps measured after %d warm-up steps "
+            "(%.1f minutes for both)."
             % (rm["date"], rm["classes"], rm["batch"], rm["size"], rm["size"], rm["workers"],
-               rm["torch_threads"], rm["steps"], rm["warmup"]),
+               rm["torch_threads"], rm["steps"], rm["warmup"], rm["minutes"]),
             "",
             "| loader | step s (mean) | step s (median) | data wait s | data share | images/s "
-            "| CPU/wall (tree) | others' load | loss first → last 10 |",
+            "| CPU/wall (tree) | others' load | loss: first → mean of last 10 |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in res["real"]:
@@ -497,67 +518,77 @@ def chart(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    meta = res["meta"]
+    meta = res.get("meta")
     sims = {sim_key(r): r for r in res.get("sim", []) if "error" not in r}
     real = [r for r in res.get("real", []) if "error" not in r]
-    ncols = 2 if real else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(13 if real else 11, 5.2),
-                             gridspec_kw={"width_ratios": [4, 1]} if real else None)
-    ax = axes[0] if real else axes
+    gms = meta["gpus"] if meta and res.get("sim") else []
+    nrows = max(1, len(gms))
+    fig = plt.figure(figsize=(14 if real else 11.5, 4.6 * nrows))
+    gs = fig.add_gridspec(nrows, 2 if real else 1, width_ratios=[4, 1] if real else None)
     colors = {"torch": "#d62728", "dali": "#76b900", "stoker": "#1f77b4"}
-    alphas = {"folder": 1.0, "stk": 0.7, "stk-r4": 0.45}
-    groups = [(p, t) for p in PRESETS for t in meta["threads"]]
-    width = 0.8 / len(COLUMNS)
-    for gi, (preset, th) in enumerate(groups):
-        for ci, (lo, so) in enumerate(COLUMNS):
-            r = sims.get((preset, th, lo, so))
-            x = gi + (ci - (len(COLUMNS) - 1) / 2) * width
-            if r is None:
-                ax.text(x, 0.1, "n/a", rotation=90, ha="center", va="bottom", fontsize=7)
-                continue
-            ax.bar(x, r["epoch_s"], width, color=colors[lo], alpha=alphas[so],
-                   edgecolor="black", linewidth=0.4)
-            ax.bar(x, r["wait_s"], width, color="none", hatch="////", edgecolor="black",
-                   linewidth=0.4)
-    ideal = (meta["images"] // meta["batch"]) * meta["step_s"]
-    ax.axhline(ideal, color="gray", linestyle="--", linewidth=1)
-    ax.text(len(groups) - 0.5, ideal, " GPU-bound epoch", va="bottom", ha="right",
-            fontsize=8, color="gray")
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(["%s\n%d thread%s/worker%s" % (p, t, "" if t == 1 else "s",
-                                                      "" if t == 1 else "s")
-                        for p, t in groups])
-    ax.set_ylabel("epoch time, s (%d images)" % meta["images"])
-    g = GPUS[meta["gpu"]]
-    ax.set_title("Simulated %s (%d img/s published, /%.1f for %d cores): epoch time, "
-                 "hatched = waiting for data" % (meta["gpu"], g["ips"], meta["scale"],
-                                                 meta["cpus"]), fontsize=10)
-    handles = [Patch(facecolor=colors[lo], alpha=alphas[so], edgecolor="black",
-                     label="%s, %s" % (LOADER_NAMES[lo], source_label(lo, so).split(" (")[0]))
-               for lo, so in COLUMNS]
-    handles.append(Patch(facecolor="white", hatch="////", edgecolor="black",
-                         label="data wait"))
-    ax.legend(handles=handles, fontsize=7.5, ncol=2, loc="upper right")
+    alphas = {"folder": 1.0, "stk": 0.65, "stk-r4": 0.4}
+    for row, gm in enumerate(gms):
+        ax = fig.add_subplot(gs[row, 0])
+        gpu = gm["gpu"]
+        groups = [(p, t) for p in PRESETS for t in meta["threads"]]
+        width = 0.8 / len(COLUMNS)
+        for gi, (preset, th) in enumerate(groups):
+            for ci, (lo, so) in enumerate(COLUMNS):
+                r = sims.get((gpu, preset, th, lo, so))
+                x = gi + (ci - (len(COLUMNS) - 1) / 2) * width
+                if r is None:
+                    ax.text(x, 0.1, "n/a", rotation=90, ha="center", va="bottom", fontsize=7)
+                    continue
+                ax.bar(x, r["epoch_s"], width, color=colors[lo], alpha=alphas[so],
+                       edgecolor="black", linewidth=0.4)
+                ax.bar(x, r["wait_s"], width, color="none", hatch="////", edgecolor="black",
+                       linewidth=0.4)
+        ideal = (meta["images"] // meta["batch"]) * gm["step_s"]
+        ax.axhline(ideal, color="gray", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(["%s, %d thread%s/worker%s" % (p, t, "" if t == 1 else "s",
+                                                          "" if t == 1 else "s")
+                            for p, t in groups], fontsize=9)
+        ax.set_ylabel("epoch time, s (%d images)" % meta["images"])
+        g = GPUS[gpu]
+        ax.set_title("Simulated %s: %d img/s published / %.1f = %.0f img/s on %d cores; "
+                     "hatched = waiting for data" % (g["what"], g["ips"], gm["scale"],
+                                                     g["ips"] / gm["scale"], meta["cpus"]),
+                     fontsize=9.5)
+        if row == 0:
+            handles = [Patch(facecolor=colors[lo], alpha=alphas[so], edgecolor="black",
+                             label="%s, %s" % (LOADER_NAMES[lo],
+                                               source_label(lo, so).split(" (")[0]))
+                       for lo, so in COLUMNS]
+            handles.append(Patch(facecolor="white", hatch="////", edgecolor="black",
+                                 label="data wait"))
+            handles.append(Line2D([0], [0], color="gray", linestyle="--",
+                                  label="GPU-bound epoch (no wait)"))
+            ax.legend(handles=handles, fontsize=7.5, ncol=2, loc="upper right")
+        ax.margins(y=0.12)
     if real:
-        bx = axes[1]
+        bx = fig.add_subplot(gs[:, 1] if gms else gs[0, 0])
         for i, r in enumerate(real):
             per = r["epoch_s"] / r["steps"]
             wait = r["wait_s"] / r["steps"]
             bx.bar(i, per, 0.6, color=colors[r["loader"]], edgecolor="black", linewidth=0.4)
             bx.bar(i, wait, 0.6, color="none", hatch="////", edgecolor="black", linewidth=0.4)
-            bx.text(i, per, "%.1f%%\nwait" % (100 * r["wait_s"] / r["epoch_s"]), ha="center",
-                    va="bottom", fontsize=8)
+            bx.text(i, per, "%.1f%% wait\n%.1f img/s" % (100 * r["wait_s"] / r["epoch_s"],
+                                                        r["images"] / r["epoch_s"]),
+                    ha="center", va="bottom", fontsize=8)
         bx.set_xticks(range(len(real)))
         bx.set_xticklabels([LOADER_NAMES[r["loader"]].replace("+", "+\n") for r in real],
                            fontsize=8)
-        bx.set_ylabel("s per step")
+        bx.set_ylabel("s per training step")
         rm = res["real_meta"]
-        bx.set_title("Real: ResNet-18 on CPU\nbatch %d, %d px, %d steps" % (
-            rm["batch"], rm["size"], rm["steps"]), fontsize=10)
-        bx.margins(y=0.15)
+        bx.set_title("Real: ResNet-18 trained on the CPU\nbatch %d, %d px, %d steps,\n"
+                     "torch threads %d" % (rm["batch"], rm["size"], rm["steps"],
+                                           rm["torch_threads"]), fontsize=9.5)
+        bx.margins(y=0.2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -582,12 +613,13 @@ def main():
                     help="bench/write_formats.py --out for DALI's RecordIO reader")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--dali-python", default="/work/venv-dali/bin/python")
-    ap.add_argument("--gpu", default="a100-amp", choices=sorted(GPUS))
+    ap.add_argument("--gpu", default="a100-amp,v100-amp",
+                    help="simulated accelerators, comma-separated: " + ", ".join(sorted(GPUS)))
     ap.add_argument("--scale", default="auto",
                     help="divide the GPU's images/s by this (auto: its host's cores per GPU / "
                          "this machine's cores)")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--images", type=int, default=2560, help="images per measured epoch")
+    ap.add_argument("--images", type=int, default=2048, help="images per measured epoch")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--loaders", default="torch,dali,stoker")
     ap.add_argument("--timeout", type=int, default=300)
@@ -604,8 +636,6 @@ def main():
     ap.add_argument("--no-write", action="store_true", help="print only; docs untouched")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    a.scale_value = (GPUS[a.gpu]["cores_per_gpu"] / os.cpu_count() if a.scale == "auto"
-                     else float(a.scale))
     if a.child:
         if a.child[0] == "sim":
             _, lo, so, preset, th = a.child
@@ -647,10 +677,16 @@ def main():
             load_start = "%.2f" % os.getloadavg()[0]
             t_sim = time.perf_counter()
             sim = []
-            base = ["--photos", a.photos, "--stk", a.stk, "--stk-restart", a.stk_restart,
-                    "--recordio", a.recordio, "--gpu", a.gpu, "--scale", str(a.scale_value),
-                    "--batch", str(a.batch), "--images", str(a.images)]
-            for preset in PRESETS:
+            gpus = a.gpu.split(",")
+            for gpu in gpus:
+                if gpu not in GPUS:
+                    sys.exit("--gpu %s: not one of %s" % (gpu, ", ".join(sorted(GPUS))))
+            for gpu in gpus:
+              base = ["--photos", a.photos, "--stk", a.stk, "--stk-restart", a.stk_restart,
+                      "--recordio", a.recordio, "--gpu", gpu,
+                      "--scale", str(scale_of(gpu, a.scale)),
+                      "--batch", str(a.batch), "--images", str(a.images)]
+              for preset in PRESETS:
                 for th in threads:
                     for lo, so in COLUMNS:
                         if lo not in loaders:
@@ -658,22 +694,24 @@ def main():
                         py = a.dali_python if lo == "dali" else sys.executable
                         r = run_child([py, me] + base + ["--child", "sim", lo, so, preset,
                                                          str(th)], env, a.timeout)
-                        r.update(loader=lo, source=so, preset=preset, threads=th)
+                        r.update(gpu=gpu, loader=lo, source=so, preset=preset, threads=th)
                         sim.append(r)
                         if "error" in r:
-                            print("%-9s %d %-7s %-7s FAILED %s" % (preset, th, lo, so,
-                                                                   r["error"][-600:]), flush=True)
+                            print("%-9s %-9s %d %-7s %-7s FAILED %s" % (
+                                gpu, preset, th, lo, so, r["error"][-600:]), flush=True)
                         else:
-                            print("%-9s %d %-7s %-7s epoch %6.2f s  wait %6.2f s (%3.0f%%)  "
+                            print("%-9s %-9s %d %-7s %-7s epoch %6.2f s  wait %6.2f s (%3.0f%%)  "
                                   "%6.0f img/s  %6.0f img/CPU-s  others %.2f CPUs" % (
-                                      preset, th, lo, so, r["epoch_s"], r["wait_s"],
+                                      gpu, preset, th, lo, so, r["epoch_s"], r["wait_s"],
                                       100 * r["wait_s"] / r["epoch_s"],
                                       r["images"] / r["epoch_s"], r["images"] / r["cpu_s"],
                                       r["others_cpu_s"] / r["epoch_s"]), flush=True)
             res["sim"] = sim
-            res["meta"] = dict(date=date, gpu=a.gpu, scale=a.scale_value, batch=a.batch,
+            res["meta"] = dict(date=date, gpus=[dict(
+                gpu=g, scale=scale_of(g, a.scale),
+                step_s=a.batch / (GPUS[g]["ips"] / scale_of(g, a.scale))) for g in gpus],
+                               batch=a.batch,
                                images=a.images, threads=threads, cpus=os.cpu_count(),
-                               step_s=a.batch / (GPUS[a.gpu]["ips"] / a.scale_value),
                                dali=dali_text, dali_ok=dali_ok, machine=machine,
                                load_start=load_start, load_end="%.2f" % os.getloadavg()[0],
                                sim_minutes=(time.perf_counter() - t_sim) / 60,
