@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DATASETS = {
     "photos": dict(pipeline="imagenet-train-few", batch=64, step_ms=45.0, num_samples=4096,
-                   memory_limit=640 << 20, epochs=2),
+                   memory_limit=640 << 20, epochs=4),
     "cifar10": dict(pipeline="pad 4 | random_crop 32 | flip | color_jitter 0.2 0.2 0.2 | "
                              "normalize cifar10 | to f32 chw",
                     batch=256, step_ms=12.0, num_samples=None, memory_limit=128 << 20,

@@ -1138,7 +1138,7 @@ static const char *const move_names[] = {"none", "one thread more", "one thread 
  *    tried again for 4, 8, 16 ... 64 windows;
  *  - data-bound (share >= 3%): workers idle while the consumer waits asks
  *    for a deeper prefetch; busy workers that, with the rest of the process,
- *    want more CPU than there is, for one thread fewer; else one thread more;
+ *    keep the CPU saturated, for one thread fewer; else one thread more;
  *  - step-bound (share < 3%) for 3 windows in a row, with one worker fewer
  *    still loaded under 80%: one thread fewer, which leaves the training
  *    process the CPU it uses.
@@ -1177,8 +1177,8 @@ static void tune_locked(stk_loader *l, double now)
     if (l->move != MOVE_NONE) {
         tune_move m = l->move;
         bool keep;
-        if (m == MOVE_THREAD_DOWN) /* (tried data-bound: the rate must hold closer) */
-            keep = l->move_share >= 0.03 ? rate >= l->move_rate * 0.98
+        if (m == MOVE_THREAD_DOWN) /* (tried data-bound: the rate must not drop) */
+            keep = l->move_share >= 0.03 ? rate >= l->move_rate
                                          : rate >= l->move_rate * 0.97 && share < 0.03;
         else if (m == MOVE_PREFETCH_UP)
             keep = rate >= l->move_rate * 1.02 || share <= l->move_share * 0.8;
@@ -1220,7 +1220,8 @@ static void tune_locked(stk_loader *l, double now)
             l->windows >= l->block_until[MOVE_PREFETCH_UP] &&
             (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
             m = MOVE_PREFETCH_UP;
-        else if (l->auto_threads && l->active > 1 && l->active > cpus - others + 0.5 &&
+        else if (l->auto_threads && l->active > 1 && workers_cores + others >= 0.9 * cpus &&
+                 l->active > cpus - others + 0.5 &&
                  l->windows >= l->block_until[MOVE_THREAD_DOWN])
             m = MOVE_THREAD_DOWN; /* oversubscribed: does a thread fewer lose anything? */
         else if (l->auto_threads && l->active < l->threads_max &&
