@@ -1132,13 +1132,15 @@ static const char *const move_names[] = {"none", "one thread more", "one thread 
  * window's delivered rate (samples/s), the consumer's data share, how busy
  * the active workers were, and the CPU the rest of the process used, then
  *  - judges the move it tried in the window before: an increase is kept if
- *    the rate rose by 4% (10% when the workers would go beyond the CPU the
- *    rest of the process leaves them), a thread fewer if the rate held
- *    within 3% and the data share stayed under 3%; a move undone is not
+ *    the rate rose by 4% (10% when the CPU is saturated: the training
+ *    process keeps the CPU it uses unless taking it pays) or the data share
+ *    halved at no loss of rate, a thread fewer if the rate held within 3%
+ *    and the data share stayed under 3% (tried data-bound: if the rate did
+ *    not drop); a move undone is not
  *    tried again for 4, 8, 16 ... 64 windows;
  *  - data-bound (share >= 3%): workers idle while the consumer waits asks
- *    for a deeper prefetch; busy workers that, with the rest of the process,
- *    keep the CPU saturated, for one thread fewer; else one thread more;
+ *    for a deeper prefetch; busy workers time-sliced on a saturated CPU
+ *    (under 70% of a core each), for one thread fewer; else one thread more;
  *  - step-bound (share < 3%) for 3 windows in a row, with one worker fewer
  *    still loaded under 80%: one thread fewer, which leaves the training
  *    process the CPU it uses.
@@ -1169,6 +1171,9 @@ static void tune_locked(stk_loader *l, double now)
     if (others < 0)
         others = 0;
     double cpus = stk_cpu_available();
+    /* The CPU is saturated: workers and the rest of the process use 90% of
+     * what there is (threads blocked on storage leave it unsaturated). */
+    bool saturated = workers_cores + others >= 0.9 * cpus;
     *prev = cur;
     l->windows++;
     if (l->windows == 1)
@@ -1182,8 +1187,9 @@ static void tune_locked(stk_loader *l, double now)
                                          : rate >= l->move_rate * 0.97 && share < 0.03;
         else if (m == MOVE_PREFETCH_UP)
             keep = rate >= l->move_rate * 1.02 || share <= l->move_share * 0.8;
-        else
-            keep = rate >= l->move_rate * (l->active > cpus - others + 0.5 ? 1.10 : 1.04);
+        else /* an increase: the rate rose, or the wait halved at no loss */
+            keep = rate >= l->move_rate * (saturated ? 1.10 : 1.04) ||
+                   (share < 0.5 * l->move_share && rate >= l->move_rate);
         if (keep) {
             l->block_len[m] = 4;
             decide_locked(l, "kept %s: %.0f -> %.0f samples/s, data share %.1f%% -> %.1f%% "
@@ -1220,8 +1226,8 @@ static void tune_locked(stk_loader *l, double now)
             l->windows >= l->block_until[MOVE_PREFETCH_UP] &&
             (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
             m = MOVE_PREFETCH_UP;
-        else if (l->auto_threads && l->active > 1 && workers_cores + others >= 0.9 * cpus &&
-                 l->active > cpus - others + 0.5 &&
+        else if (l->auto_threads && l->active > 1 && saturated &&
+                 workers_cores < 0.7 * l->active && /* time-sliced: under 70% of a core each */
                  l->windows >= l->block_until[MOVE_THREAD_DOWN])
             m = MOVE_THREAD_DOWN; /* oversubscribed: does a thread fewer lose anything? */
         else if (l->auto_threads && l->active < l->threads_max &&
