@@ -1140,7 +1140,7 @@ static const char *const move_names[] = {"none", "one thread more", "one thread 
  *    tried again for 4, 8, 16 ... 64 windows;
  *  - data-bound (share >= 3%): workers idle while the consumer waits asks
  *    for a deeper prefetch; busy workers time-sliced on a saturated CPU
- *    (under 70% of a core each), for one thread fewer; else one thread more;
+ *    (under half a core each), for one thread fewer; else one thread more;
  *  - step-bound (share < 3%) for 3 windows in a row, with one worker fewer
  *    still loaded under 80%: one thread fewer, which leaves the training
  *    process the CPU it uses.
@@ -1227,7 +1227,7 @@ static void tune_locked(stk_loader *l, double now)
             (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
             m = MOVE_PREFETCH_UP;
         else if (l->auto_threads && l->active > 1 && saturated &&
-                 workers_cores < 0.7 * l->active && /* time-sliced: under 70% of a core each */
+                 workers_cores < 0.5 * l->active && /* time-sliced: under half a core each */
                  l->windows >= l->block_until[MOVE_THREAD_DOWN])
             m = MOVE_THREAD_DOWN; /* oversubscribed: does a thread fewer lose anything? */
         else if (l->auto_threads && l->active < l->threads_max &&
