@@ -123,7 +123,8 @@ find build-coverage -name '*.gcda' -delete 2>/dev/null || true
 scripts/build.sh coverage
 ctest --test-dir build-coverage --output-on-failure -j2
 STOKER_BUILD="$PWD/build-coverage" PYTHONPATH="$PWD/build/python" \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_cli.py tests/python/test_pack_cli.py
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_cli.py tests/python/test_pack_cli.py \
+  tests/python/test_doctor_cli.py
 scripts/coverage.sh
 
 step "Python tests"
