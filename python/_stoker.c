@@ -1105,22 +1105,16 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     self->mode = mode;
     self->fork_gen = fork_generation;
     self->pid = (long)getpid();
-    /* max_batches as the loader resolves it (prefetch auto: its cap, 16). */
-    uint32_t prefetch = o.prefetch ? o.prefetch : 16;
-    self->max_batches = o.max_batches ? o.max_batches : prefetch + 4;
 
     stk_loader *l = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_create(((DatasetObject *)dataset)->ds, spec, &o, &l);
     Py_END_ALLOW_THREADS
-    if (rc >= 0 && o.memory_limit) { /* the pool also fits memory_limit (loader.c) */
-        size_t sb;
-        stk_loader_sample_shape(l, NULL, NULL, NULL, &sb);
-        uint64_t rows = (uint64_t)(o.batch_size ? o.batch_size : 256) * (o.views ? o.views : 1);
-        uint64_t bb = rows * sb + rows * 16 + (o.batch_size ? o.batch_size : 256);
-        if (o.memory_limit / bb < self->max_batches)
-            self->max_batches = (uint32_t)(o.memory_limit / bb);
+    if (rc >= 0) { /* as the loader resolved it (defaults, memory_limit) */
+        stk_loader_stats st;
+        stk_loader_stats_get(l, &st);
+        self->max_batches = st.max_batches;
     }
     if (rc < 0) {
         raise_last(rc);
@@ -1603,10 +1597,6 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         s.prefetch, "decisions", (unsigned long long)s.decisions);
 }
 
-static const char *const bound_names[] = {"unknown", "step", "data"};
-static const char *const stage_names[] = {"none", "read", "decode", "augment", "collate",
-                                          "prefetch"};
-
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"reset", NULL};
@@ -1619,8 +1609,7 @@ static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kw
     stk_loader_profile_get(self->l, &p);
     if (reset)
         stk_loader_profile_reset(self->l);
-    const char *bound = p.bound >= 0 && p.bound <= 2 ? bound_names[p.bound] : "unknown";
-    const char *stage = p.stage >= 0 && p.stage <= 5 ? stage_names[p.stage] : "none";
+    const char *bound = stk_bound_name(p.bound), *stage = stk_stage_name(p.stage);
     return Py_BuildValue(
         "{sKsK" "sdsdsdsd" "sdsdsdsd" "sdsdsd" "s{sdsdsdsd}" "sdsdsdsd" "sIsI" "ssssss}", "batches",
         (unsigned long long)p.batches, "samples", (unsigned long long)p.samples, "wall_s",

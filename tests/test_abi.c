@@ -93,12 +93,14 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_state, reserved_), 80);
     /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted,
      * then in the 8 words once reserved: decode_s, collate_s, step_s,
-     * memory_bytes, threads + prefetch, decisions, 2 reserved */
+     * memory_bytes, threads + prefetch, decisions, max_batches + reserved32_,
+     * 1 reserved */
     assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
     assert_int_equal(offsetof(stk_loader_stats, decode_s), 80);
     assert_int_equal(offsetof(stk_loader_stats, threads), 112);
     assert_int_equal(offsetof(stk_loader_stats, decisions), 120);
-    assert_int_equal(offsetof(stk_loader_stats, reserved_), 128);
+    assert_int_equal(offsetof(stk_loader_stats, max_batches), 128);
+    assert_int_equal(offsetof(stk_loader_stats, reserved_), 136);
     /* batches, samples, 19 doubles, threads, prefetch, bound, stage,
      * verdict[256], 8 reserved */
     assert_int_equal(sizeof(stk_loader_profile), 16 + 19 * 8 + 16 + 256 + 64);

@@ -822,7 +822,10 @@ typedef struct stk_loader_stats {
     uint32_t threads;        /* workers active now (the autotuner moves it) */
     uint32_t prefetch;       /* prefetch depth now */
     uint64_t decisions;      /* autotuner decisions made (stk_loader_decision) */
-    uint64_t reserved_[2];   /* zeroed by the library */
+    uint32_t max_batches;    /* the cap on batch buffers, as resolved (defaults,
+                                memory_limit) */
+    uint32_t reserved32_;    /* zeroed by the library */
+    uint64_t reserved_[1];   /* zeroed by the library */
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);
@@ -875,6 +878,11 @@ typedef struct stk_loader_profile {
     char verdict[256];       /* one line: "data-bound: ..." / "step-bound: ..." */
     uint64_t reserved_[8];   /* zeroed by the library */
 } stk_loader_profile;
+
+/* "unknown", "step", "data" / "none", "read", "decode", "augment",
+ * "collate", "prefetch" (static strings; "unknown" / "none" out of range). */
+STK_API const char *stk_bound_name(int bound);
+STK_API const char *stk_stage_name(int stage);
 
 /* One delivered batch (the profile's time series: queue depth over time). */
 typedef struct stk_loader_event {

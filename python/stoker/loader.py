@@ -603,11 +603,12 @@ class Loader:
         num_threads = _count_or_auto("num_threads", num_threads)
         prefetch = _count_or_auto("prefetch", prefetch)
         if max_batches is None:
-            max_batches = (prefetch or 16) + 4
-        max_batches = operator.index(max_batches)
-        if max_batches < (prefetch or 1) + 1:
-            raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
-                             % (max_batches, (prefetch or 1) + 1))
+            max_batches = 0  # the loader's default (prefetch + 4, 20 with prefetch auto)
+        else:
+            max_batches = operator.index(max_batches)
+            if max_batches < (prefetch or 1) + 1:
+                raise ValueError("max_batches (%d) must be at least prefetch + 1 (%d)"
+                                 % (max_batches, (prefetch or 1) + 1))
         memory_limit = _optional_count("memory_limit", memory_limit)
         if report_every is not None:
             report_every = operator.index(report_every)

@@ -144,7 +144,6 @@ typedef struct worker {
     stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
     _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
     _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
-    _Atomic uint64_t cpu_ns;        /* this thread's CPU time while busy */
     _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk */
     _Atomic double idle_s;
 } worker;
@@ -154,8 +153,8 @@ typedef struct tune_sample {
     double t;               /* stk_now() at its end */
     uint64_t batches, samples;
     double wait_s, step_s;
-    uint64_t busy_ticks, cpu_ns;
-    double consumer_cpu_s, process_cpu_s;
+    uint64_t busy_ticks;
+    double workers_cpu_s, process_cpu_s;
 } tune_sample;
 
 /* A move the tuner is trying: kept if the next window's rate says so. */
@@ -225,8 +224,6 @@ struct stk_loader {
     double last_exit;           /* when next() last lent a batch */
     bool have_last;             /* last_exit starts a step (not after an epoch's end) */
     double step_acc, wait_acc;  /* of the batch being asked for */
-    double consumer_cpu_at_exit;/* consumer thread CPU at last_exit */
-    double consumer_cpu_s;      /* consumer thread CPU during steps, summed */
 
     /* Profile window (guarded by mu). events: a ring of the last EVENT_RING
      * batches of the window, owned. */
@@ -527,13 +524,10 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&l->mu);
 
         uint64_t busy0 = stk_ticks();
-        double cpu0 = stk_thread_cpu_s();
         uint32_t skipped = 0;
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - busy0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->cpu_ns, (uint64_t)((stk_thread_cpu_s() - cpu0) * 1e9),
-                                  memory_order_relaxed);
         atomic_store_explicit(&w->scratch_bytes, w->scratch.cap + w->plan_scratch.cap,
                               memory_order_relaxed);
 
@@ -1033,12 +1027,12 @@ static int starved_locked(stk_loader *l)
 /* Profile and autotune                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Worker counters summed: read, decode, augment, collate ticks; busy ticks;
- * CPU ns. Relaxed loads: each is a running total written by its worker. */
-static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy, uint64_t *cpu_ns)
+/* Worker counters summed: read, decode, augment, collate ticks; busy ticks.
+ * Relaxed loads: each is a running total written by its worker. */
+static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy)
 {
     ticks[0] = ticks[1] = ticks[2] = ticks[3] = 0;
-    uint64_t b = 0, c = 0;
+    uint64_t b = 0;
     for (uint32_t i = 0; i < l->threads_max; i++) {
         worker *w = &l->workers[i];
         ticks[0] += atomic_load_explicit(&w->read_ticks, memory_order_relaxed);
@@ -1046,12 +1040,25 @@ static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy, 
         ticks[2] += atomic_load_explicit(&w->augment_ticks, memory_order_relaxed);
         ticks[3] += atomic_load_explicit(&w->collate_ticks, memory_order_relaxed);
         b += atomic_load_explicit(&w->busy_ticks, memory_order_relaxed);
-        c += atomic_load_explicit(&w->cpu_ns, memory_order_relaxed);
     }
     if (busy)
         *busy = b;
-    if (cpu_ns)
-        *cpu_ns = c;
+}
+
+/* CPU seconds the worker threads have used, from their thread CPU clocks
+ * (read here, once a window, rather than by the workers on every chunk).
+ * Caller holds mu (`started` is guarded by it). */
+static double workers_cpu_locked(const stk_loader *l)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < l->threads_max; i++) {
+        clockid_t id;
+        struct timespec ts;
+        if (l->workers[i].started && pthread_getcpuclockid(l->workers[i].thread, &id) == 0 &&
+            clock_gettime(id, &ts) == 0)
+            sum += (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
+    return sum;
 }
 
 /* Start a profile window now. Caller holds mu. */
@@ -1061,7 +1068,7 @@ static void window_reset_locked(stk_loader *l)
     l->win_start = stk_now();
     l->win_batches = l->win_samples = 0;
     l->win_wait = l->win_step = l->win_ready = 0;
-    worker_sums(l, l->win_ticks, &l->win_busy, NULL);
+    worker_sums(l, l->win_ticks, &l->win_busy);
 }
 
 /* A decision of the tuner: kept in the ring, printed under STOKER_LOG=debug.
@@ -1117,8 +1124,8 @@ static void tune_snapshot(const stk_loader *l, double now, tune_sample *t)
     t->samples = l->samples_delivered;
     t->wait_s = l->wait_s;
     t->step_s = l->step_s;
-    worker_sums(l, ticks, &t->busy_ticks, &t->cpu_ns);
-    t->consumer_cpu_s = l->consumer_cpu_s;
+    worker_sums(l, ticks, &t->busy_ticks);
+    t->workers_cpu_s = workers_cpu_locked(l);
     t->process_cpu_s = stk_process_cpu_s();
 }
 
@@ -1166,7 +1173,7 @@ static void tune_locked(stk_loader *l, double now)
     double rate = (double)(cur.samples - prev->samples) / dt;
     double tick = 1.0 / stk_ticks_per_second();
     double busy = (double)(cur.busy_ticks - prev->busy_ticks) * tick / ((double)l->active * dt);
-    double workers_cores = (double)(cur.cpu_ns - prev->cpu_ns) * 1e-9 / dt;
+    double workers_cores = (cur.workers_cpu_s - prev->workers_cpu_s) / dt;
     double others = (cur.process_cpu_s - prev->process_cpu_s) / dt - workers_cores;
     if (others < 0)
         others = 0;
@@ -1327,7 +1334,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     if (!l || !batch)
         return stk_fail(STK_EINVAL, "stk_loader_next: NULL argument");
     int rc;
-    double t_in = stk_now(), cpu_in = stk_thread_cpu_s(); /* the wait includes a lazy start */
+    double t_in = stk_now(); /* the wait includes a lazy start */
     if ((rc = stk_loader_start(l)) < 0) /* lazy: the first call starts the workers */
         return rc;
     struct timespec deadline = {0};
@@ -1343,7 +1350,6 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     pthread_mutex_lock(&l->mu);
     if (l->have_last) { /* the consumer's step since the last batch ends here */
         l->step_acc += t_in - l->last_exit;
-        l->consumer_cpu_s += cpu_in - l->consumer_cpu_at_exit;
         l->have_last = false;
     }
     uint32_t ready = 0;
@@ -1403,10 +1409,8 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     } else if (rc < 0) {
         l->have_last = true; /* a timeout or interrupt: the loop goes on from here */
     } /* the end of an epoch: the gap until the next call is not a step */
-    if (l->have_last) {
+    if (l->have_last)
         l->last_exit = now;
-        l->consumer_cpu_at_exit = stk_thread_cpu_s();
-    }
     pthread_mutex_unlock(&l->mu);
     return rc;
 }
@@ -1585,7 +1589,7 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     memset(st, 0, sizeof *st);
     double tick = 1.0 / stk_ticks_per_second();
     uint64_t ticks[4];
-    worker_sums(l, ticks, NULL, NULL);
+    worker_sums(l, ticks, NULL);
     for (uint32_t i = 0; i < l->threads_max; i++) {
         worker *w = &ml->workers[i];
         st->samples += atomic_load_explicit(&w->samples, memory_order_relaxed);
@@ -1606,6 +1610,7 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     st->threads = l->active;
     st->prefetch = l->prefetch;
     st->decisions = l->decisions;
+    st->max_batches = l->opt.max_batches;
     pthread_mutex_unlock(&ml->mu);
     st->pool_bytes =
         (uint64_t)st->batches_allocated * l->opt.batch_size * l->views * l->sample_bytes;
@@ -1628,6 +1633,17 @@ static double quantile(const float *v, size_t n, double q)
 
 static const char *const stage_names[] = {"none", "read", "decode", "augment", "collate",
                                           "prefetch"};
+static const char *const bound_names[] = {"unknown", "step", "data"};
+
+const char *stk_stage_name(int stage)
+{
+    return stage >= 0 && stage <= STK_STAGE_PREFETCH ? stage_names[stage] : "none";
+}
+
+const char *stk_bound_name(int bound)
+{
+    return bound >= 0 && bound <= STK_BOUND_DATA ? bound_names[bound] : "unknown";
+}
 
 static const char *const stage_help[] = {
     "",
@@ -1649,7 +1665,7 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
     size_t n = 0;
     pthread_mutex_lock(&ml->mu);
     double now = stk_now();
-    worker_sums(l, ticks, &busy, NULL);
+    worker_sums(l, ticks, &busy);
     p->batches = l->win_batches;
     p->samples = l->win_samples;
     p->wait_s = l->win_wait;
