@@ -123,7 +123,8 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(sizeof(stk_doctor_recommendation), 8 + 16 + 192 + 16);
     /* format[32], dataset_samples, 4 x u32, 3 doubles, 4 x u32 (sizes),
      * 5 doubles (read, storage), cpu_limited + bottleneck, 7 doubles, 2 x u32,
-     * 32 predictions, 8 recommendations, summary[256], 8 reserved */
+     * 32 predictions, 8 recommendations, summary[256], first_skipped,
+     * 7 reserved */
     assert_int_equal(sizeof(stk_doctor_report),
                      32 + 8 + 16 + 24 + 16 + 40 + 8 + 56 + 8 + 32 * 40 + 8 * 232 + 256 + 64);
 }

@@ -260,10 +260,36 @@ static void test_errors(void **state)
     assert_string_equal(stk_doctor_stage_name((stk_doctor_stage)99), "none");
 }
 
+/* A damaged record among the sampled ones is skipped, counted, and named:
+ * the report gives its index, the text the command that shows why. */
+static void test_damaged_record_is_named(void **state)
+{
+    (void)state;
+    char dir[1024], bad[1200];
+    snprintf(dir, sizeof dir, "%s", tu_path("doctor_damaged"));
+    make_folder(dir, 1, 6, 64, 48);
+    snprintf(bad, sizeof bad, "%s/c0/003.jpg", dir); /* index 3: files sort by name */
+    tu_write_file(bad, "\xff\xd8\xff\xe0 not a jpeg", 20);
+    stk_doctor_options o = {.samples = 6, .time_budget_s = 1, .max_cores = 1};
+    stk_doctor_report r;
+    assert_int_equal(stk_doctor_run(dir, "resize 32,32 | to u8 hwc", &o, &r), 0);
+    assert_int_equal(r.skipped, 1);
+    assert_int_equal(r.samples, 5);
+    assert_int_equal(r.first_skipped, 3 + 1);
+    char *text = NULL, *json = NULL;
+    assert_int_equal(stk_doctor_render(&r, dir, "resize 32,32 | to u8 hwc", 0, &text), 0);
+    assert_non_null(strstr(text, "record 3 failed to read or decode: stoker cat"));
+    assert_int_equal(stk_doctor_render(&r, dir, "resize 32,32 | to u8 hwc", 1, &json), 0);
+    assert_non_null(strstr(json, "\"first_skipped\": 3,"));
+    stk_free(text);
+    stk_free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_damaged_record_is_named),
         cmocka_unit_test(test_consumer_bound),
         cmocka_unit_test(test_storage_bound),
         cmocka_unit_test(test_decode_bound),

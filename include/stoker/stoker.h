@@ -1155,7 +1155,11 @@ typedef struct stk_doctor_report {
     /* Best first (highest gain). */
     stk_doctor_recommendation recommendations[STK_DOCTOR_MAX_RECOMMENDATIONS];
     char summary[256];        /* the bottleneck in one line, NUL-terminated */
-    uint64_t reserved_[8];    /* zeroed by the library */
+    /* Carved out of the reserved words: the first sampled record that failed
+     * to read or decode (its dataset index + 1; 0 when none was skipped).
+     * `stoker cat DATASET INDEX` / `stoker verify` say why. */
+    uint64_t first_skipped;
+    uint64_t reserved_[7];    /* zeroed by the library */
 } stk_doctor_report;
 
 /* Measure `spec` (a pipeline spec or preset) over dataset `uri` and fill

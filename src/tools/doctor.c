@@ -909,7 +909,8 @@ int stk_doctor_run(const char *uri, const char *spec, const stk_doctor_options *
         if (!x->read || x->rc == STK_ELIMIT)
             continue; /* not reached, or left out for memory: not the data's fault */
         if (x->rc) {
-            r->skipped++;
+            if (!r->skipped++)
+                r->first_skipped = x->index + 1;
         } else {
             good++;
             total_bytes += x->size;
@@ -1182,6 +1183,10 @@ static void render_json(sbuf *b, const stk_doctor_report *r, const char *uri, co
                  "\"batch_size\": %u, ",
               (unsigned long long)r->dataset_samples, r->samples, r->skipped, r->readers,
               r->batch_size);
+    if (r->first_skipped)
+        sb_printf(b, "\"first_skipped\": %llu, ", (unsigned long long)(r->first_skipped - 1));
+    else
+        sb_printf(b, "\"first_skipped\": null, ");
     sb_num(b, "cpus", r->cpus, true);
     sb_num(b, "open_s", r->open_s, true);
     sb_num(b, "elapsed_s", r->elapsed_s, true);
@@ -1239,6 +1244,10 @@ static void render_text(sbuf *b, const stk_doctor_report *r, const char *uri, co
     sb_printf(b, "pipeline  %s -> %ux%u\n", spec, r->out_width, r->out_height);
     sb_printf(b, "sample    %u records in random order (%u skipped), mean %.1f KB", r->samples,
               r->skipped, r->mean_bytes / 1e3);
+    if (r->first_skipped)
+        sb_printf(b, " [record %llu failed to read or decode: stoker cat %s %llu]",
+                  (unsigned long long)(r->first_skipped - 1), uri,
+                  (unsigned long long)(r->first_skipped - 1));
     if (r->median_width)
         sb_printf(b, ", median %ux%u", r->median_width, r->median_height);
     sb_printf(b, "; %.3g CPUs available; measured in %.1f s\n\n", r->cpus, r->elapsed_s);
