@@ -1690,6 +1690,7 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
     double busy_s = (double)(busy - l->win_busy) / stk_ticks_per_second();
     p->threads = l->active;
     p->prefetch = l->prefetch;
+    bool tuned = l->auto_prefetch && l->prefetch < l->prefetch_cap;
     pthread_mutex_unlock(&ml->mu);
 
     double mean_threads = n ? threads_sum / (double)n : p->threads;
@@ -1736,7 +1737,9 @@ void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
                      "data-bound: the loop waits %.0f%% of the time while %u worker%s idle "
                      "%.0f%% (prefetch %u); try %s",
                      100 * p->data_share, p->threads, p->threads == 1 ? " is" : "s are",
-                     100 * (1 - p->busy), p->prefetch, stage_help[STK_STAGE_PREFETCH]);
+                     100 * (1 - p->busy), p->prefetch,
+                     tuned ? "nothing: the autotuner deepens prefetch while this lasts"
+                           : stage_help[STK_STAGE_PREFETCH]);
         else
             snprintf(p->verdict, sizeof p->verdict,
                      "data-bound: the loop waits %.0f%% of the time; %s limits (%s; %u "
