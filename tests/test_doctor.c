@@ -269,7 +269,8 @@ static void test_damaged_record_is_named(void **state)
     snprintf(dir, sizeof dir, "%s", tu_path("doctor_damaged"));
     make_folder(dir, 1, 6, 64, 48);
     snprintf(bad, sizeof bad, "%s/c0/003.jpg", dir); /* index 3: files sort by name */
-    tu_write_file(bad, "\xff\xd8\xff\xe0 not a jpeg", 20);
+    static const char not_jpeg[] = "\xff\xd8\xff\xe0 not a jpeg";
+    tu_write_file(bad, not_jpeg, sizeof not_jpeg - 1);
     stk_doctor_options o = {.samples = 6, .time_budget_s = 1, .max_cores = 1};
     stk_doctor_report r;
     assert_int_equal(stk_doctor_run(dir, "resize 32,32 | to u8 hwc", &o, &r), 0);
