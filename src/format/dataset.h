@@ -29,6 +29,19 @@ typedef struct stk_sample {
     int64_t label;
 } stk_sample;
 
+/* One field of one sample, lent like stk_sample's views: into memory the
+ * dataset owns, or into the scratch the caller passed. Encoded images and
+ * bytes and strings as stored; raw images as dense HWC pixels (shape =
+ * h, w, c); int64 / float32 arrays as little-endian values, shape[0] = the
+ * number of rows (for a field whose leading dimension varies per record,
+ * stk_field_info.dims[0] == 0, each row holding the product of dims[1..]
+ * values; for a fixed field, dims[0], or 1 for a scalar). */
+typedef struct stk_field_view {
+    const void *data;
+    size_t size;       /* bytes */
+    uint32_t shape[3]; /* raw_image: h, w, c; arrays: shape[0] = rows */
+} stk_field_view;
+
 /* How a caller is about to read a dataset (vtable.access_hint). */
 typedef enum stk_access {
     STK_ACCESS_RANDOM = 0,     /* indices in a shuffled order (the default) */
@@ -54,6 +67,15 @@ typedef struct stk_dataset_vtable {
     int (*read_field)(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
                       size_t *size, uint32_t shape[3]);
     int (*label)(const stk_dataset *ds, uint64_t index, int64_t *label);
+    /* Optional, for datasets with fields beyond "image" and "label" (the
+     * loader's hot path for `fields=`): field `field` (an index into
+     * field_info) of sample `index`, lent in *out without allocating in the
+     * steady state. `scratch` is the caller's; a caller reading several
+     * fields of one sample passes a different scratch for each. Errors as
+     * `read` (STK_EDATA naming the record and field). Thread-safe. When
+     * NULL, stk_dataset_field_view falls back on read_field (a copy). */
+    int (*field_view)(const stk_dataset *ds, uint64_t index, uint32_t field, stk_field_view *out,
+                      stk_scratch *scratch);
     const char *(*metadata)(const stk_dataset *ds, const char *key);
     uint32_t (*shard_count)(const stk_dataset *ds);
     int (*shard_info)(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
@@ -124,6 +146,14 @@ static inline void stk_dataset_access_hint(const stk_dataset *ds, stk_access how
     if (ds->vt->access_hint)
         ds->vt->access_hint(ds, how);
 }
+
+/* Field `field` of sample `index` lent in *out (vtable.field_view; the
+ * generic fields through `read`; other fields through read_field, copied
+ * into `scratch`). The view is valid until `scratch` is reused or the
+ * dataset closed. Callers that use a view of a mapped file call
+ * stk_dataset_check afterwards, as with `read`. */
+int stk_dataset_field_view(const stk_dataset *ds, uint64_t index, uint32_t field,
+                           stk_field_view *out, stk_scratch *scratch);
 
 /* The name of sample `index` for messages (see vtable.sample_name). */
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);

@@ -129,6 +129,52 @@ done:
     return rc;
 }
 
+/* The rows of an array field's value of `size` bytes (field_view's
+ * shape[0]): the values over the product of the row's dims. */
+static uint32_t array_rows(const stk_field_info *info, size_t size)
+{
+    size_t elem = 8;
+    if (info->type == STK_FIELD_FLOAT32)
+        elem = 4;
+    size_t per_row = 1;
+    for (uint32_t d = 1; d < info->ndim; d++)
+        per_row *= info->dims[d] ? info->dims[d] : 1;
+    size_t values = size / elem;
+    if (info->ndim == 0)
+        return 1;
+    return (uint32_t)(values / (per_row ? per_row : 1));
+}
+
+int stk_dataset_field_view(const stk_dataset *ds, uint64_t index, uint32_t field,
+                           stk_field_view *out, stk_scratch *scratch)
+{
+    memset(out, 0, sizeof *out);
+    if (ds->vt->field_view)
+        return ds->vt->field_view(ds, index, field, out, scratch);
+    stk_field_info info;
+    int rc = stk_dataset_field_info(ds, field, &info);
+    if (rc < 0)
+        return rc;
+    void *data = NULL;
+    size_t size = 0;
+    uint32_t shape[3] = {0, 0, 0};
+    rc = stk_dataset_read_field(ds, index, info.name, &data, &size, shape);
+    if (rc < 0)
+        return rc;
+    if ((rc = stk_scratch_reserve(scratch, size ? size : 1)) == 0) {
+        memcpy(scratch->data, data, size);
+        out->data = scratch->data;
+        out->size = size;
+        if (info.type == STK_FIELD_RAW_IMAGE) {
+            memcpy(out->shape, shape, sizeof out->shape);
+        } else if (info.type == STK_FIELD_INT64 || info.type == STK_FIELD_FLOAT32) {
+            out->shape[0] = array_rows(&info, size);
+        }
+    }
+    free(data);
+    return rc;
+}
+
 int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label)
 {
     if (!ds || !label)
