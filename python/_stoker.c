@@ -921,6 +921,7 @@ typedef struct {
     int resume_pending;   /* load_state_dict: next iter() continues */
     uint64_t resume_epoch;
     uint64_t gc_collects; /* gc.collect() runs on pool exhaustion */
+    int fields;           /* fields= beyond (image, label): yield one item per field */
 } LoaderObject;
 
 typedef struct {
@@ -1001,7 +1002,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                              "world_size", "on_error", "output", "convert", "block",
                              "block_size", "shuffle_window", "indices", "weights",
                              "num_samples", "balance_classes", "aug_seed", "views", "eager",
-                             "mix_sizes", "mix_weights", "memory_limit", NULL};
+                             "mix_sizes", "mix_weights", "memory_limit", "fields", NULL};
     PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
     const char *spec;
     stk_loader_options o = {0};
@@ -1011,13 +1012,13 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&:_Loader", kwlist,
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&z:_Loader", kwlist,
             &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
             conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
             &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
             &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
             conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
-            &mix_sizes, &mix_weights, conv_u64, &o.memory_limit))
+            &mix_sizes, &mix_weights, conv_u64, &o.memory_limit, &o.fields))
         return NULL;
     if (mix_sizes.obj) {
         sg.mix_sizes = mix_sizes.buf;
@@ -1128,6 +1129,13 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     stk_loader_sample_shape(l, self->sample_shape, &dtype, &layout, NULL);
     self->kind = kind_of_dtype(dtype);
     self->layout = layout;
+    {
+        uint32_t nf = stk_loader_field_count(self->l);
+        stk_batch_field f0, f1;
+        self->fields = nf != 2 || stk_loader_field(self->l, NULL, 0, &f0) < 0 ||
+                       stk_loader_field(self->l, NULL, 1, &f1) < 0 ||
+                       f0.role != STK_ROLE_IMAGE || f1.role != STK_ROLE_LABEL;
+    }
     return (PyObject *)self;
 }
 
@@ -1209,6 +1217,8 @@ static PyObject *batch_repr(BatchObject *self)
     return r;
 }
 
+static PyObject *batch_field(BatchObject *self, PyObject *arg);
+
 static PyMethodDef batch_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
@@ -1218,6 +1228,9 @@ static PyMethodDef batch_methods[] = {
     {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
     {"data_ptr", (PyCFunction)batch_data_ptr, METH_NOARGS,
      "Address of the pooled batch buffer (the C stk_batch.data)."},
+    {"field", (PyCFunction)batch_field, METH_O,
+     "field(i) -> (name, role, dtype, text, values, offsets): field i of the batch "
+     "(Loader(fields=...)); values shares the batch's memory."},
     {0},
 };
 
@@ -1233,6 +1246,145 @@ static PyGetSetDef batch_getset[] = {
     {"nbytes", (getter)batch_nbytes, NULL, "Bytes of pixel data.", NULL},
     {0},
 };
+
+/* --- a field of a batch: a view over the batch's memory ------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner; /* strong: the Batch whose buffers this views */
+    view v;
+} FieldViewObject;
+
+static PyTypeObject FieldViewType;
+
+static void fieldview_dealloc(FieldViewObject *self)
+{
+    Py_XDECREF(self->owner);
+    PyObject_Free(self);
+}
+
+static int fieldview_getbuffer(FieldViewObject *self, Py_buffer *b, int flags)
+{
+    return view_getbuffer((PyObject *)self, &self->v, b, flags);
+}
+
+static PyObject *fieldview_dlpack(FieldViewObject *self, PyObject *args, PyObject *kwargs)
+{
+    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+}
+
+static PyObject *fieldview_shape(FieldViewObject *self, void *c) { return view_shape_tuple(&self->v); }
+static PyObject *fieldview_dtype(FieldViewObject *self, void *c) { return PyUnicode_FromString(kinds[self->v.kind].name); }
+
+static PyMethodDef fieldview_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))fieldview_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule sharing the field's values (keeps the batch alive)."},
+    {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
+    {0},
+};
+
+static PyGetSetDef fieldview_getset[] = {
+    {"shape", (getter)fieldview_shape, NULL, "Shape, a tuple.", NULL},
+    {"dtype", (getter)fieldview_dtype, NULL, "Element type name.", NULL},
+    {0},
+};
+
+static PyBufferProcs fieldview_as_buffer = {(getbufferproc)fieldview_getbuffer, NULL};
+
+static PyTypeObject FieldViewType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stoker._FieldView",
+    .tp_doc = "The values of one field of a Batch, exported without copying (buffer protocol, "
+              "DLPack); keeps the Batch alive.",
+    .tp_basicsize = sizeof(FieldViewObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)fieldview_dealloc,
+    .tp_as_buffer = &fieldview_as_buffer,
+    .tp_methods = fieldview_methods,
+    .tp_getset = fieldview_getset,
+};
+
+static int kind_of_elem(stk_elem_type e)
+{
+    switch (e) {
+    case STK_ELEM_U8: return K_U8;
+    case STK_ELEM_F16: return K_F16;
+    case STK_ELEM_BF16: return K_BF16;
+    case STK_ELEM_I64: return K_I64;
+    case STK_ELEM_U64: return K_I64; /* indices: exported as int64 (below 2^63) */
+    default: return K_F32;
+    }
+}
+
+static const char *const role_name[] = {"image", "label", "index", "path",
+                                        "mask",  "boxes", "per_box", "data"};
+
+/* Batch.field(i) -> (name, role, dtype, text, values, offsets): values a
+ * _FieldView (zero copy; None when empty), offsets an int64 _Array of
+ * size + 1 for variable fields, else None. */
+static PyObject *batch_field(BatchObject *self, PyObject *arg)
+{
+    long i = PyLong_AsLong(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    LoaderObject *L = self->loader;
+    if (self->fork_gen != fork_generation || !L->l) {
+        PyErr_SetString(PyExc_RuntimeError, "this batch's loader is closed");
+        return NULL;
+    }
+    stk_batch_field f;
+    if (i < 0 || stk_loader_field(L->l, &self->b, (uint32_t)i, &f) < 0) {
+        if (i < 0)
+            PyErr_SetString(PyExc_IndexError, "field index out of range");
+        else
+            raise_last(STK_EINVAL);
+        return NULL;
+    }
+    int kind = kind_of_elem(f.elem);
+    PyObject *values = Py_None, *offsets = Py_None;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    if (f.ndim > 4) {
+        PyErr_Format(PyExc_ValueError, "field '%s' has %u dimensions (at most 4 are exported)",
+                     f.name, f.ndim);
+        goto fail;
+    }
+    if (f.role == STK_ROLE_LABEL || f.role == STK_ROLE_INDEX) {
+        Py_DECREF(values);
+        values = (PyObject *)copy_i64(f.data, self->b.size);
+        if (!values)
+            goto fail;
+    } else if (f.data || f.shape[0] == 0) {
+        FieldViewObject *fv = PyObject_New(FieldViewObject, &FieldViewType);
+        if (!fv)
+            goto fail;
+        fv->owner = Py_NewRef((PyObject *)self);
+        int64_t shape[4];
+        int nd = (int)f.ndim;
+        for (int d = 0; d < nd; d++)
+            shape[d] = f.shape[d];
+        if (f.text || nd == 1) { /* byte values: 1-d */
+            nd = 1;
+            shape[0] = (int64_t)f.bytes / kinds[kind].size;
+        }
+        static uint64_t empty;
+        view_init(&fv->v, f.data ? (void *)f.data : (void *)&empty, kind, nd, shape);
+        Py_DECREF(values);
+        values = (PyObject *)fv;
+    }
+    if (f.offsets) {
+        Py_DECREF(offsets);
+        offsets = (PyObject *)copy_i64(f.offsets, self->b.size + 1);
+        if (!offsets)
+            goto fail;
+    }
+    return Py_BuildValue("(ssspNN)", f.name, role_name[f.role], kinds[kind].name, f.text, values,
+                         offsets);
+fail:
+    Py_DECREF(values);
+    Py_DECREF(offsets);
+    return NULL;
+}
 
 static PyBufferProcs batch_as_buffer = {(getbufferproc)batch_getbuffer, NULL};
 static PySequenceMethods batch_as_sequence = {.sq_length = (lenfunc)batch_len};
@@ -1341,6 +1493,114 @@ static double monotonic_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A variable text or bytes field as a list of str (surrogateescape, like
+ * file names) or bytes, one per row. */
+static PyObject *text_list(const stk_batch_field *f, uint32_t rows)
+{
+    PyObject *list = PyList_New(rows);
+    if (!list)
+        return NULL;
+    const char *base = f->data;
+    for (uint32_t r = 0; r < rows; r++) {
+        size_t a = f->offsets[r], n = f->offsets[r + 1] - a;
+        PyObject *o = f->text ? PyUnicode_DecodeUTF8(base ? base + a : "", (Py_ssize_t)n,
+                                                    "surrogateescape")
+                              : PyBytes_FromStringAndSize(base ? base + a : "", (Py_ssize_t)n);
+        if (!o) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, r, o);
+    }
+    return list;
+}
+
+/* A zero-copy view of field f of batch bo, converted for output. */
+static PyObject *field_values(LoaderObject *L, BatchObject *bo, const stk_batch_field *f)
+{
+    FieldViewObject *fv = PyObject_New(FieldViewObject, &FieldViewType);
+    if (!fv)
+        return NULL;
+    fv->owner = Py_NewRef((PyObject *)bo);
+    int64_t shape[4];
+    int nd = f->ndim < 4 ? (int)f->ndim : 4;
+    for (int d = 0; d < nd; d++)
+        shape[d] = f->shape[d];
+    static uint64_t empty;
+    view_init(&fv->v, f->data ? (void *)f->data : (void *)&empty, kind_of_elem(f->elem), nd,
+              shape);
+    return convert_out(L, (PyObject *)fv, &fv->v);
+}
+
+/* The item of a loader with fields=: one entry per field in order (and the
+ * indices last with iter(with_indices=True)); a variable array field is a
+ * (values, offsets) pair (loader.py wraps it in stoker.Ragged). Takes bo. */
+static PyObject *fields_tuple(LoaderObject *L, IterObject *it, BatchObject *bo)
+{
+    uint32_t n = stk_loader_field_count(L->l);
+    PyObject *t = PyTuple_New((Py_ssize_t)n + (it->with_indices ? 1 : 0));
+    if (!t) {
+        Py_DECREF(bo);
+        return NULL;
+    }
+    int image_at = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        stk_batch_field f;
+        if (stk_loader_field(L->l, &bo->b, i, &f) < 0) {
+            raise_last(STK_EINVAL);
+            goto fail;
+        }
+        PyObject *o = NULL;
+        if (f.ndim > 4) {
+            PyErr_Format(PyExc_ValueError,
+                         "field '%s' has %u dimensions (at most 4 are exported)", f.name, f.ndim);
+            goto fail;
+        }
+        if (f.role == STK_ROLE_IMAGE) {
+            image_at = (int)i;
+            continue;
+        } else if (f.role == STK_ROLE_LABEL || f.role == STK_ROLE_INDEX) {
+            ArrayObject *a = copy_i64(f.data, bo->b.size);
+            o = a ? convert_out(L, (PyObject *)a, &a->v) : NULL;
+        } else if (f.offsets && (f.text || (f.elem == STK_ELEM_U8 && f.ndim == 1))) {
+            o = text_list(&f, bo->b.size);
+        } else if (f.offsets) {
+            ArrayObject *off = copy_i64(f.offsets, bo->b.size + 1);
+            PyObject *vals = field_values(L, bo, &f);
+            PyObject *offs = off ? convert_out(L, (PyObject *)off, &off->v) : NULL;
+            if (vals && offs)
+                o = PyTuple_Pack(2, vals, offs);
+            Py_XDECREF(vals);
+            Py_XDECREF(offs);
+        } else {
+            o = field_values(L, bo, &f);
+        }
+        if (!o)
+            goto fail;
+        PyTuple_SET_ITEM(t, i, o);
+    }
+    if (it->with_indices) {
+        ArrayObject *a = copy_i64(bo->b.indices, bo->b.size);
+        PyObject *o = a ? convert_out(L, (PyObject *)a, &a->v) : NULL;
+        if (!o)
+            goto fail;
+        PyTuple_SET_ITEM(t, n, o);
+    }
+    /* The image last: converting it gives bo away. */
+    PyObject *images = convert_out(L, (PyObject *)bo, &bo->v);
+    bo = NULL;
+    if (!images) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, image_at, images);
+    return t;
+fail:
+    Py_DECREF(t);
+    Py_XDECREF(bo);
+    return NULL;
+}
+
 static PyObject *iter_next(IterObject *it)
 {
     LoaderObject *L = it->loader;
@@ -1364,6 +1624,12 @@ static PyObject *iter_next(IterObject *it)
     bo->fork_gen = L->fork_gen;
     L->lent++;
     view_init(&bo->v, b.data, L->kind, 4, b.shape);
+    if (L->fields) {
+        PyObject *t = fields_tuple(L, it, bo);
+        if (t)
+            stk_loader_profile_note(L->l, asked, monotonic_s());
+        return t;
+    }
 
     ArrayObject *labels = copy_i64(b.labels, b.size);
     ArrayObject *indices = it->with_indices ? copy_i64(b.indices, b.size) : NULL;
@@ -1734,7 +2000,46 @@ static PyObject *loader_get_closed(LoaderObject *self, void *c) { return PyBool_
 static PyObject *loader_get_dataset(LoaderObject *self, void *c) { return Py_NewRef(self->dataset); }
 static PyObject *loader_get_max_batches(LoaderObject *self, void *c) { return PyLong_FromUnsignedLong(self->max_batches); }
 
+/* fields() -> [(name, role, dtype, variable, text, shape)]: what each
+ * item of an iteration holds (shape: per row, or per value row of a
+ * variable field). */
+static PyObject *loader_fields(LoaderObject *self, PyObject *unused)
+{
+    if (loader_check(self) < 0)
+        return NULL;
+    uint32_t n = stk_loader_field_count(self->l);
+    PyObject *list = PyList_New(n);
+    if (!list)
+        return NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        stk_batch_field f;
+        if (stk_loader_field(self->l, NULL, i, &f) < 0) {
+            Py_DECREF(list);
+            return raise_last(STK_EINVAL);
+        }
+        int kind = f.role == STK_ROLE_IMAGE ? self->kind : kind_of_elem(f.elem);
+        PyObject *shape = PyTuple_New(f.ndim > 0 ? f.ndim - 1 : 0);
+        if (!shape) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        for (uint32_t d = 1; d < f.ndim; d++)
+            PyTuple_SET_ITEM(shape, d - 1, PyLong_FromLongLong(f.shape[d]));
+        PyObject *e = Py_BuildValue("(sssiiN)", f.name, role_name[f.role], kinds[kind].name,
+                                    f.shape[0] == -1,
+                                    f.text, shape);
+        if (!e) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, e);
+    }
+    return list;
+}
+
 static PyMethodDef loader_methods[] = {
+    {"fields", (PyCFunction)loader_fields, METH_NOARGS,
+     "fields() -> [(name, role, dtype, variable, text, shape)]: the fields of each batch."},
     {"iter", (PyCFunction)(void (*)(void))loader_iter_method, METH_VARARGS | METH_KEYWORDS,
      "iter(with_indices=False)\n--\n\nStart a pass over the current epoch; yields (images, "
      "labels) or (images, labels, indices)."},
@@ -2144,7 +2449,7 @@ PyMODINIT_FUNC PyInit__stoker(void)
         atfork_done = 1;
     }
     if (PyType_Ready(&ArrayType) < 0 || PyType_Ready(&DatasetType) < 0 ||
-        PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 ||
+        PyType_Ready(&LoaderType) < 0 || PyType_Ready(&BatchType) < 0 || PyType_Ready(&FieldViewType) < 0 ||
         PyType_Ready(&IterType) < 0)
         return NULL;
     if (!gc_module && !(gc_module = PyImport_ImportModule("gc")))

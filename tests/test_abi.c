@@ -69,7 +69,7 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_sampling, reserved_), 88);
     /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
      * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
-     * sampling, aug_seed, views + flags, memory_limit, 2 reserved */
+     * sampling, aug_seed, views + flags, memory_limit, fields, 1 reserved */
     assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
     assert_int_equal(offsetof(stk_loader_options, block_size), 48);
     assert_int_equal(offsetof(stk_loader_options, shuffle), 56);
@@ -79,7 +79,12 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_options, views), 80);
     assert_int_equal(offsetof(stk_loader_options, flags), 84);
     assert_int_equal(offsetof(stk_loader_options, memory_limit), 88);
-    assert_int_equal(offsetof(stk_loader_options, reserved_), 96);
+    assert_int_equal(offsetof(stk_loader_options, fields), 96);
+    assert_int_equal(offsetof(stk_loader_options, reserved_), 104);
+    /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
+     * shape[5], 2 reserved */
+    assert_int_equal(sizeof(stk_batch_field), 8 + 8 + 8 + 8 + 8 + 8 + 8 + 40 + 16);
+    assert_int_equal(offsetof(stk_batch_field, shape), 56);
     /* 3 pointers, size + ndim, shape[4], dtype + layout, sample_bytes, epoch,
      * position, skipped (+4), handle, 4 reserved */
     assert_int_equal(sizeof(stk_batch), 24 + 8 + 32 + 8 + 8 + 8 + 8 + 8 + 8 + 32);
@@ -162,7 +167,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_loader *l = NULL;
     expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[1]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[0]"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;

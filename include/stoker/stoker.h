@@ -654,10 +654,23 @@ typedef struct stk_loader_options {
      * parked worker frees its scratch; create fails (STK_EINVAL) when not
      * even two batches fit. stk_loader_stats.memory_bytes is the sum. */
     uint64_t memory_limit;
+    /* The fields each batch delivers, comma-separated, in order (NULL or
+     * "": "image,label"; docs/fields.md): "image" (the pipeline's output),
+     * "label", "index", "path" (the sample's source name), and any field of
+     * the dataset by name. A name may take a role after a colon:
+     * NAME:mask (an image field cropped, flipped, resized and rotated with
+     * the image, nearest), NAME:boxes (float32 XYXY boxes, moved with the
+     * image and dropped when they leave it), NAME:per_box (one row per box,
+     * dropped with its box), NAME:data (as stored). Without one, an image
+     * field is a mask, a float32 {0,4} field whose name has "box" in it is
+     * boxes, a variable field named box_* is per_box, anything else data.
+     * Read with stk_loader_field_count / stk_loader_field. Borrowed: copied
+     * at create. Carved out of the reserved words. */
+    const char *fields;
     /* Must be zero (ABI: see the top of this file). The GPU backend's
      * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
      * out of this space, zero meaning "batches in host memory" as today. */
-    uint64_t reserved_[2];
+    uint64_t reserved_[1];
 } stk_loader_options;
 
 #define STK_LOADER_AUG_SEED 1u /* aug_seed is set (else the order's seed) */
@@ -709,6 +722,61 @@ typedef struct stk_batch {
      * batch is ready on); all zero means host memory, as today. */
     uint64_t reserved_[4];
 } stk_batch;
+
+/* What a batch field is for (stk_batch_field.role; docs/fields.md). */
+typedef enum stk_field_role {
+    STK_ROLE_IMAGE = 0,   /* the pipeline's output: stk_batch.data */
+    STK_ROLE_LABEL = 1,   /* int64 label per row: stk_batch.labels */
+    STK_ROLE_INDEX = 2,   /* the dataset index per row (uint64) */
+    STK_ROLE_PATH = 3,    /* the sample's source name (UTF-8, variable) */
+    STK_ROLE_MASK = 4,    /* uint8 [rows, H, W]: moved with the image, nearest */
+    STK_ROLE_BOXES = 5,   /* float32 XYXY boxes (variable): moved with the image */
+    STK_ROLE_PER_BOX = 6, /* one value row per kept box (variable) */
+    STK_ROLE_DATA = 7,    /* as stored: dense when fixed, else variable */
+} stk_field_role;
+
+/* Element types of batch fields; the first four are stk_dtype's values. */
+typedef enum stk_elem_type {
+    STK_ELEM_U8 = 0,
+    STK_ELEM_F16 = 1,
+    STK_ELEM_F32 = 2,
+    STK_ELEM_BF16 = 3,
+    STK_ELEM_I64 = 4,
+    STK_ELEM_U64 = 5,
+} stk_elem_type;
+
+/*
+ * One field of a lent batch. Dense fields: `data` holds shape[0] = rows
+ * (the batch's size) rows of the per-row shape shape[1..ndim). Variable
+ * fields (offsets != NULL): `data` holds the value rows of every batch row
+ * back to back, shape = [total value rows, per-value-row shape...] (boxes:
+ * [K, 4]); batch row i owns value rows offsets[i] .. offsets[i+1] (offsets
+ * has size + 1 entries). Text fields (path, string fields) are variable
+ * with byte values (ndim 1), one UTF-8 string per row, no NUL. Everything
+ * is lent with the batch (valid until stk_loader_release).
+ */
+typedef struct stk_batch_field {
+    const char *name;        /* lent: lives with the loader */
+    stk_field_role role;
+    stk_elem_type elem;
+    int text;                /* values are UTF-8 strings */
+    const void *data;
+    size_t bytes;            /* of data */
+    const uint64_t *offsets; /* variable fields, else NULL */
+    uint32_t ndim;
+    int64_t shape[5];
+    uint64_t reserved_[2];   /* zeroed by the library */
+} stk_batch_field;
+
+/* Fields each batch delivers (options.fields; 2 by default: image, label). */
+STK_API uint32_t stk_loader_field_count(const stk_loader *l);
+
+/* Field i of lent batch b (0 <= i < stk_loader_field_count). STK_EINVAL
+ * for a bad index or a batch not lent by this loader. With b NULL: the
+ * field's name, role, element type and per-row shape only (data NULL,
+ * shape[0] = 0 for a dense field, -1 for a variable one). */
+STK_API int stk_loader_field(const stk_loader *l, const stk_batch *b, uint32_t i,
+                             stk_batch_field *out);
 
 /*
  * Wait for the next batch in order and lend it in *batch.

@@ -412,6 +412,21 @@ def _pack_array(name, values, code):
     return packed.tobytes()
 
 
+def _fields_text(fields):
+    """``fields=``: None, a comma-separated string, or a list of names
+    (``"name:role"`` allowed)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        return fields
+    names = list(fields)
+    for n in names:
+        if not isinstance(n, str) or not n or "," in n:
+            raise ValueError("fields: each entry is a field name (optionally name:role), got %r"
+                             % (n,))
+    return ",".join(names)
+
+
 def _converter(output):
     if output == "torch":
         try:
@@ -573,7 +588,8 @@ class Loader:
                  on_error="raise", block_size=None, shuffle_window=None, indices=None,
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
                  views=1, eager=False, proportions=None, batch_transform=None,
-                 memory_limit=None, report_every=None, report=None):
+                 memory_limit=None, report_every=None, report=None, fields=None,
+                 as_dict=False):
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)
@@ -633,7 +649,11 @@ class Loader:
             weights=packed_weights, num_samples=num_samples,
             balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
             eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights,
-            memory_limit=memory_limit)
+            memory_limit=memory_limit, fields=_fields_text(fields))
+        self._fields = self._core.fields()
+        self._as_dict = bool(as_dict)
+        self._wrap = self._as_dict or any(f[3] and not f[4] and f[2] != "uint8"
+                                          for f in self._fields)
         self._dataset = dataset
         self._pipeline = spec
         self._output = output
@@ -657,21 +677,44 @@ class Loader:
                              balance_classes=bool(balance_classes), aug_seed=aug_seed,
                              views=views, eager=bool(eager),
                              proportions=list(proportions) if proportions is not None else None,
-                             batch_transform=batch_transform)
+                             batch_transform=batch_transform,
+                             fields=[f[0] for f in self._fields], as_dict=self._as_dict)
 
     # -- iteration ---------------------------------------------------------
 
     def __iter__(self):
-        """A pass over the current epoch yielding ``(images, labels)``."""
+        """A pass over the current epoch yielding ``(images, labels)`` — or,
+        with ``fields=``, one item per field in that order (a dict with
+        ``as_dict=True``); variable-length fields are :class:`Ragged`."""
         it = self._core.iter()
+        if self._wrap:
+            it = self._wrapped(it, False)
         if self._batch_transform is not None:
             it = self._transformed(it)
         return self._watched(it)
+
+    @property
+    def fields(self):
+        """The names of the fields each batch holds, in order."""
+        return [f[0] for f in self._fields]
+
+    def _wrapped(self, it, with_indices):
+        """Items with Ragged variable fields, or dicts (as_dict)."""
+        from .fields import Ragged
+        fields = self._fields
+        ragged = [f[3] and not f[4] and f[2] != "uint8" for f in fields]
+        names = [f[0] for f in fields] + (["indices"] if with_indices else [])
+        for item in it:
+            item = tuple(Ragged(*x) if i < len(ragged) and ragged[i] else x
+                         for i, x in enumerate(item))
+            yield dict(zip(names, item)) if self._as_dict else item
 
     def iter_with_indices(self):
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
         the dataset index of every row, an int64 array (a copy)."""
         it = self._core.iter(with_indices=True)
+        if self._wrap:
+            it = self._wrapped(it, True)
         if self._batch_transform is not None:
             it = self._transformed(it)
         return self._watched(it)

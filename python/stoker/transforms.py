@@ -16,6 +16,7 @@ the C parser only.
 """
 import inspect
 import numbers
+import operator
 import re
 
 from . import _stoker
@@ -412,6 +413,36 @@ class RandomAffine(Transform):
         if self.interpolation != "nearest":
             s += " interpolation=" + self.interpolation
         return s + _fill_mode(self.fill, "constant")
+
+
+class RandomIoUCrop(Transform):
+    """torchvision.transforms.v2's ``RandomIoUCrop`` (SSD's detection crop;
+    DALI's ``RandomBBoxCrop``) on the sample's boxes: a crop with some box
+    whose centre lies inside it and an IoU with it of at least a drawn
+    threshold; boxes whose centre is outside are dropped, the others
+    cropped. The first geometric transform; a resize to a fixed size must
+    follow (``Loader(fields=[..., "boxes", ...])`` gives it the boxes).
+    Spec: ``random_bbox_crop [thresholds=T,...] [scale=LO:HI]
+    [ratio=LO:HI] [trials=N]``."""
+
+    op = "random_bbox_crop"
+
+    def __init__(self, min_scale=0.3, max_scale=1.0, min_aspect_ratio=0.5,
+                 max_aspect_ratio=2.0, sampler_options=None, trials=40):
+        self.scale = (min_scale, max_scale)
+        self.ratio = (min_aspect_ratio, max_aspect_ratio)
+        self.sampler_options = (list(sampler_options) if sampler_options is not None
+                                else [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0])
+        self.trials = trials
+        _validate(self.spec())
+
+    def spec(self):
+        return ("random_bbox_crop thresholds=" +
+                ",".join(_num(v, "sampler_options") for v in self.sampler_options) +
+                " scale=%s:%s" % (_num(self.scale[0], "min_scale"), _num(self.scale[1], "max_scale")) +
+                " ratio=%s:%s" % (_num(self.ratio[0], "min_aspect_ratio"),
+                                  _num(self.ratio[1], "max_aspect_ratio")) +
+                " trials=%d" % operator.index(self.trials))
 
 
 class ColorJitter(Transform):

@@ -226,3 +226,17 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
     }
     return stk_unknown_format(data, size);
 }
+
+int stk_image_decode_mask(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                          stk_scratch *out, stk_image_view *view)
+{
+    if (!out || !view)
+        return stk_fail(STK_EINVAL, "stk_image_decode_mask: NULL argument");
+    memset(view, 0, sizeof *view);
+    if (stk_image_sniff(data, size) == STK_IMAGE_PNG)
+        return stk_png_decode_mask(data, size, stk_limits_pixels(limits), out, view);
+    int rc = stk_image_decode(data, size, limits, NULL, 1, out, view);
+    if (rc == 0)
+        view->channels = 1; /* the first channel; col_stride stays the decoder's */
+    return rc;
+}

@@ -81,4 +81,14 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
                      const stk_rect *region, unsigned scale_denom, stk_scratch *out,
                      stk_image_view *view);
 
+/*
+ * Decode a segmentation mask: one channel of class ids. An indexed or
+ * grayscale PNG gives its stored values (palette indices, gray samples of
+ * up to 8 bits); any other image is decoded to RGB and its first channel
+ * taken (*view then has col_stride 3). STK_EDATA for a PNG of another
+ * colour type or a 16-bit one.
+ */
+int stk_image_decode_mask(const uint8_t *data, size_t size, const stk_codec_limits *limits,
+                          stk_scratch *out, stk_image_view *view);
+
 #endif

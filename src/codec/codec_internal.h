@@ -32,6 +32,8 @@ int stk_jpeg_decode(const stk_decode_req *req);
 
 int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
 int stk_png_decode(const stk_decode_req *req);
+int stk_png_decode_mask(const uint8_t *data, size_t size, uint64_t max_pixels, stk_scratch *out,
+                        stk_image_view *v);
 
 int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
 int stk_webp_decode(const stk_decode_req *req);

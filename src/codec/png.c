@@ -223,3 +223,72 @@ out:
     spng_ctx_free(ctx);
     return rc;
 }
+
+/*
+ * A segmentation mask: one byte per pixel holding the stored value, not a
+ * colour — the palette index of an indexed PNG (PASCAL VOC's masks), the
+ * sample of an 8-bit (or 1/2/4-bit, unpacked) grayscale one. Other colour
+ * types and 16-bit samples are refused: a mask's values are class ids.
+ */
+int stk_png_decode_mask(const uint8_t *data, size_t size, uint64_t max_pixels, stk_scratch *out,
+                        stk_image_view *v)
+{
+    struct spng_ihdr ihdr;
+    stk_image_info info;
+    spng_ctx *ctx = NULL;
+    size_t len;
+    int rc, e;
+
+    rc = stk_png_open(data, size, max_pixels, &ctx, &ihdr, &info);
+    if (rc)
+        goto out;
+    if (ihdr.color_type != SPNG_COLOR_TYPE_INDEXED && ihdr.color_type != SPNG_COLOR_TYPE_GRAYSCALE) {
+        rc = stk_fail(STK_EDATA,
+                      "PNG mask: colour type %u; a mask is an indexed or grayscale PNG of class "
+                      "ids",
+                      (unsigned)ihdr.color_type);
+        goto out;
+    }
+    if (ihdr.bit_depth > 8) {
+        rc = stk_fail(STK_EDATA, "PNG mask: %u-bit samples; masks of 8 bits or fewer are read",
+                      (unsigned)ihdr.bit_depth);
+        goto out;
+    }
+    if ((e = spng_decoded_image_size(ctx, SPNG_FMT_RAW, &len))) {
+        rc = stk_png_err(e, NULL);
+        goto out;
+    }
+    size_t npix = (size_t)ihdr.width * ihdr.height;
+    if ((rc = stk_scratch_reserve(out, len + npix)))
+        goto out;
+    uint8_t *raw = out->data + npix;
+    if ((e = spng_decode_image(ctx, raw, len, SPNG_FMT_RAW, 0))) {
+        rc = stk_png_err(e, NULL);
+        goto out;
+    }
+    unsigned depth = ihdr.bit_depth;
+    size_t row_bytes = len / ihdr.height;
+    for (uint32_t y = 0; y < ihdr.height; y++) {
+        const uint8_t *s = raw + (size_t)y * row_bytes;
+        uint8_t *d = out->data + (size_t)y * ihdr.width;
+        if (depth == 8) {
+            memcpy(d, s, ihdr.width);
+            continue;
+        }
+        unsigned per = 8 / depth, mask = (1u << depth) - 1;
+        for (uint32_t x = 0; x < ihdr.width; x++) {
+            unsigned shift = 8 - depth * (x % per + 1);
+            d[x] = (uint8_t)((s[x / per] >> shift) & mask);
+        }
+    }
+    v->pixels = out->data;
+    v->width = ihdr.width;
+    v->height = ihdr.height;
+    v->channels = 1;
+    v->row_stride = (ptrdiff_t)ihdr.width;
+    v->col_stride = 1;
+    v->chan_stride = 1;
+out:
+    spng_ctx_free(ctx);
+    return rc;
+}

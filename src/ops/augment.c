@@ -353,6 +353,15 @@ static inline float round_even(float v)
 
 /* F_t.affine(img, m, "nearest", fill) into dst. */
 static void affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, int32_t w,
+                           int32_t h, int nc, const uint8_t *fill);
+
+void stk_aug_affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, int32_t w,
+                            int32_t h, int nc, const uint8_t *fill)
+{
+    affine_nearest(m, src, dst, w, h, nc, fill);
+}
+
+static void affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, int32_t w,
                            int32_t h, int nc, const uint8_t *fill)
 {
     float hw = (float)(0.5 * w), hh = (float)(0.5 * h);

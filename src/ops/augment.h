@@ -66,6 +66,12 @@ typedef struct stk_aug_step {
 void stk_aug_inverse_affine(double cx, double cy, double angle, double tx, double ty,
                             double scale, double shx, double shy, double m[6]);
 
+/* torchvision's F.affine(tensor, ...) with nearest interpolation: dst
+ * (w x h x nc, dense) from src through the inverse matrix m, the points
+ * outside taking fill[0..nc). */
+void stk_aug_affine_nearest(const double m[6], const uint8_t *src, uint8_t *dst, int32_t w,
+                            int32_t h, int nc, const uint8_t *fill);
+
 /* The names torchvision's _apply_op uses ("ShearX", ...). */
 const char *stk_aug_name(int prim);
 

@@ -20,6 +20,7 @@
 #include "core/error.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* torchvision CenterCrop offset: int(round(d / 2.0)), halves to even. */
@@ -142,10 +143,32 @@ static void lut_then(stk_draws *d, int at, const stk_op_desc *desc, const double
         d->lut[at][v] = t[d->lut[at][v]];
 }
 
-int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, stk_draws *d,
-                    stk_plan_trace *tr)
+/* Remember a geometric step for the fields that follow the image. */
+static stk_geo_step *log_step(stk_draws *d, int kind)
 {
-    memset(d, 0, sizeof *d);
+    stk_geo_step *s = &d->gs[d->ngs++];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    return s;
+}
+
+static void log_rect(stk_draws *d, int kind, int64_t top, int64_t left, int64_t h, int64_t w)
+{
+    stk_geo_step *s = log_step(d, kind);
+    s->top = top;
+    s->left = left;
+    s->h = h;
+    s->w = w;
+}
+
+int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
+                     const float *boxes, uint32_t nboxes, stk_draws *d, stk_plan_trace *tr)
+{
+    /* (not memset whole: gs and steps are filled as counted) */
+    memset(d, 0, offsetof(stk_draws, gs));
+    memset(&d->ax, 0, sizeof *d - offsetof(stk_draws, ax));
+    d->src_w = W;
+    d->src_h = H;
     d->ax.b = W;
     d->ay.b = H;
     d->rrc_attempt = -1;
@@ -164,6 +187,7 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
                     d->ax.flip ^= 1;
                 else
                     d->ay.flip ^= 1;
+                log_step(d, g->kind == G_HFLIP ? GS_HFLIP : GS_VFLIP);
             }
             break;
         case G_RCROP:
@@ -185,6 +209,16 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             }
             axis_crop(&d->ay, top, g->h);
             axis_crop(&d->ax, left, g->w);
+            log_rect(d, GS_CROP, top, left, g->h, g->w);
+            break;
+        }
+        case G_BBOX_CROP: { /* first in the head (compile): boxes are in view coordinates */
+            int64_t top, left, h, w;
+            stk_bbox_crop_draw(g, rng, view_len(&d->ax), view_len(&d->ay), boxes, nboxes, &top,
+                               &left, &h, &w);
+            axis_crop(&d->ay, top, h);
+            axis_crop(&d->ax, left, w);
+            log_rect(d, GS_BBOX_CROP, top, left, h, w);
             break;
         }
         case G_RRC: {
@@ -194,6 +228,8 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             axis_crop(&d->ax, j, w);
             axis_resize(&d->ay, g->h);
             axis_resize(&d->ax, g->w);
+            log_rect(d, GS_CROP, i, j, h, w);
+            log_rect(d, GS_RESIZE, 0, 0, g->h, g->w);
             resized = 1;
             break;
         }
@@ -207,6 +243,7 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
                                 (long long)view_len(&d->ay), (long long)view_len(&d->ax), g->h);
             axis_resize(&d->ay, nh);
             axis_resize(&d->ax, nw);
+            log_rect(d, GS_RESIZE, 0, 0, nh, nw);
             resized = 1;
             break;
         }
@@ -261,6 +298,7 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
                     d->hflip ^= 1;
                 else
                     d->vflip ^= 1;
+                log_step(d, t->kind == T_HFLIP ? GS_HFLIP : GS_VFLIP);
                 /* Move the flip before every earlier rotation. */
                 for (int r = 0; r < d->nrot; r++) {
                     if (!d->affine[r])
@@ -275,6 +313,7 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
         case T_ROTATE: {
             double u = stk_rng_uniform(rng);
             d->angle[d->nrot] = t->lo + (t->hi - t->lo) * u;
+            log_step(d, GS_ROTATE)->a[0] = d->angle[d->nrot];
             stk_draw_step *s = &d->steps[d->nsteps++];
             s->kind = S_ROT;
             s->rot = d->nrot++;
@@ -293,6 +332,7 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, 
             a[5] = t->shear[2] + (t->shear[3] - t->shear[2]) * u[5];
             d->angle[d->nrot] = a[0];
             d->affine[d->nrot] = 1;
+            memcpy(log_step(d, GS_AFFINE)->a, a, 6 * sizeof *a);
             stk_draw_step *s = &d->steps[d->nsteps++];
             s->kind = S_ROT;
             s->rot = d->nrot++;

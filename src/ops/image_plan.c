@@ -89,7 +89,7 @@ static int is_image_op(stk_op_kind k)
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
            k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
            k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY ||
-           k == STK_OP_POLICY || k == STK_OP_AFFINE;
+           k == STK_OP_POLICY || k == STK_OP_AFFINE || k == STK_OP_BBOX_CROP;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -121,8 +121,8 @@ static int tail_fill(const char *text, const uint8_t *fill, uint32_t nf, int fil
 static size_t dtype_size(stk_dtype dt) { return dt == STK_U8 ? 1 : dt == STK_F32 ? 4 : 2; }
 
 int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
-                        uint32_t in_c, stk_imgplan **out, uint32_t *out_h, uint32_t *out_w,
-                        uint32_t *out_c, size_t *sample_bytes)
+                        uint32_t in_c, int spatial, stk_imgplan **out, uint32_t *out_h,
+                        uint32_t *out_w, uint32_t *out_c, size_t *sample_bytes)
 {
     int rc = 0;
     int variable = in_h == 0 && in_w == 0 && in_c == 0;
@@ -133,6 +133,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     ip->in_h = in_h;
     ip->in_w = in_w;
     ip->in_c = in_c;
+    ip->spatial = spatial;
 
     int first_img = -1, last_pad = -1;
     for (int k = 0; k < spec->nops; k++) {
@@ -167,6 +168,26 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     /* Size entering the head, when known. */
     int known = !variable;
     int64_t kh = in_h, kw = in_w, short_s = 0;
+    /* Masks and boxes replay the pads themselves (ops/spatial.c): the
+     * prefix may hold nothing else then. */
+    for (int k = 0; spatial && k <= last_pad; k++) {
+        const stk_spec_op *o = &spec->ops[k];
+        if (o->kind == STK_OP_DECODE)
+            continue;
+        if (o->kind != STK_OP_PAD) {
+            rc = stk_spec_fail(text, o->col,
+                               "%s before a pad is not supported with mask or box fields; "
+                               "pad first",
+                               o->def->name);
+            goto fail;
+        }
+        stk_pad_step *ps = &ip->pads[ip->npads++];
+        ps->left = o->u.pad.left;
+        ps->top = o->u.pad.top;
+        ps->right = o->u.pad.right;
+        ps->bottom = o->u.pad.bottom;
+        ps->mode = (int)o->u.pad.mode;
+    }
     if (last_pad >= 0) {
         if ((rc = stk_plan_compile_prefix(text, spec, last_pad + 1, in_h, in_w, in_c,
                                           &ip->prefix)) < 0)
@@ -183,7 +204,7 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     for (int k = last_pad + 1; k < spec->nops; k++) {
         stk_op_kind kd = spec->ops[k].kind;
         if (kd == STK_OP_RANDOM_CROP || kd == STK_OP_CENTER_CROP ||
-            kd == STK_OP_RANDOM_RESIZED_CROP || kd == STK_OP_RESIZE)
+            kd == STK_OP_RANDOM_RESIZED_CROP || kd == STK_OP_RESIZE || kd == STK_OP_BBOX_CROP)
             last_geo = k;
     }
 
@@ -289,6 +310,13 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             }
             break;
         case STK_OP_POLICY: { /* the parser keeps these before rotate and color_jitter */
+            if (spatial) {
+                rc = stk_spec_fail(text, o->col,
+                                   "%s is not supported with mask or box fields (its "
+                                   "geometric steps are not replayed on them)",
+                                   o->def->name);
+                goto fail;
+            }
             if (k < last_geo) {
                 rc = stk_spec_fail(text, o->col,
                                    "%s before %s is not supported; put the crops and the "
@@ -335,6 +363,25 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             if (!policy)
                 policy = o;
             ip->has_policy = 1;
+            break;
+        }
+        case STK_OP_BBOX_CROP: {
+            last_geo_col = o->col;
+            if (ip->ngeo > 0 || seen_color) {
+                rc = stk_spec_fail(text, o->col,
+                                   "random_bbox_crop must be the first geometric op (its draw "
+                                   "reads the boxes as decoded)");
+                goto fail;
+            }
+            stk_geo_op *g = &ip->geo[ip->ngeo++];
+            g->kind = G_BBOX_CROP;
+            g->nopt = o->u.bbox.nopt;
+            memcpy(g->opt, o->u.bbox.opt, sizeof g->opt);
+            memcpy(g->bscale, o->u.bbox.scale, sizeof g->bscale);
+            memcpy(g->bratio, o->u.bbox.ratio, sizeof g->bratio);
+            g->trials = o->u.bbox.trials;
+            known = 0; /* the crop's size varies */
+            short_s = 0;
             break;
         }
         case STK_OP_RANDOM_CROP:

@@ -23,10 +23,11 @@ typedef struct stk_imgplan stk_imgplan;
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c);
 
 /* Compile `spec` (parsed from `text`) for input in_h x in_w x in_c (all 0:
- * any size). Fills the output shape. Errors via stk_spec_fail / stk_fail. */
+ * any size); `spatial`: for samples with masks or boxes (plan.h,
+ * stk_plan_compile_spatial). Fills the output shape. Errors via stk_spec_fail / stk_fail. */
 int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, uint32_t in_w,
-                        uint32_t in_c, stk_imgplan **out, uint32_t *out_h, uint32_t *out_w,
-                        uint32_t *out_c, size_t *sample_bytes);
+                        uint32_t in_c, int spatial, stk_imgplan **out, uint32_t *out_h,
+                        uint32_t *out_w, uint32_t *out_c, size_t *sample_bytes);
 void stk_imgplan_free(stk_imgplan *ip);
 
 /* Run on one sample (plan.h's stk_plan_run_input contract). `trace` may be
@@ -34,6 +35,11 @@ void stk_imgplan_free(stk_imgplan *ip);
  * drawn (trace filled, nothing decoded or written). */
 int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
                     stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels);
+
+/* plan.h's stk_plan_run_spatial on an image plan (spatial.c); STK_EINVAL
+ * unless it was compiled with `spatial`. */
+int stk_imgplan_run_spatial(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                            void *out, stk_scratch *scratch, stk_spatial *sp, stk_scratch *work);
 
 /* plan.c: compile the first `nops` ops of a parsed spec as a fixed-shape
  * plan writing uint8 HWC (the part of an image spec before its last pad). */

@@ -26,7 +26,7 @@
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 #define MAX_ERASE 8 /* random_erasing stages (more are refused at compile) */
 
-enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT };
+enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT, G_BBOX_CROP };
 enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY, T_POLICY, T_AFFINE };
 #define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_GRAY, S_BLUR };
@@ -40,6 +40,12 @@ typedef struct stk_geo_op {
     float logr[2];         /* rrc: log(ratio) in float32, as torch */
     const stk_op_desc *lut; /* G_LUT: the op's row (draw and lut hooks) */
     double arg[STK_SPEC_MAX_PARAMS]; /* G_LUT: its arguments */
+    /* G_BBOX_CROP (op_bbox_crop.c): the IoU options, crop scale and
+     * aspect-ratio ranges, trials per option */
+    int nopt;
+    double opt[STK_SPEC_MAX_LIST];
+    double bscale[2], bratio[2];
+    int trials;
 } stk_geo_op;
 
 typedef struct stk_tail_op {
@@ -66,8 +72,20 @@ typedef struct stk_erase_op {
     int random;     /* value=random: standard normal noise instead */
 } stk_erase_op;
 
+/* A pad of the prefix, remembered for the fields that follow the image
+ * (ops/spatial.c): the prefix plan itself pads only the image. */
+typedef struct stk_pad_step {
+    uint32_t left, top, right, bottom;
+    int mode; /* stk_pad_mode */
+} stk_pad_step;
+
 struct stk_imgplan {
     uint32_t in_h, in_w, in_c; /* 0: any size */
+    /* Compiled for masks and boxes (stk_plan_compile_spatial): the prefix
+     * holds pads only (listed here), and no augmentation policy runs. */
+    int spatial;
+    int npads;
+    stk_pad_step pads[STK_SPEC_MAX_OPS];
     int nc;                    /* channels through the pipeline and out */
     stk_plan *prefix;          /* owned, or NULL */
     uint32_t pre_h, pre_w;
@@ -97,6 +115,20 @@ typedef struct stk_axis_geo {
     int64_t g0, g1;
 } stk_axis_geo;
 
+/* One geometric step as it ran, in spec order, for the fields that follow
+ * the image (ops/spatial.c replays them on masks and boxes, in torchvision's
+ * order: the image's fused head and its moved flips give the same pixels).
+ * Coordinates are those of the image as it was when the step ran. */
+enum { GS_HFLIP, GS_VFLIP, GS_CROP, GS_RESIZE, GS_ROTATE, GS_AFFINE, GS_BBOX_CROP };
+typedef struct stk_geo_step {
+    int kind;
+    int64_t top, left, h, w; /* GS_CROP, GS_BBOX_CROP: the rectangle kept;
+                                GS_RESIZE: h, w the new size */
+    double a[6];             /* GS_ROTATE: a[0] the angle as drawn; GS_AFFINE:
+                                angle, tx, ty, scale, shear x, shear y */
+} stk_geo_step;
+#define MAX_GEO_STEPS (2 * STK_SPEC_MAX_OPS)
+
 typedef struct stk_draw_step {
     int kind;   /* S_* */
     float f, g; /* factor; (float)(1 - factor); S_BLUR: f = sigma */
@@ -105,6 +137,9 @@ typedef struct stk_draw_step {
 
 /* Everything drawn for one sample. */
 typedef struct stk_draws {
+    int64_t src_w, src_h; /* the image entering the head */
+    int ngs;
+    stk_geo_step gs[MAX_GEO_STEPS];
     stk_axis_geo ax, ay;
     int hflip, vflip;
     int rrc_attempt;
@@ -138,8 +173,19 @@ typedef struct stk_draws {
  * point-op tables. The stream is consumed in spec order (docs/pipeline.md,
  * "Random numbers"). `tr` (may be NULL) gets the first colour jitter.
  * STK_EDATA when a crop does not fit this image. */
-int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H, stk_draws *d,
-                     stk_plan_trace *tr);
+int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
+                     const float *boxes, uint32_t nboxes, stk_draws *d, stk_plan_trace *tr);
+
+/* random_bbox_crop's draw (op_bbox_crop.c): torchvision.transforms.v2's
+ * RandomIoUCrop on a W x H view with `nboxes` XYXY boxes. Fills the kept
+ * rectangle, or the whole view when the drawn option is "no crop". */
+void stk_bbox_crop_draw(const stk_geo_op *g, stk_rng *rng, int64_t W, int64_t H,
+                        const float *boxes, uint32_t nboxes, int64_t *top, int64_t *left,
+                        int64_t *h, int64_t *w);
+
+/* stk_imgplan_run, also handing back the draws (for ops/spatial.c). */
+int stk_imgplan_run_draws(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                          void *out, stk_scratch *scratch, stk_draws *dr);
 
 /* torchvision CenterCrop offset: int(round(d / 2.0)), halves to even. */
 int64_t stk_center_offset(int64_t d);

@@ -178,8 +178,25 @@ static void erase_out(const stk_outfmt *o, const stk_erase_op *e, const int32_t 
             }
 }
 
+static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
+                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
+                    stk_draws *dr_out);
+
 int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
                     stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels)
+{
+    return run_impl(ip, in, rng, out, scratch, trace, decode_pixels, NULL);
+}
+
+int stk_imgplan_run_draws(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                          void *out, stk_scratch *scratch, stk_draws *dr)
+{
+    return run_impl(ip, in, rng, out, scratch, NULL, 1, dr);
+}
+
+static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
+                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
+                    stk_draws *dr_out)
 {
     enum { SRC_ENC, SRC_RAW, SRC_PREFIX } kind;
     stk_image_info info;
@@ -246,8 +263,10 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     }
 
     /* 2. Draws. */
-    if ((rc = stk_imgplan_draw(ip, rng, W, H, &dr, trace)) < 0)
+    if ((rc = stk_imgplan_draw(ip, rng, W, H, in->boxes, in->nboxes, &dr, trace)) < 0)
         return rc;
+    if (dr_out)
+        memcpy(dr_out, &dr, sizeof dr);
 
     /* 3. DCT scale. */
     unsigned d = 1;

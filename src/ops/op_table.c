@@ -35,6 +35,7 @@
     X(random_erasing)                                                                          \
     X(random_apply)                                                                            \
     X(affine)                                                                                  \
+    X(random_bbox_crop)                                                                        \
     X(auto_augment)                                                                            \
     X(rand_augment)                                                                            \
     X(trivial_augment_wide)                                                                    \

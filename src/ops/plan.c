@@ -350,6 +350,7 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_RANDOM_APPLY:
         case STK_OP_POLICY:
         case STK_OP_AFFINE:
+        case STK_OP_BBOX_CROP:
             rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
             goto fail;
         }
@@ -405,8 +406,23 @@ int stk_plan_compile_prefix(const char *text, const stk_spec *spec, int nops, ui
     return compile_fixed(text, spec, nops, 1, in_h, in_w, in_c, out);
 }
 
+static int compile_any(const char *text, uint32_t in_height, uint32_t in_width,
+                       uint32_t in_channels, int spatial, stk_plan **out);
+
 int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
                      uint32_t in_channels, stk_plan **out)
+{
+    return compile_any(text, in_height, in_width, in_channels, 0, out);
+}
+
+int stk_plan_compile_spatial(const char *text, uint32_t in_height, uint32_t in_width,
+                             uint32_t in_channels, stk_plan **out)
+{
+    return compile_any(text, in_height, in_width, in_channels, 1, out);
+}
+
+static int compile_any(const char *text, uint32_t in_height, uint32_t in_width,
+                       uint32_t in_channels, int spatial, stk_plan **out)
 {
     int rc;
     stk_spec *spec = NULL;
@@ -429,7 +445,7 @@ int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
         return stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
     if ((rc = stk_spec_parse(text, spec)) < 0)
         goto done;
-    if (!stk_imgplan_needed(spec, in_height, in_width, in_channels)) {
+    if (!spatial && !stk_imgplan_needed(spec, in_height, in_width, in_channels)) {
         rc = compile_fixed(text, spec, spec->nops, 0, in_height, in_width, in_channels, out);
         goto done;
     }
@@ -438,7 +454,8 @@ int stk_plan_compile(const char *text, uint32_t in_height, uint32_t in_width,
         rc = stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
         goto done;
     }
-    rc = stk_imgplan_compile(text, spec, in_height, in_width, in_channels, &p->img, &p->out_h,
+    rc = stk_imgplan_compile(text, spec, in_height, in_width, in_channels, spatial, &p->img,
+                             &p->out_h,
                              &p->out_w, &p->channels, &p->sample_bytes);
     if (rc < 0) {
         free(p);
@@ -683,6 +700,17 @@ int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng
     return stk_fail(STK_EINVAL, "this pipeline was compiled for raw %ux%ux%u images, not encoded "
                                 "ones",
                     p->in_h, p->in_w, p->channels);
+}
+
+int stk_plan_run_spatial(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
+                         stk_scratch *scratch, stk_spatial *sp, stk_scratch *work)
+{
+    if (!p || !in || !sp || !work)
+        return stk_fail(STK_EINVAL, "stk_plan_run_spatial: NULL argument");
+    if (!p->img)
+        return stk_fail(STK_EINVAL,
+                        "stk_plan_run_spatial: the plan was not compiled for masks and boxes");
+    return stk_imgplan_run_spatial(p->img, in, rng, out, scratch, sp, work);
 }
 
 int stk_plan_trace_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng,

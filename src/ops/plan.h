@@ -60,6 +60,10 @@ typedef struct stk_plan_input {
      * decoder are added here, so the loader's profile and `stoker doctor`
      * can tell decoding from the pixel work that follows it. */
     uint64_t *decode_ticks;
+    /* Optional: the sample's boxes (XYXY, source pixels), which
+     * random_bbox_crop's draw reads (NULL, 0: none). */
+    const float *boxes;
+    uint32_t nboxes;
 } stk_plan_input;
 
 /*
@@ -116,6 +120,43 @@ typedef struct stk_plan_trace {
     int aug_neg[32];      /* its magnitude was negated */
     double aug_mag[32];   /* the magnitude torchvision's _apply_op receives */
 } stk_plan_trace;
+
+/*
+ * Fields that follow the image (ops/spatial.c): masks resampled with
+ * nearest neighbour and boxes transformed, by the same geometric draws as
+ * the image, in torchvision.transforms.v2's semantics (docs/fields.md).
+ */
+#define STK_MAX_MASKS 4
+typedef struct stk_spatial {
+    uint32_t nmasks;
+    /* In: single-channel uint8 masks of the source image's size. Out:
+     * out_h x out_w bytes each (stk_plan_output's H and W). */
+    stk_image_view mask_in[STK_MAX_MASKS];
+    uint8_t *mask_out[STK_MAX_MASKS];
+    /* In: nboxes XYXY boxes in source pixels (also what random_bbox_crop
+     * reads: the input's boxes are taken from here). Out: the kept boxes,
+     * in order, in boxes_out (room for nboxes), keep[i] = whether box i was
+     * kept, nkept their count. A box is kept when it survives
+     * random_bbox_crop and its clipped width and height are >= min_size. */
+    const float *boxes_in;
+    uint32_t nboxes;
+    float *boxes_out;
+    uint8_t *keep;
+    uint32_t nkept;
+    float min_size;
+} stk_spatial;
+
+/* Compile for a pipeline whose samples carry masks or boxes: always the
+ * image pipeline, ops before the last pad only pads, no augmentation
+ * policy. Otherwise as stk_plan_compile (the image's pixels equal it). */
+int stk_plan_compile_spatial(const char *spec, uint32_t in_height, uint32_t in_width,
+                             uint32_t in_channels, stk_plan **out);
+
+/* stk_plan_run_input plus the spatial fields. `work` is a second scratch
+ * of the caller's for the masks. STK_EDATA when a mask's size is not the
+ * image's. */
+int stk_plan_run_spatial(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
+                         stk_scratch *scratch, stk_spatial *sp, stk_scratch *work);
 
 /* STK_EINVAL for a fixed-shape plan without image stages. */
 int stk_plan_trace_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng,

@@ -75,6 +75,7 @@ typedef enum stk_op_kind {
      * after the head; arguments in u.num, the policy in the row. */
     STK_OP_POLICY,
     STK_OP_AFFINE, /* u.affine: RandomAffine on the float image (ops/op_affine.c) */
+    STK_OP_BBOX_CROP, /* u.bbox: SSD's IoU crop over the sample's boxes (ops/op_bbox_crop.c) */
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
@@ -168,6 +169,12 @@ typedef struct stk_spec_op {
             double p;
             uint32_t n; /* the next n ops form the group */
         } apply;
+        struct {
+            int nopt;                      /* minimum-IoU options; >= 1 means no crop */
+            double opt[STK_SPEC_MAX_LIST];
+            double scale[2], ratio[2];     /* 0 < lo <= hi */
+            int trials;                    /* crops tried per drawn option */
+        } bbox;
     } u;
 } stk_spec_op;
 

@@ -71,6 +71,7 @@
 #include "core/util.h"
 #include "format/dataset.h"
 #include "ops/plan.h"
+#include "pipeline/fields.h"
 #include "pipeline/sampler.h"
 
 #include <errno.h>
@@ -118,6 +119,7 @@ typedef struct slot {
     int64_t *labels;    /* batch_size */
     uint64_t *indices;  /* batch_size dataset indices */
     uint8_t *row_ok;    /* batch_size: 0 = skipped under the skip policy */
+    stk_slot_fields *fields; /* the other fields' buffers (NULL: image, label) */
 
     /* Everything below is guarded by loader->mu. */
     slot_state state;
@@ -142,6 +144,7 @@ typedef struct worker {
     bool started;
     stk_scratch scratch; /* owned by the worker thread: dataset reads */
     stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
+    stk_worker_fields *fields; /* owned by the worker thread (NULL: image, label) */
     _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
     _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
     _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk */
@@ -164,6 +167,7 @@ struct stk_loader {
     /* Immutable after create. */
     stk_dataset *ds;            /* borrowed */
     stk_plan *plan;             /* owned */
+    stk_lfields *lf;            /* owned: the fields delivered (fields.h) */
     stk_sampler *sampler;       /* owned */
     stk_loader_options opt;     /* resolved */
     int64_t sample_shape[3];
@@ -253,8 +257,9 @@ struct stk_loader {
 /* Slots                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void slot_free_buffers(slot *s)
+static void slot_free_buffers(const stk_loader *l, slot *s)
 {
+    stk_slot_fields_free(l->lf, s->fields);
     stk_aligned_free(s->data);
     free(s->labels);
     free(s->indices);
@@ -274,8 +279,15 @@ static int slot_alloc(stk_loader *l, slot *s)
     s->labels = calloc(b, sizeof *s->labels);
     s->indices = calloc(b, sizeof *s->indices);
     s->row_ok = calloc(l->opt.batch_size, 1);
+    if (s->data && l->lf->extra) {
+        int rc = stk_slot_fields_alloc(l->lf, b, &s->fields);
+        if (rc < 0) {
+            slot_free_buffers(l, s);
+            return rc;
+        }
+    }
     if (!s->data || !s->labels || !s->indices || !s->row_ok) {
-        slot_free_buffers(s);
+        slot_free_buffers(l, s);
         return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
                         (unsigned long long)bytes);
     }
@@ -414,6 +426,9 @@ static void compact_rows(stk_loader *l, worker *w, slot *s)
             memmove(s->labels + (size_t)out * k, s->labels + (size_t)i * k, k * sizeof *s->labels);
             memmove(s->indices + (size_t)out * k, s->indices + (size_t)i * k,
                     k * sizeof *s->indices);
+            if (s->fields)
+                for (uint32_t v = 0; v < k; v++)
+                    stk_slot_fields_move(l->lf, s->fields, i * k + v, out * k + v);
         }
         out++;
     }
@@ -441,7 +456,28 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
         uint64_t t_read = stk_ticks();
         read_ticks += t_read - t;
         uint64_t dec = 0;
-        if (rc == 0) {
+        if (rc == 0 && l->lf->extra) {
+            stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
+                                 .encoded = sample.encoded,
+                                 .encoded_size = sample.encoded_size,
+                                 .decode_ticks = &dec};
+            if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
+                rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+            stk_row_key rk = {l->aug_seed, place.draw_domain, epoch, place.draw};
+            if (rc == 0)
+                rc = stk_lfields_fill(l->lf, l->ds, l->plan, index, &in, &rk, k,
+                                      s->data + (size_t)row * k * l->sample_bytes,
+                                      l->sample_bytes, row, s->fields, w->fields,
+                                      &w->plan_scratch);
+            int lost = stk_dataset_check(l->ds, index);
+            if (lost < 0) {
+                rc = lost;
+            } else if (rc < 0) {
+                char name[1024];
+                stk_dataset_sample_name(l->ds, index, name, sizeof name);
+                stk_fail_prefix(rc, "%s", name);
+            }
+        } else if (rc == 0) {
             stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
                                  .encoded = sample.encoded,
                                  .encoded_size = sample.encoded_size,
@@ -502,9 +538,11 @@ static void *worker_main(void *arg)
         if (w->index >= l->active) {
             /* Parked by the tuner (or set_threads): the scratch goes back
              * while asleep, so memory_limit counts only working threads. */
-            if (w->scratch.cap || w->plan_scratch.cap) {
+            if (w->scratch.cap || w->plan_scratch.cap || w->fields) {
                 stk_scratch_free(&w->scratch);
                 stk_scratch_free(&w->plan_scratch);
+                if (w->fields)
+                    stk_worker_fields_free(w->fields);
                 atomic_store_explicit(&w->scratch_bytes, 0, memory_order_relaxed);
             }
             pthread_cond_wait(&l->park_cv, &l->mu);
@@ -528,7 +566,9 @@ static void *worker_main(void *arg)
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - busy0, memory_order_relaxed);
-        atomic_store_explicit(&w->scratch_bytes, w->scratch.cap + w->plan_scratch.cap,
+        atomic_store_explicit(&w->scratch_bytes,
+                              w->scratch.cap + w->plan_scratch.cap +
+                                  (w->fields ? stk_worker_fields_bytes(w->fields) : 0),
                               memory_order_relaxed);
 
         pthread_mutex_lock(&l->mu);
@@ -548,16 +588,29 @@ static void *worker_main(void *arg)
             continue;
         }
         if (s->done_rows == s->rows && s->active == 0) {
-            if (s->skipped) {
-                /* Compact unlocked; staying "active" keeps a concurrent
-                 * reset from freeing the slot under us. */
+            if (s->skipped || (s->fields && l->lf->nvar)) {
+                /* Compact and collate unlocked; staying "active" keeps a
+                 * concurrent reset from freeing the slot under us. */
                 s->active++;
                 pthread_mutex_unlock(&l->mu);
                 uint64_t c0 = stk_ticks();
-                compact_rows(l, w, s);
+                if (s->skipped)
+                    compact_rows(l, w, s);
+                int crc = 0;
+                if (s->fields && l->lf->nvar) {
+                    uint64_t t0 = stk_ticks();
+                    crc = stk_slot_fields_collate(l->lf, s->fields,
+                                                  (s->rows - s->skipped) * l->views);
+                    atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0,
+                                              memory_order_relaxed);
+                }
                 atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - c0, memory_order_relaxed);
                 pthread_mutex_lock(&l->mu);
                 s->active--;
+                if (crc < 0 && !s->cancelled) {
+                    fail_locked(l, crc);
+                    continue;
+                }
                 if (s->cancelled) { /* reset happened meanwhile */
                     s->cancelled = false;
                     s->state = SLOT_FREE;
@@ -837,11 +890,22 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
 
     /* Datasets of encoded or variously sized images compile a variable-input
      * plan (height = width = channels = 0). */
-    if ((rc = stk_plan_compile(spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0) {
+    l->lf = calloc(1, sizeof *l->lf);
+    if (!l->lf) {
+        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+        goto fail_early;
+    }
+    if ((rc = stk_lfields_resolve(ds, l->opt.fields, l->lf)) < 0)
+        goto fail_early;
+    l->opt.fields = NULL; /* the caller's; resolved into lf */
+    if ((rc = (l->lf->spatial ? stk_plan_compile_spatial : stk_plan_compile)(
+             spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0) {
         stk_fail_prefix(rc, "%s", ds->uri);
         goto fail_early;
     }
     stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
+    stk_lfields_set_mask_size(l->lf, l->layout == STK_CHW ? l->sample_shape[1] : l->sample_shape[0],
+                              l->layout == STK_CHW ? l->sample_shape[2] : l->sample_shape[1]);
     if ((rc = plan_knobs(l)) < 0)
         goto fail_early;
 
@@ -888,11 +952,12 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
 
 fail_early:
     for (uint32_t i = 0; i < l->nslots; i++)
-        slot_free_buffers(&l->slots[i]);
+        slot_free_buffers(l, &l->slots[i]);
     free(l->slots);
     free(l->workers);
     free(l->events);
     stk_plan_free(l->plan);
+    free(l->lf);
     stk_sampler_destroy(l->sampler);
     free(l);
     return rc;
@@ -948,9 +1013,13 @@ void stk_loader_destroy(stk_loader *l)
             pthread_join(l->workers[i].thread, NULL);
         stk_scratch_free(&l->workers[i].scratch);
         stk_scratch_free(&l->workers[i].plan_scratch);
+        if (l->workers[i].fields) {
+            stk_worker_fields_free(l->workers[i].fields);
+            free(l->workers[i].fields);
+        }
     }
     for (uint32_t i = 0; i < l->nslots; i++)
-        slot_free_buffers(&l->slots[i]);
+        slot_free_buffers(l, &l->slots[i]);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
     pthread_cond_destroy(&l->park_cv);
@@ -959,6 +1028,7 @@ void stk_loader_destroy(stk_loader *l)
     free(l->workers);
     free(l->events);
     stk_plan_free(l->plan);
+    free(l->lf);
     stk_sampler_destroy(l->sampler);
     free(l);
 }
@@ -1434,6 +1504,60 @@ int stk_loader_release(stk_loader *l, stk_batch *b)
     pthread_mutex_unlock(&l->mu);
     b->data = NULL;
     return rc;
+}
+
+uint32_t stk_loader_field_count(const stk_loader *l)
+{
+    return l ? l->lf->n : 0;
+}
+
+int stk_loader_field(const stk_loader *l, const stk_batch *b, uint32_t i, stk_batch_field *out)
+{
+    if (!l || !out)
+        return stk_fail(STK_EINVAL, "stk_loader_field: NULL argument");
+    if (i >= l->lf->n)
+        return stk_fail(STK_EINVAL, "stk_loader_field: field %u of %u", i, l->lf->n);
+    const stk_lfield *f = &l->lf->f[i];
+    const slot *s = NULL;
+    if (b) {
+        stk_loader *ml = (stk_loader *)l; /* the lock only */
+        pthread_mutex_lock(&ml->mu);
+        uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
+        s = index < l->nslots ? &l->slots[index] : NULL;
+        if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
+            s->data != b->data)
+            s = NULL;
+        pthread_mutex_unlock(&ml->mu);
+        if (!s)
+            return stk_fail(STK_EINVAL, "stk_loader_field: this batch is not lent by this loader");
+    }
+    uint32_t rows = b ? b->size : 0;
+    if (f->role >= STK_ROLE_PATH) {
+        stk_lfields_describe(l->lf, i, s ? s->fields : NULL, rows, out);
+        return 0;
+    }
+    memset(out, 0, sizeof *out);
+    out->name = f->name;
+    out->role = (stk_field_role)f->role;
+    out->shape[0] = rows;
+    out->ndim = 1;
+    if (f->role == STK_ROLE_IMAGE) {
+        out->elem = (stk_elem_type)l->dtype;
+        out->ndim = 4;
+        for (int d = 0; d < 3; d++)
+            out->shape[1 + d] = l->sample_shape[d];
+        out->data = b ? b->data : NULL;
+        out->bytes = (size_t)rows * l->sample_bytes;
+    } else if (f->role == STK_ROLE_LABEL) {
+        out->elem = STK_ELEM_I64;
+        out->data = b ? (const void *)b->labels : NULL;
+        out->bytes = (size_t)rows * sizeof(int64_t);
+    } else {
+        out->elem = STK_ELEM_U64;
+        out->data = b ? (const void *)b->indices : NULL;
+        out->bytes = (size_t)rows * sizeof(uint64_t);
+    }
+    return 0;
 }
 
 void stk_loader_interrupt(stk_loader *l)

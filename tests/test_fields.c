@@ -1,0 +1,340 @@
+/*
+ * test_fields.c — masks and boxes moved with the image (ops/spatial.c).
+ *
+ * The references are independent of the library's geometry:
+ *   - for pads, crops and flips (exact for images too) the mask must equal
+ *     the image's own first channel when the image's first channel is the
+ *     mask: the image's fused path and the mask's replayed steps meet;
+ *   - a box drawn as a rectangle of one class in the mask must come out as
+ *     the bounding rectangle of that class in the output mask (pixel edges
+ *     map to pixel edges under pads, crops and flips);
+ *   - a nearest resize is torch's formula, computed here in float;
+ *   - random_bbox_crop keeps every box whose centre is in the crop, so with
+ *     thresholds=1 nothing is cropped and boxes only scale.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "ops/plan.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H 24
+#define W 30
+
+/* Class map: background 0, a rectangle of class 7 at x 4..13, y 5..16
+ * (XYXY box 4, 5, 14, 17), a diagonal band of class 3. */
+static void make_scene(uint8_t *img, uint8_t *mask, float box[4])
+{
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t c = 0;
+            if (x >= 4 && x < 14 && y >= 5 && y < 17)
+                c = 7;
+            else if ((x + y) % 11 == 0)
+                c = 3;
+            mask[y * W + x] = c;
+            img[(y * W + x) * 3 + 0] = c;
+            img[(y * W + x) * 3 + 1] = (uint8_t)(x * 8);
+            img[(y * W + x) * 3 + 2] = (uint8_t)(y * 8);
+        }
+    box[0] = 4;
+    box[1] = 5;
+    box[2] = 14;
+    box[3] = 17;
+}
+
+static stk_image_view view_of(const uint8_t *px, int h, int w, int c)
+{
+    stk_image_view v = {.pixels = px, .height = (uint32_t)h, .width = (uint32_t)w,
+                        .channels = (uint32_t)c, .row_stride = (ptrdiff_t)w * c,
+                        .col_stride = c, .chan_stride = 1};
+    return v;
+}
+
+static void test_mask_follows_exact_geometry(void **state)
+{
+    (void)state;
+    static const char *const specs[] = {
+        "pad 3 | random_crop 20,22 | flip 0.5 | vflip 0.5 | to u8 hwc",
+        "pad 2,1 padding_mode=reflect | center_crop 18 | flip 0.5",
+        "flip 0.5 | random_crop 16,12 | vflip 0.5",
+        "random_crop 20 | flip 0.5 | vflip 0.5",
+    };
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    make_scene(img, mask, box);
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        stk_plan *p = NULL;
+        assert_int_equal(stk_plan_compile_spatial(specs[s], H, W, 3, &p), 0);
+        int64_t shape[3];
+        size_t sb;
+        stk_plan_output(p, shape, NULL, NULL, &sb);
+        int oh = (int)shape[0], ow = (int)shape[1];
+        uint8_t *out = malloc(sb), *mout = malloc((size_t)oh * ow);
+        stk_scratch sc = {0}, work = {0};
+        for (uint64_t i = 0; i < 64; i++) {
+            stk_image_view iv = view_of(img, H, W, 3);
+            stk_plan_input in = {.image = &iv};
+            stk_spatial sp = {0};
+            float bout[4];
+            uint8_t keep[1];
+            sp.nmasks = 1;
+            sp.mask_in[0] = view_of(mask, H, W, 1);
+            sp.mask_out[0] = mout;
+            sp.boxes_in = box;
+            sp.nboxes = 1;
+            sp.boxes_out = bout;
+            sp.keep = keep;
+            sp.min_size = 1.0f;
+            stk_rng rng;
+            stk_rng_init(&rng, 42, 0, 1, i);
+            assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+            /* the image's first channel is the mask */
+            int x0 = ow, y0 = oh, x1 = -1, y1 = -1;
+            for (int y = 0; y < oh; y++)
+                for (int x = 0; x < ow; x++) {
+                    assert_int_equal(mout[y * ow + x], out[(y * ow + x) * 3]);
+                    if (mout[y * ow + x] == 7) {
+                        x0 = x < x0 ? x : x0;
+                        y0 = y < y0 ? y : y0;
+                        x1 = x > x1 ? x : x1;
+                        y1 = y > y1 ? y : y1;
+                    }
+                }
+            /* the box is the class-7 rectangle's bounds, or gone with it
+             * (reflect padding may mirror class 7 into the border: skip
+             * the bounds check there) */
+            if (strstr(specs[s], "reflect"))
+                continue;
+            if (x1 < 0) {
+                assert_int_equal(sp.nkept, 0);
+                assert_int_equal(keep[0], 0);
+                continue;
+            }
+            assert_int_equal(sp.nkept, 1);
+            assert_true(fabsf(bout[0] - (float)x0) < 1e-4f);
+            assert_true(fabsf(bout[1] - (float)y0) < 1e-4f);
+            assert_true(fabsf(bout[2] - (float)(x1 + 1)) < 1e-4f);
+            assert_true(fabsf(bout[3] - (float)(y1 + 1)) < 1e-4f);
+        }
+        stk_scratch_free(&sc);
+        stk_scratch_free(&work);
+        free(out);
+        free(mout);
+        stk_plan_free(p);
+    }
+}
+
+static void test_mask_resize_is_torch_nearest(void **state)
+{
+    (void)state;
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    make_scene(img, mask, box);
+    for (int k = 0; k < H * W; k++) /* every pixel a distinct-ish value */
+        mask[k] = (uint8_t)(k * 7 + k / W);
+    static const int sizes[][2] = {{7, 5}, {48, 60}, {13, 41}, {24, 30}};
+    for (size_t s = 0; s < 4; s++) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "resize %d,%d", sizes[s][0], sizes[s][1]);
+        stk_plan *p = NULL;
+        assert_int_equal(stk_plan_compile_spatial(spec, H, W, 3, &p), 0);
+        int oh = sizes[s][0], ow = sizes[s][1];
+        size_t sb;
+        stk_plan_output(p, NULL, NULL, NULL, &sb);
+        uint8_t *out = malloc(sb), *mout = malloc((size_t)oh * ow);
+        stk_scratch sc = {0}, work = {0};
+        stk_image_view iv = view_of(img, H, W, 3);
+        stk_plan_input in = {.image = &iv};
+        stk_spatial sp = {0};
+        float bout[4];
+        uint8_t keep[1];
+        sp.nmasks = 1;
+        sp.mask_in[0] = view_of(mask, H, W, 1);
+        sp.mask_out[0] = mout;
+        sp.boxes_in = box;
+        sp.nboxes = 1;
+        sp.boxes_out = bout;
+        sp.keep = keep;
+        sp.min_size = 1.0f;
+        stk_rng rng;
+        stk_rng_init(&rng, 1, 0, 0, 0);
+        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++) {
+                int sy = oh == H ? y : oh == 2 * H ? y / 2 : (int)floorf((float)y * ((float)H / (float)oh));
+                int sx = ow == W ? x : ow == 2 * W ? x / 2 : (int)floorf((float)x * ((float)W / (float)ow));
+                sy = sy < H - 1 ? sy : H - 1;
+                sx = sx < W - 1 ? sx : W - 1;
+                assert_int_equal(mout[y * ow + x], mask[sy * W + sx]);
+            }
+        /* boxes scale by new / old */
+        assert_int_equal(sp.nkept, 1);
+        assert_true(fabs(bout[0] - 4.0 * ow / W) < 1e-4);
+        assert_true(fabs(bout[3] - 17.0 * oh / H) < 1e-4);
+        stk_scratch_free(&sc);
+        stk_scratch_free(&work);
+        free(out);
+        free(mout);
+        stk_plan_free(p);
+    }
+}
+
+static void test_boxes_dropped_outside_and_small(void **state)
+{
+    (void)state;
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    make_scene(img, mask, box);
+    /* crop x 10..29 (center_crop keeps the middle 10 columns... use a
+     * fixed crop): boxes left of it vanish, one straddling is clipped. */
+    float boxes[12] = {0, 0, 3, 3,     /* left of the crop: dropped */
+                       8, 2, 12, 9,    /* straddles: clipped to 10..12 */
+                       20, 10, 20.5f, 12}; /* 0.5 wide: below min_size */
+    stk_plan *p = NULL;
+    assert_int_equal(stk_plan_compile_spatial("center_crop 24,10", H, W, 3, &p), 0);
+    size_t sb;
+    stk_plan_output(p, NULL, NULL, NULL, &sb);
+    uint8_t *out = malloc(sb);
+    stk_scratch sc = {0}, work = {0};
+    stk_image_view iv = view_of(img, H, W, 3);
+    stk_plan_input in = {.image = &iv};
+    stk_spatial sp = {0};
+    float bout[12];
+    uint8_t keep[3];
+    sp.boxes_in = boxes;
+    sp.nboxes = 3;
+    sp.boxes_out = bout;
+    sp.keep = keep;
+    sp.min_size = 1.0f;
+    stk_rng rng;
+    stk_rng_init(&rng, 1, 0, 0, 0);
+    assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+    /* center_crop 24,10 of 24x30: left = round(20 / 2) = 10 */
+    assert_int_equal(sp.nkept, 1);
+    assert_int_equal(keep[0], 0);
+    assert_int_equal(keep[1], 1);
+    assert_int_equal(keep[2], 0);
+    assert_true(bout[0] == 0.0f && bout[1] == 2.0f && bout[2] == 2.0f && bout[3] == 9.0f);
+    stk_scratch_free(&sc);
+    stk_scratch_free(&work);
+    free(out);
+    stk_plan_free(p);
+}
+
+static void test_bbox_crop(void **state)
+{
+    (void)state;
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    make_scene(img, mask, box);
+    stk_plan *p = NULL;
+    /* thresholds=1: never crops, so the box only scales */
+    assert_int_equal(stk_plan_compile_spatial("random_bbox_crop thresholds=1 | resize 12,15", H, W,
+                                              3, &p),
+                     0);
+    size_t sb;
+    stk_plan_output(p, NULL, NULL, NULL, &sb);
+    uint8_t *out = malloc(sb);
+    stk_scratch sc = {0}, work = {0};
+    stk_image_view iv = view_of(img, H, W, 3);
+    stk_plan_input in = {.image = &iv};
+    float bout[4];
+    uint8_t keep[1];
+    for (uint64_t i = 0; i < 16; i++) {
+        stk_spatial sp = {.boxes_in = box, .nboxes = 1, .boxes_out = bout, .keep = keep,
+                          .min_size = 1.0f};
+        stk_rng rng;
+        stk_rng_init(&rng, 3, 0, 0, i);
+        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        assert_int_equal(sp.nkept, 1);
+        assert_true(fabsf(bout[0] - 2.0f) < 1e-4f && fabsf(bout[2] - 7.0f) < 1e-4f);
+        assert_true(fabsf(bout[1] - 2.5f) < 1e-4f && fabsf(bout[3] - 8.5f) < 1e-4f);
+    }
+    stk_plan_free(p);
+    /* thresholds=0: a crop holding the box's centre; the box survives,
+     * inside the output */
+    assert_int_equal(stk_plan_compile_spatial("random_bbox_crop thresholds=0 | resize 12,15", H, W,
+                                              3, &p),
+                     0);
+    int cropped = 0;
+    for (uint64_t i = 0; i < 64; i++) {
+        stk_spatial sp = {.boxes_in = box, .nboxes = 1, .boxes_out = bout, .keep = keep,
+                          .min_size = 0.0f};
+        stk_rng rng;
+        stk_rng_init(&rng, 3, 0, 0, i);
+        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        assert_int_equal(sp.nkept, 1);
+        assert_true(bout[0] >= 0.0f && bout[2] <= 15.0f && bout[1] >= 0.0f && bout[3] <= 12.0f);
+        cropped += fabsf(bout[0] - 2.0f) > 1e-3f || fabsf(bout[2] - 7.0f) > 1e-3f;
+    }
+    assert_true(cropped > 0);
+    stk_scratch_free(&sc);
+    stk_scratch_free(&work);
+    free(out);
+    stk_plan_free(p);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    stk_plan *p = NULL;
+    assert_int_equal(stk_plan_compile_spatial("resize 16 | center_crop 16 | auto_augment", 0, 0, 0,
+                                              &p),
+                     STK_ESPEC);
+    assert_non_null(strstr(stk_errmsg(), "mask or box"));
+    assert_int_equal(stk_plan_compile_spatial("flip | random_bbox_crop | resize 8,8", 0, 0, 0, &p),
+                     STK_ESPEC);
+    assert_non_null(strstr(stk_errmsg(), "first geometric"));
+    assert_int_equal(stk_plan_compile_spatial("random_bbox_crop", 0, 0, 0, &p), STK_ESPEC);
+    /* a mask of the wrong size */
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    make_scene(img, mask, box);
+    assert_int_equal(stk_plan_compile_spatial("center_crop 8", H, W, 3, &p), 0);
+    size_t sb;
+    stk_plan_output(p, NULL, NULL, NULL, &sb);
+    uint8_t *out = malloc(sb), mout[64];
+    stk_scratch sc = {0}, work = {0};
+    stk_image_view iv = view_of(img, H, W, 3);
+    stk_plan_input in = {.image = &iv};
+    stk_spatial sp = {0};
+    sp.nmasks = 1;
+    sp.mask_in[0] = view_of(mask, H - 1, W, 1);
+    sp.mask_out[0] = mout;
+    stk_rng rng;
+    stk_rng_init(&rng, 1, 0, 0, 0);
+    assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "does not match"));
+    /* a plan not compiled for fields */
+    stk_plan *q = NULL;
+    assert_int_equal(stk_plan_compile("center_crop 8", H, W, 3, &q), 0);
+    sp.mask_in[0] = view_of(mask, H, W, 1);
+    assert_int_equal(stk_plan_run_spatial(q, &in, &rng, out, &sc, &sp, &work), STK_EINVAL);
+    stk_plan_free(q);
+    stk_scratch_free(&sc);
+    stk_scratch_free(&work);
+    free(out);
+    stk_plan_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mask_follows_exact_geometry),
+        cmocka_unit_test(test_mask_resize_is_torch_nearest),
+        cmocka_unit_test(test_boxes_dropped_outside_and_small),
+        cmocka_unit_test(test_bbox_crop),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
