@@ -145,7 +145,7 @@ static PyObject *code_exc[N_CODES];
 /* Element kinds: struct format, DLPack type, name. */
 /* bfloat16 has no struct format and no numpy dtype: its buffer is uint16
  * ("H", the bit patterns; docs/python.md), its DLPack type kDLBfloat. */
-enum { K_U8, K_F16, K_F32, K_I64, K_BF16 };
+enum { K_U8, K_F16, K_F32, K_I64, K_BF16, K_F64 };
 static const struct kind {
     const char *fmt;
     const char *name;
@@ -157,6 +157,7 @@ static const struct kind {
     [K_F32] = {"f", "float32", 4, DL_FLOAT, 32},
     [K_I64] = {"q", "int64", 8, DL_INT, 64},
     [K_BF16] = {"H", "bfloat16", 2, DL_BFLOAT, 16},
+    [K_F64] = {"d", "float64", 8, DL_FLOAT, 64},
 };
 
 static int kind_of_dtype(stk_dtype d)
@@ -1312,12 +1313,13 @@ static int kind_of_elem(stk_elem_type e)
     case STK_ELEM_BF16: return K_BF16;
     case STK_ELEM_I64: return K_I64;
     case STK_ELEM_U64: return K_I64; /* indices: exported as int64 (below 2^63) */
+    case STK_ELEM_F64: return K_F64;
     default: return K_F32;
     }
 }
 
-static const char *const role_name[] = {"image", "label", "index", "path",
-                                        "mask",  "boxes", "per_box", "data"};
+static const char *const role_name[] = {"image", "label",   "index", "path",    "mask",
+                                        "boxes", "per_box", "data",  "geometry"};
 
 /* Batch.field(i) -> (name, role, dtype, text, values, offsets): values a
  * _FieldView (zero copy; None when empty), offsets an int64 _Array of

@@ -656,7 +656,8 @@ typedef struct stk_loader_options {
     uint64_t memory_limit;
     /* The fields each batch delivers, comma-separated, in order (NULL or
      * "": "image,label"; docs/fields.md): "image" (the pipeline's output),
-     * "label", "index", "path" (the sample's source name), and any field of
+     * "label", "index", "path" (the sample's source name), "geometry" (the
+     * geometric steps drawn for the row), and any field of
      * the dataset by name. A name may take a role after a colon:
      * NAME:mask (an image field cropped, flipped, resized and rotated with
      * the image, nearest), NAME:boxes (float32 XYXY boxes, moved with the
@@ -733,6 +734,8 @@ typedef enum stk_field_role {
     STK_ROLE_BOXES = 5,   /* float32 XYXY boxes (variable): moved with the image */
     STK_ROLE_PER_BOX = 6, /* one value row per kept box (variable) */
     STK_ROLE_DATA = 7,    /* as stored: dense when fixed, else variable */
+    STK_ROLE_GEOMETRY = 8, /* float64 rows of 11: the geometric steps drawn
+                              (docs/fields.md, "The geometry field") */
 } stk_field_role;
 
 /* Element types of batch fields; the first four are stk_dtype's values. */
@@ -743,6 +746,7 @@ typedef enum stk_elem_type {
     STK_ELEM_BF16 = 3,
     STK_ELEM_I64 = 4,
     STK_ELEM_U64 = 5,
+    STK_ELEM_F64 = 6,
 } stk_elem_type;
 
 /*

@@ -144,7 +144,26 @@ typedef struct stk_spatial {
     uint8_t *keep;
     uint32_t nkept;
     float min_size;
+    /* Optional (NULL: not wanted): the geometric steps as they ran, one row
+     * of STK_GEO_VALUES doubles each (kind, top, left, h, w, a[6]; kinds
+     * STK_GEO_*), at most STK_GEO_MAX_STEPS rows; ngeo gets their count. */
+    double *geo_out;
+    uint32_t ngeo;
 } stk_spatial;
+
+/* The rows of stk_spatial.geo_out (the loader's "geometry" field). */
+#define STK_GEO_VALUES 11
+#define STK_GEO_MAX_STEPS (2 * 32 + 32)
+enum {
+    STK_GEO_HFLIP = 0,  /* mirror left-right */
+    STK_GEO_VFLIP = 1,  /* mirror top-bottom */
+    STK_GEO_CROP = 2,   /* keep top, left, h, w */
+    STK_GEO_RESIZE = 3, /* to h, w */
+    STK_GEO_ROTATE = 4, /* a[0] degrees, as torchvision's F.rotate(angle) */
+    STK_GEO_AFFINE = 5, /* a[0..5]: F.affine(angle, (tx, ty), scale, (shx, shy)) */
+    STK_GEO_BBOX_CROP = 6, /* random_bbox_crop's crop: top, left, h, w */
+    STK_GEO_PAD = 7,    /* top, left, h = bottom, w = right; a[0] the stk_pad_mode */
+};
 
 /* Compile for a pipeline whose samples carry masks or boxes: always the
  * image pipeline, ops before the last pad only pads, no augmentation

@@ -387,6 +387,33 @@ int stk_imgplan_run_spatial(const stk_imgplan *ip, const stk_plan_input *in0, st
     /* The image as it was before the prefix's pads. */
     int64_t H0 = in.image ? (int64_t)in.image->height : dr.src_h;
     int64_t W0 = in.image ? (int64_t)in.image->width : dr.src_w;
+    if (sp->geo_out) {
+        _Static_assert((int)GS_HFLIP == (int)STK_GEO_HFLIP &&
+                           (int)GS_BBOX_CROP == (int)STK_GEO_BBOX_CROP &&
+                           (int)GS_AFFINE == (int)STK_GEO_AFFINE,
+                       "the geometry field's kinds are the log's");
+        sp->ngeo = 0;
+        for (int k = 0; k < ip->npads && sp->ngeo < STK_GEO_MAX_STEPS; k++) {
+            double *g = sp->geo_out + (size_t)sp->ngeo++ * STK_GEO_VALUES;
+            memset(g, 0, STK_GEO_VALUES * sizeof *g);
+            g[0] = STK_GEO_PAD;
+            g[1] = ip->pads[k].top;
+            g[2] = ip->pads[k].left;
+            g[3] = ip->pads[k].bottom;
+            g[4] = ip->pads[k].right;
+            g[5] = ip->pads[k].mode;
+        }
+        for (int k = 0; k < dr.ngs && sp->ngeo < STK_GEO_MAX_STEPS; k++) {
+            const stk_geo_step *st = &dr.gs[k];
+            double *g = sp->geo_out + (size_t)sp->ngeo++ * STK_GEO_VALUES;
+            g[0] = st->kind;
+            g[1] = (double)st->top;
+            g[2] = (double)st->left;
+            g[3] = (double)st->h;
+            g[4] = (double)st->w;
+            memcpy(g + 5, st->a, 6 * sizeof *g);
+        }
+    }
     for (uint32_t i = 0; i < sp->nmasks; i++)
         if ((rc = run_mask(ip, &dr, H0, W0, &sp->mask_in[i], sp->mask_out[i], work)) < 0)
             return rc;

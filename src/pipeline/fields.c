@@ -25,8 +25,8 @@
 /* Resolving the list                                                      */
 /* ---------------------------------------------------------------------- */
 
-static const char *const role_names[] = {"image", "label", "index", "path",
-                                          "mask",  "boxes", "per_box", "data"};
+static const char *const role_names[] = {"image", "label",   "index", "path",    "mask",
+                                          "boxes", "per_box", "data",  "geometry"};
 
 static int role_from_name(const char *s, size_t n)
 {
@@ -214,7 +214,7 @@ int stk_lfields_resolve(const stk_dataset *ds, const char *text, stk_lfields *lf
         if (colon) {
             const char *r = colon + 1;
             role = role_from_name(r, (size_t)(t - r));
-            if (role < LF_MASK)
+            if (role < LF_MASK || role == LF_GEOMETRY)
                 return stk_fail(STK_EINVAL,
                                 "fields: unknown role '%.*s' for '%s' (roles: mask, boxes, "
                                 "per_box, data)",
@@ -224,7 +224,17 @@ int stk_lfields_resolve(const stk_dataset *ds, const char *text, stk_lfields *lf
             if (!strcmp(lf->f[i].name, f->name))
                 return stk_fail(STK_EINVAL, "fields: '%s' is listed twice", f->name);
         int special = role < 0 ? role_from_name(f->name, nlen) : -1;
-        if (special >= LF_IMAGE && special <= LF_PATH) {
+        if (special == LF_GEOMETRY) {
+            f->role = LF_GEOMETRY;
+            f->variable = 1;
+            f->elem = STK_ELEM_F64;
+            f->elem_size = 8;
+            f->row_values = STK_GEO_VALUES;
+            f->ndim = 1;
+            f->shape[0] = STK_GEO_VALUES;
+            lf->geometry = 1;
+            lf->extra = 1;
+        } else if (special >= LF_IMAGE && special <= LF_PATH) {
             f->role = special;
             if (special == LF_IMAGE)
                 have_image = 1;
@@ -271,7 +281,7 @@ int stk_lfields_resolve(const stk_dataset *ds, const char *text, stk_lfields *lf
         if (f->role >= LF_PATH)
             f->slot = f->variable ? lf->nvar++ : lf->ndense++;
     }
-    lf->spatial = lf->nmasks > 0 || lf->boxes >= 0;
+    lf->spatial = lf->nmasks > 0 || lf->boxes >= 0 || lf->geometry;
     if (lf->n > 2 || lf->f[0].role != LF_IMAGE || lf->f[1].role != LF_LABEL)
         lf->extra = 1;
     return 0;
@@ -420,11 +430,12 @@ void stk_worker_fields_free(stk_worker_fields *wf)
     }
     stk_scratch_free(&wf->work);
     stk_scratch_free(&wf->boxes);
+    stk_scratch_free(&wf->geo);
 }
 
 size_t stk_worker_fields_bytes(const stk_worker_fields *wf)
 {
-    size_t n = wf->work.cap + wf->boxes.cap;
+    size_t n = wf->work.cap + wf->boxes.cap + wf->geo.cap;
     for (int i = 0; i < STK_MAX_FIELDS; i++)
         n += wf->view[i].cap + wf->mask[i].cap;
     return n;
@@ -460,7 +471,7 @@ int stk_lfields_fill(const stk_lfields *lf, const stk_dataset *ds, const stk_pla
     /* 1. Read the dataset's fields. */
     for (uint32_t i = 0; i < lf->n; i++) {
         const stk_lfield *f = &lf->f[i];
-        if (f->role < LF_MASK)
+        if (f->role < LF_MASK || f->role == LF_GEOMETRY)
             continue;
         if ((rc = stk_dataset_field_view(ds, index, f->ds_field, &views[i], &wf->view[i])) < 0)
             return stk_fail_prefix(rc, "field '%s'", f->name);
@@ -530,6 +541,13 @@ int stk_lfields_fill(const stk_lfields *lf, const stk_dataset *ds, const stk_pla
         }
     }
 
+    if (lf->geometry) {
+        if ((rc = stk_scratch_reserve(&wf->geo, STK_GEO_MAX_STEPS * STK_GEO_VALUES *
+                                                     sizeof(double))) < 0)
+            return rc;
+        sp.geo_out = (double *)(void *)wf->geo.data;
+    }
+
     /* 3. Each view: the image (and masks, boxes), then the row's fields. */
     for (uint32_t v = 0; v < k; v++) {
         uint32_t r = row * k + v;
@@ -553,6 +571,12 @@ int stk_lfields_fill(const stk_lfields *lf, const stk_dataset *ds, const stk_pla
                 continue;
             if (f->role == LF_PATH) {
                 if ((rc = path_put(ds, index, &sf->var[f->slot][r])) < 0)
+                    return rc;
+                continue;
+            }
+            if (f->role == LF_GEOMETRY) {
+                if ((rc = var_put(&sf->var[f->slot][r], sp.geo_out,
+                                  (size_t)sp.ngeo * STK_GEO_VALUES * sizeof(double), sp.ngeo)) < 0)
                     return rc;
                 continue;
             }

@@ -12,7 +12,8 @@
  *   mask      an image field moved with the image's geometry, nearest;
  *   boxes     float32 XYXY boxes {0,4} moved with the image's geometry;
  *   per_box   a variable field with one row per box, filtered with them;
- *   data      any other field, delivered as stored.
+ *   data      any other field, delivered as stored;
+ *   geometry  the geometric steps drawn for the row (float64 rows of 11).
  *
  * Fixed-size outputs (masks, fixed arrays, fixed raw images) are dense
  * arrays in the slot, one row per output row; variable ones (boxes, per-box
@@ -43,6 +44,7 @@ typedef enum stk_lfield_role {
     LF_BOXES = STK_ROLE_BOXES,
     LF_PER_BOX = STK_ROLE_PER_BOX,
     LF_DATA = STK_ROLE_DATA,
+    LF_GEOMETRY = STK_ROLE_GEOMETRY,
 } stk_lfield_role;
 
 typedef struct stk_lfield {
@@ -68,6 +70,7 @@ typedef struct stk_lfields {
     int spatial;            /* masks or boxes: the plan runs stk_plan_run_spatial */
     int boxes;              /* index of the boxes field in f, or -1 */
     uint32_t nmasks;
+    int geometry;           /* the geometry field is asked for */
     int extra;              /* some field beyond image and label */
 } stk_lfields;
 
@@ -107,6 +110,7 @@ typedef struct stk_worker_fields {
     stk_scratch mask[STK_MAX_FIELDS]; /* decoded masks */
     stk_scratch work;                 /* mask replay planes */
     stk_scratch boxes;                /* transformed boxes and keep flags */
+    stk_scratch geo;                  /* the geometry field's rows */
 } stk_worker_fields;
 
 void stk_worker_fields_free(stk_worker_fields *wf);
