@@ -53,10 +53,11 @@ struct stk_shard_writer {
     stk_field_def defs[STK_MAX_FIELDS];  /* the field table */
     int zstd_level[STK_MAX_FIELDS];      /* raw_image fields: 0 or 1..19 */
     uint32_t nfields;
-    /* Metadata, owned: keys and values are malloc'd strings (the two set
-     * keys last, with placeholder values until finish). */
+    /* Metadata, owned: the first nmeta_owned keys and values are malloc'd
+     * strings; then the two set keys, static placeholders that
+     * stk_shard_set_commit replaces with its own values at finish. */
     stk_kv *meta;
-    uint32_t nmeta;
+    uint32_t nmeta, nmeta_owned;
     uint64_t records_per_shard, shard_bytes;
     stk_shard_file *cur;                 /* owned: the open shard, or NULL */
     stk_shard_file **staged;             /* owned: sealed shards, nstaged */
@@ -158,6 +159,7 @@ static int add_meta(stk_shard_writer *w, const char *key, const char *value)
         return stk_fail(STK_ENOMEM, "out of memory");
     }
     w->meta[w->nmeta++] = (stk_kv){k, v, strlen(v)};
+    w->nmeta_owned = w->nmeta;
     return 0;
 }
 
@@ -209,9 +211,8 @@ static int take_metadata(stk_shard_writer *w, const stk_shard_writer_options *o)
         if (rc < 0)
             return rc;
     }
-    if ((rc = add_meta(w, "shard_set", STK_SET_ID_PLACEHOLDER)) < 0 ||
-        (rc = add_meta(w, "shard", STK_SHARD_PLACEHOLDER)) < 0)
-        return rc;
+    w->meta[w->nmeta++] = (stk_kv){"shard_set", STK_SET_ID_PLACEHOLDER, STK_SET_ID_HEX};
+    w->meta[w->nmeta++] = (stk_kv){"shard", STK_SHARD_PLACEHOLDER, strlen(STK_SHARD_PLACEHOLDER)};
     return 0;
 }
 
@@ -224,7 +225,7 @@ static void writer_free(stk_shard_writer *w)
     for (uint32_t i = 0; i < w->npaths; i++)
         free(w->paths[i]);
     free(w->paths);
-    for (uint32_t i = 0; i < w->nmeta; i++) {
+    for (uint32_t i = 0; i < w->nmeta_owned; i++) {
         free((void *)w->meta[i].key);
         free((void *)w->meta[i].value);
     }
