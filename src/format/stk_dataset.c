@@ -15,6 +15,11 @@
  * pages (?hugepages=auto|on|off), through the one query parser every reader
  * uses (reader_util.c).
  *
+ * Fields (field_count, field_info, read_field, field_view): the schema of
+ * the first shard; field_view lends each value in place (index columns,
+ * the mapping) or in the caller's scratch (pread, zstd raw images), so the
+ * loader's per-field reads allocate nothing in the steady state.
+ *
  * Thread safety: the dataset is read-only after open (the per-record
  * bitmaps aside, see stk_record.c); every vtable function may be called from
  * any number of threads at once.

@@ -8,7 +8,8 @@
  * Per read, every value taken from the file is checked before use: the
  * record offset lies in the data area and is aligned, the field lengths sum
  * (with overflow checks) to a record that ends before data_end, and raw
- * image payloads carry a shape whose size matches. Then the checksum policy
+ * image payloads carry a shape whose size matches, and a varying int64/float32
+ * value is whole rows (stk_shard_value_check). Then the checksum policy
  * applies (?verify=off|first|always; "first" keeps one bit per record).
  * Record damage is STK_EDATA — skippable by the loader's policy — and names
  * the shard file, its record and the global sample index.

@@ -14,7 +14,14 @@
  * only when the last shard is sealed) — the new header must fit in the
  * space before data_offset that the first one reserved, and the footer's
  * copy of the header checksum is updated with it — then fsyncs and renames.
- * finish is seal + commit with the header as it was.
+ * finish is seal + commit with the header as it was. The set-level half —
+ * the destination made ready (stale temporaries removed) and the commit of
+ * all sealed shards with their set keys — is at the end of this file,
+ * shared by stk_pack and the public stk_shard_writer (src/tools).
+ *
+ * Version: a file is written as format 1.1 unless its schema has an
+ * int64/float32 field whose leading dimension varies (1.2), so files that
+ * do not need 1.2 are byte for byte what earlier versions wrote.
  *
  * Memory: the index (offsets, lengths, checksums, fixed columns) is kept in
  * growable arrays until finish: ~28 bytes a record for one image + label.

@@ -25,6 +25,10 @@
  * TFRecord's records, shards packed with names...), that name (field
  * source_name, escaped as one line of a label map: docs/format.md), so that
  * ds.path(i) on the shards names the input as it did on the source.
+ * Every other field of the source (a multi-field .stk set's boxes, masks,
+ * ids; a reader's) is carried after these, read by the workers through
+ * stk_dataset_field_view into the item (carried_fields, prepare_extra);
+ * a source of only image and label packs to the same bytes as before.
  *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
