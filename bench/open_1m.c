@@ -92,8 +92,8 @@ static void write_dataset(const char *dir, const char *path, uint64_t n)
     f[0].type = STK_FIELD_BYTES;
     strcpy(f[1].name, "label");
     f[1].type = STK_FIELD_INT64;
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 2, NULL, 0, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 2, NULL, 0, &w) < 0)
         die(path);
     uint8_t rec[RECORD_BYTES];
     uint64_t x = 88172645463325252ull;
@@ -103,11 +103,11 @@ static void write_dataset(const char *dir, const char *path, uint64_t n)
             rec[k] = (uint8_t)x;
         }
         int64_t label = (int64_t)(i % 1000);
-        stk_field_value v[2] = {{rec, sizeof rec}, {&label, 8}};
-        if (stk_shard_writer_add(w, v) < 0)
+        stk_value_bytes v[2] = {{rec, sizeof rec}, {&label, 8}};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 

@@ -595,22 +595,22 @@ static void prepare_stk(corpus *c, const char *dir)
         f[0].type = STK_FIELD_IMAGE;
         strcpy(f[1].name, "label");
         f[1].type = STK_FIELD_INT64;
-        stk_shard_writer *w = NULL;
+        stk_shard_file *w = NULL;
         uint32_t shard = 0;
         for (uint64_t i = 0; i < c->n; i++) {
             if (!w) {
                 char path[1200];
                 snprintf(path, sizeof path, "%s/shard-%05u.stk", dir, shard++);
-                if (stk_shard_writer_open(path, f, 2, NULL, 0, &w) < 0)
+                if (stk_shard_file_open(path, f, 2, NULL, 0, &w) < 0)
                     die("%s", stk_errmsg());
             }
             uint8_t *data = read_file(c->paths[i], c->sizes[i]);
-            stk_field_value v[2] = {{data, c->sizes[i]}, {&c->labels[i], 8}};
-            if (stk_shard_writer_add(w, v) < 0)
+            stk_value_bytes v[2] = {{data, c->sizes[i]}, {&c->labels[i], 8}};
+            if (stk_shard_file_add(w, v) < 0)
                 die("%s", stk_errmsg());
             free(data);
-            if (stk_shard_writer_bytes(w) > (1ull << 30) || i + 1 == c->n) {
-                if (stk_shard_writer_finish(w) < 0)
+            if (stk_shard_file_bytes(w) > (1ull << 30) || i + 1 == c->n) {
+                if (stk_shard_file_finish(w) < 0)
                     die("%s", stk_errmsg());
                 w = NULL;
             }

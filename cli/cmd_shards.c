@@ -356,8 +356,12 @@ int cmd_inspect(int argc, char **argv)
         printf("  %-12s %s", f.name, type_name(f.type));
         if (f.ndim) {
             printf(" [");
+            /* a 0 leading dimension varies per record: "*x4" for boxes */
             for (uint32_t d = 0; d < f.ndim; d++)
-                printf("%s%u", d ? "x" : "", f.dims[d]);
+                if (f.dims[d])
+                    printf("%s%u", d ? "x" : "", f.dims[d]);
+                else
+                    printf("%s*", d ? "x" : "");
             printf("]");
         }
         printf("%s\n", f.compressed ? ", zstd" : "");

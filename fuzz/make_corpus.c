@@ -147,8 +147,8 @@ static void raw_shard(const char *name, uint64_t count, int zstd)
     stk_kv meta[3] = {{"class_names", k_classes, sizeof k_classes - 1},
                       {"source", "cifar10:corpus", 14},
                       {"created_by", "fuzz/make_corpus", 16}};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 2, meta, 3, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 2, meta, 3, &w) < 0)
         die(path);
     uint8_t *buf = malloc(12 + ZSTD_compressBound(3072));
     for (uint64_t r = 0; r < count; r++) {
@@ -157,12 +157,12 @@ static void raw_shard(const char *name, uint64_t count, int zstd)
         size_t n = zstd ? raw_payload(buf, 32, 32, 3, r ? BLOCKY : FLAT, (int)r, 1)
                         : raw_payload(buf, 32, 32, 3, r ? GRADIENT : FLAT, (int)r, 0);
         int64_t label = (int64_t)(r * 3 % 10);
-        stk_field_value v[2] = {{buf, n}, {&label, 8}};
-        if (stk_shard_writer_add(w, v) < 0)
+        stk_value_bytes v[2] = {{buf, n}, {&label, 8}};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
     free(buf);
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -174,16 +174,16 @@ static void encoded_shard(const char *name, const uint8_t *img, size_t size, uin
     stk_field_def f[2] = {field("image", STK_FIELD_IMAGE, 0, 0, 0, 0, 0),
                           field("label", STK_FIELD_INT64, 0, 0, 0, 0, 0)};
     stk_kv meta[2] = {{"class_names", "a\nb", 3}, {"shard", "0/1", 3}};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 2, meta, 2, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 2, meta, 2, &w) < 0)
         die(path);
     for (uint64_t r = 0; r < count; r++) {
         int64_t label = (int64_t)(r % 2);
-        stk_field_value v[2] = {{img, size}, {&label, 8}};
-        if (stk_shard_writer_add(w, v) < 0)
+        stk_value_bytes v[2] = {{img, size}, {&label, 8}};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -199,17 +199,17 @@ static void named_shard(const char *name, const uint8_t *img, size_t size)
                           field("source_name", STK_FIELD_STRING, 0, 0, 0, 0, 0)};
     static const char *const names[3] = {"train/a/x\\y.jpg", "train/b/\\xff\\n.jpg",
                                          "raw\nbreak"};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 4, NULL, 0, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 4, NULL, 0, &w) < 0)
         die(path);
     for (uint64_t r = 0; r < 3; r++) {
         int64_t label = (int64_t)(r % 2), src = (int64_t)r;
-        stk_field_value v[4] = {{img, size}, {&label, 8}, {&src, 8},
+        stk_value_bytes v[4] = {{img, size}, {&label, 8}, {&src, 8},
                                 {names[r], strlen(names[r])}};
-        if (stk_shard_writer_add(w, v) < 0)
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -230,8 +230,8 @@ static void multi_shard(const char *name, const uint8_t *jpg, size_t jpg_size, u
         field("depth", STK_FIELD_RAW_IMAGE, 0, 0, 0, 0, 0),
     };
     stk_kv meta[2] = {{"class_names", "zero\none\ntwo", 12}, {"note", "", 0}};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 8, meta, 2, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 8, meta, 2, &w) < 0)
         die(path);
     uint8_t mask[512], depth[256];
     for (uint64_t r = 0; r < count; r++) {
@@ -242,13 +242,13 @@ static void multi_shard(const char *name, const uint8_t *jpg, size_t jpg_size, u
         uint8_t blob[7] = {0, 1, 2, 3, 4, 5, (uint8_t)r};
         size_t mn = raw_payload(mask, 4 + (uint32_t)r, 5, 1, FLAT, 0, 1);
         size_t dn = raw_payload(depth, 3, 2 + (uint32_t)r, 2, GRADIENT, (int)r + 1, 0);
-        stk_field_value v[8] = {{jpg, jpg_size}, {&label, 8},        {mask, mn},
+        stk_value_bytes v[8] = {{jpg, jpg_size}, {&label, 8},        {mask, mn},
                                 {caption, (size_t)cl}, {blob, r ? sizeof blob : 0},
                                 {bbox, 16},      {tags, 24},         {depth, dn}};
-        if (stk_shard_writer_add(w, v) < 0)
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -258,18 +258,18 @@ static void bytes_shard(const char *name, uint64_t count)
     char path[1024];
     shard_path(path, sizeof path, name);
     stk_field_def f[1] = {field("data", STK_FIELD_BYTES, 0, 0, 0, 0, 0)};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 1, NULL, 0, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 1, NULL, 0, &w) < 0)
         die(path);
     for (uint64_t r = 0; r < count; r++) {
         uint8_t b[100];
         for (size_t i = 0; i < sizeof b; i++)
             b[i] = (uint8_t)(r + i);
-        stk_field_value v[1] = {{b, (size_t)(r * 37 % 100)}};
-        if (stk_shard_writer_add(w, v) < 0)
+        stk_value_bytes v[1] = {{b, (size_t)(r * 37 % 100)}};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -280,17 +280,17 @@ static void fixed_shard(const char *name, uint64_t count)
     shard_path(path, sizeof path, name);
     stk_field_def f[2] = {field("label", STK_FIELD_INT64, 0, 0, 0, 0, 0),
                           field("score", STK_FIELD_FLOAT32, 0, 1, 1, 0, 0)};
-    stk_shard_writer *w;
-    if (stk_shard_writer_open(path, f, 2, NULL, 0, &w) < 0)
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 2, NULL, 0, &w) < 0)
         die(path);
     for (uint64_t r = 0; r < count; r++) {
         int64_t label = (int64_t)r - 1;
         float score = (float)r / 3;
-        stk_field_value v[2] = {{&label, 8}, {&score, 4}};
-        if (stk_shard_writer_add(w, v) < 0)
+        stk_value_bytes v[2] = {{&label, 8}, {&score, 4}};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 }
 
@@ -340,30 +340,30 @@ static void repro(const char *dir)
 {
     char path[1024];
     stk_field_def f[1] = {field("image", STK_FIELD_RAW_IMAGE, 1, 0, 0, 0, 0)};
-    stk_shard_writer *w;
+    stk_shard_file *w;
     uint8_t *buf = malloc(12 + ZSTD_compressBound(4096u * 4096 * 4));
 
     /* ?io=pread: the record sits in the read scratch, which raw_image()
      * grows (freeing it) before ZSTD_decompress reads the frame from it. */
     snprintf(path, sizeof path, "%s/pread-zstd-use-after-free.stk", dir);
-    if (stk_shard_writer_open(path, f, 1, NULL, 0, &w) < 0)
+    if (stk_shard_file_open(path, f, 1, NULL, 0, &w) < 0)
         die(path);
-    stk_field_value v[1];
+    stk_value_bytes v[1];
     for (int r = 0; r < 3; r++) { /* ASan sees the first; release builds the third */
-        v[0] = (stk_field_value){buf, raw_payload(buf, 32, 32, 3, r == 2 ? GRADIENT : NOISE, r, 1)};
-        if (stk_shard_writer_add(w, v) < 0)
+        v[0] = (stk_value_bytes){buf, raw_payload(buf, 32, 32, 3, r == 2 ? GRADIENT : NOISE, r, 1)};
+        if (stk_shard_file_add(w, v) < 0)
             die(path);
     }
-    if (stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_finish(w) < 0)
         die(path);
 
     /* 16 KiB of file, 4096x4096x4 = 64 MiB of pixels: over the harness's
      * max_pixels (2^20), which the shard reader does not consult. */
     snprintf(path, sizeof path, "%s/zstd-over-max-pixels.stk", dir);
-    if (stk_shard_writer_open(path, f, 1, NULL, 0, &w) < 0)
+    if (stk_shard_file_open(path, f, 1, NULL, 0, &w) < 0)
         die(path);
     v[0].size = raw_payload(buf, 4096, 4096, 4, FLAT, 0, 1);
-    if (stk_shard_writer_add(w, v) < 0 || stk_shard_writer_finish(w) < 0)
+    if (stk_shard_file_add(w, v) < 0 || stk_shard_file_finish(w) < 0)
         die(path);
     free(buf);
 }

@@ -48,6 +48,18 @@ static void test_struct_sizes_are_pinned(void **state)
     /* decode (+4), 3 pointers, 4 reserved */
     assert_int_equal(sizeof(stk_verify_options), 8 + 24 + 32);
     assert_int_equal(sizeof(stk_verify_result), 8 + 16 + 32);
+    /* name, type + ndim, dims[4], zstd_level (+4 padding), 2 reserved */
+    assert_int_equal(sizeof(stk_shard_field), 8 + 8 + 16 + 8 + 16);
+    assert_int_equal(offsetof(stk_shard_field, zstd_level), 32);
+    assert_int_equal(offsetof(stk_shard_field, reserved_), 40);
+    /* data, size, shape[3] + count, 1 reserved */
+    assert_int_equal(sizeof(stk_field_value), 8 + 8 + 16 + 8);
+    assert_int_equal(offsetof(stk_field_value, count), 28);
+    /* records_per_shard, shard_bytes, class_names, num_classes + nmetadata,
+     * metadata, 6 reserved */
+    assert_int_equal(sizeof(stk_shard_writer_options), 8 + 8 + 8 + 8 + 8 + 48);
+    assert_int_equal(offsetof(stk_shard_writer_options, metadata), 32);
+    assert_int_equal(offsetof(stk_shard_writer_options, reserved_), 40);
     /* size, seed, batch, rank, world, no_shuffle, drop_last (+4), then in the
      * 4 words once reserved: block_size, start_slot, shuffle + shuffle_window,
      * and the last one: the stk_sampling pointer (its own reserved words
@@ -191,6 +203,18 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_verify_options vo = {0};
     vo.reserved_[1] = 1;
     expect_reserved_error(stk_verify(tu_path("abi-pack"), &vo, NULL), "stk_verify_options");
+
+    stk_shard_writer_options swo = {0};
+    swo.reserved_[2] = 1;
+    stk_shard_field sf = {.name = "b", .type = STK_FIELD_BYTES};
+    stk_shard_writer *sw = NULL;
+    expect_reserved_error(stk_shard_writer_create(tu_path("abi-writer"), &sf, 1, &swo, &sw),
+                          "stk_shard_writer_options");
+    assert_null(sw);
+    sf.reserved_[0] = 1;
+    expect_reserved_error(stk_shard_writer_create(tu_path("abi-writer"), &sf, 1, NULL, &sw),
+                          "stk_shard_field 0");
+    assert_null(sw);
 
     stk_preview_options pv = {0};
     pv.reserved_[3] = 1;

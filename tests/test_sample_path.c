@@ -210,16 +210,16 @@ static void test_bad_source_name_values(void **state)
     };
     const char *values[] = {"ok/a\\x09b.png", "raw\nbreak", "nul\0inside", ""};
     size_t sizes[] = {13, 9, 10, 0};
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(path, fields, 3, NULL, 0, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(path, fields, 3, NULL, 0, &w), 0);
     for (int i = 0; i < 4; i++) {
         uint8_t payload[13] = {0};
         payload[0] = payload[4] = payload[8] = 1; /* 1 x 1 x 1, little-endian */
         int64_t label = 0;
-        stk_field_value v[3] = {{payload, sizeof payload}, {&label, 8}, {values[i], sizes[i]}};
-        assert_int_equal(stk_shard_writer_add(w, v), 0);
+        stk_value_bytes v[3] = {{payload, sizeof payload}, {&label, 8}, {values[i], sizes[i]}};
+        assert_int_equal(stk_shard_file_add(w, v), 0);
     }
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open(path, NULL, &ds), 0);
     char *p = path_of(ds, 0);

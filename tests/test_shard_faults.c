@@ -52,8 +52,8 @@ static void write_raw_shard(const char *path)
         {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {SIDE, SIDE, 1}},
         {.name = "label", .type = STK_FIELD_INT64},
     };
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(path, fields, 2, NULL, 0, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(path, fields, 2, NULL, 0, &w), 0);
     for (uint64_t i = 0; i < NREC; i++) {
         static uint8_t payload[12 + PIXELS];
         stk_wr32(payload, SIDE);
@@ -61,10 +61,10 @@ static void write_raw_shard(const char *path)
         stk_wr32(payload + 8, 1);
         memset(payload + 12, pixel_of(i), PIXELS);
         int64_t label = (int64_t)i;
-        stk_field_value v[2] = {{payload, sizeof payload}, {&label, 8}};
-        assert_int_equal(stk_shard_writer_add(w, v), 0);
+        stk_value_bytes v[2] = {{payload, sizeof payload}, {&label, 8}};
+        assert_int_equal(stk_shard_file_add(w, v), 0);
     }
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
 }
 
 static off_t file_size(const char *path)

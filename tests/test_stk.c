@@ -81,19 +81,19 @@ static size_t raw_payload(const record *r, uint8_t *out, size_t cap)
 static void write_shard(const char *path, int first, int count)
 {
     stk_kv meta[] = {{"class_names", "zero\none\ntwo", 12}, {"note", "hello", 5}};
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(path, all_fields, 6, meta, 2, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(path, all_fields, 6, meta, 2, &w), 0);
     for (int i = first; i < first + count; i++) {
         record r;
         make_record(&r, i);
         uint8_t raw[256];
         size_t rl = raw_payload(&r, raw, sizeof raw);
-        stk_field_value v[6] = {{r.blob, r.blob_len}, {&r.label, 8}, {raw, rl},
+        stk_value_bytes v[6] = {{r.blob, r.blob_len}, {&r.label, 8}, {raw, rl},
                                 {r.vec, 12},          {r.caption, strlen(r.caption)},
                                 {r.pair, 16}};
-        assert_int_equal(stk_shard_writer_add(w, v), 0);
+        assert_int_equal(stk_shard_file_add(w, v), 0);
     }
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
 }
 
 static void check_record(stk_dataset *ds, uint64_t index, int i)
@@ -247,11 +247,11 @@ static void test_multi_shard_dir_and_glob(void **state)
     /* A shard with another schema in the set is refused, naming it. */
     snprintf(p, sizeof p, "%s/a-003.stk", dir);
     stk_field_def other[] = {{.name = "x", .type = STK_FIELD_BYTES}};
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(p, other, 1, NULL, 0, &w), 0);
-    stk_field_value v = {"abc", 3};
-    assert_int_equal(stk_shard_writer_add(w, &v), 0);
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(p, other, 1, NULL, 0, &w), 0);
+    stk_value_bytes v = {"abc", 3};
+    assert_int_equal(stk_shard_file_add(w, &v), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open(dir, NULL, &ds), STK_EFORMAT);
     assert_non_null(strstr(stk_errmsg(), "a-003.stk"));
@@ -368,10 +368,10 @@ static void test_structure_damage_names_the_shard(void **state)
         assert_non_null(strstr(stk_errmsg(), "struct-bad.stk"));
     }
     /* A writer that never finishes leaves no shard behind. */
-    stk_shard_writer *w;
+    stk_shard_file *w;
     const char *torn = tu_path("torn.stk");
-    assert_int_equal(stk_shard_writer_open(torn, all_fields, 6, NULL, 0, &w), 0);
-    stk_shard_writer_abort(w);
+    assert_int_equal(stk_shard_file_open(torn, all_fields, 6, NULL, 0, &w), 0);
+    stk_shard_file_abort(w);
     struct stat st;
     assert_int_not_equal(stat(torn, &st), 0);
     free(orig);
@@ -438,8 +438,8 @@ static void test_loader_on_damaged_record(void **state)
         {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {4, 4, 1}},
         {.name = "label", .type = STK_FIELD_INT64},
     };
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(path, fields, 2, NULL, 0, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(path, fields, 2, NULL, 0, &w), 0);
     for (int i = 0; i < 40; i++) {
         uint8_t payload[12 + 16];
         stk_wr32(payload, 4);
@@ -447,10 +447,10 @@ static void test_loader_on_damaged_record(void **state)
         stk_wr32(payload + 8, 1);
         memset(payload + 12, i, 16);
         int64_t label = i;
-        stk_field_value v[2] = {{payload, sizeof payload}, {&label, 8}};
-        assert_int_equal(stk_shard_writer_add(w, v), 0);
+        stk_value_bytes v[2] = {{payload, sizeof payload}, {&label, 8}};
+        assert_int_equal(stk_shard_file_add(w, v), 0);
     }
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
     size_t n;
     uint8_t *b = tu_read_file(path, &n);
     uint64_t index_off = stk_rd64(b + n - 64 + FTR_INDEX_OFFSET);
@@ -512,20 +512,20 @@ static void test_loader_on_damaged_record(void **state)
 static void test_writer_rejects_bad_input(void **state)
 {
     (void)state;
-    stk_shard_writer *w;
+    stk_shard_file *w;
     const char *p = tu_path("bad-writer.stk");
     stk_field_def dup[] = {{.name = "a", .type = STK_FIELD_BYTES}, {.name = "a", .type = STK_FIELD_BYTES}};
-    assert_int_equal(stk_shard_writer_open(p, dup, 2, NULL, 0, &w), STK_EINVAL);
+    assert_int_equal(stk_shard_file_open(p, dup, 2, NULL, 0, &w), STK_EINVAL);
     stk_field_def unknown[] = {{.name = "a", .type = 99}};
-    assert_int_equal(stk_shard_writer_open(p, unknown, 1, NULL, 0, &w), STK_EINVAL);
+    assert_int_equal(stk_shard_file_open(p, unknown, 1, NULL, 0, &w), STK_EINVAL);
     stk_field_def zcomp[] = {{.name = "a", .type = STK_FIELD_BYTES, .compression = 1}};
-    assert_int_equal(stk_shard_writer_open(p, zcomp, 1, NULL, 0, &w), STK_EINVAL);
+    assert_int_equal(stk_shard_file_open(p, zcomp, 1, NULL, 0, &w), STK_EINVAL);
     stk_field_def ok[] = {{.name = "l", .type = STK_FIELD_INT64}};
-    assert_int_equal(stk_shard_writer_open(p, ok, 1, NULL, 0, &w), 0);
-    stk_field_value v = {"abc", 3}; /* an int64 needs 8 bytes */
-    assert_int_equal(stk_shard_writer_add(w, &v), STK_EINVAL);
-    stk_shard_writer_abort(w);
-    assert_int_equal(stk_shard_writer_open("/nonexistent/dir/x.stk", ok, 1, NULL, 0, &w), STK_ENOENT);
+    assert_int_equal(stk_shard_file_open(p, ok, 1, NULL, 0, &w), 0);
+    stk_value_bytes v = {"abc", 3}; /* an int64 needs 8 bytes */
+    assert_int_equal(stk_shard_file_add(w, &v), STK_EINVAL);
+    stk_shard_file_abort(w);
+    assert_int_equal(stk_shard_file_open("/nonexistent/dir/x.stk", ok, 1, NULL, 0, &w), STK_ENOENT);
 }
 
 /* Progress calls of a pack: both callbacks, recorded. */
@@ -785,16 +785,16 @@ static void test_shard_set_problems_are_named(void **state)
         {.name = "label", .type = STK_FIELD_INT64},
         {.name = "source_index", .type = STK_FIELD_INT64},
     };
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(q, fields, 3, NULL, 0, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(q, fields, 3, NULL, 0, &w), 0);
     static uint8_t px[12 + 3072];
     stk_wr32(px, 32);
     stk_wr32(px + 4, 32);
     stk_wr32(px + 8, 3);
     int64_t zero = 0;
-    stk_field_value v[3] = {{px, sizeof px}, {&zero, 8}, {&zero, 8}};
-    assert_int_equal(stk_shard_writer_add(w, v), 0);
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    stk_value_bytes v[3] = {{px, sizeof px}, {&zero, 8}, {&zero, 8}};
+    assert_int_equal(stk_shard_file_add(w, v), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
     const char *mixed[] = {"shard-00000-legacy.stk: has no shard-set keys", "mixed"};
     expect_refused(a, mixed, 2);
     unlink(q);
@@ -871,15 +871,15 @@ static void test_verify_checks_source_order(void **state)
         {.name = "source_index", .type = STK_FIELD_INT64},
     };
     static const int64_t sources[] = {0, 1, 5, 5, 7, 6, 9};
-    stk_shard_writer *w;
-    assert_int_equal(stk_shard_writer_open(path, fields, 3, NULL, 0, &w), 0);
+    stk_shard_file *w;
+    assert_int_equal(stk_shard_file_open(path, fields, 3, NULL, 0, &w), 0);
     for (int i = 0; i < 7; i++) {
         uint8_t px[13] = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, (uint8_t)i};
         int64_t label = i;
-        stk_field_value v[3] = {{px, 13}, {&label, 8}, {&sources[i], 8}};
-        assert_int_equal(stk_shard_writer_add(w, v), 0);
+        stk_value_bytes v[3] = {{px, 13}, {&label, 8}, {&sources[i], 8}};
+        assert_int_equal(stk_shard_file_add(w, v), 0);
     }
-    assert_int_equal(stk_shard_writer_finish(w), 0);
+    assert_int_equal(stk_shard_file_finish(w), 0);
     damage_log log = {0};
     stk_verify_options vo = {.on_damage = log_damage, .ctx = &log};
     stk_verify_result res;

@@ -290,8 +290,8 @@ typedef enum stk_field_type {
     STK_FIELD_BYTES = 1,     /* opaque bytes */
     STK_FIELD_IMAGE = 2,     /* an encoded image file (JPEG, PNG) */
     STK_FIELD_RAW_IMAGE = 3, /* uint8 HWC pixels */
-    STK_FIELD_INT64 = 4,     /* fixed-shape int64 (labels) */
-    STK_FIELD_FLOAT32 = 5,   /* fixed-shape float32 */
+    STK_FIELD_INT64 = 4,     /* int64 array (labels; dims[0] == 0: rows vary) */
+    STK_FIELD_FLOAT32 = 5,   /* float32 array (dims[0] == 0: rows vary, e.g. boxes) */
     STK_FIELD_STRING = 6,    /* UTF-8 text */
 } stk_field_type;
 
@@ -299,7 +299,9 @@ typedef struct stk_field_info {
     const char *name;     /* lent: lives with the dataset */
     stk_field_type type;
     uint32_t ndim;        /* fixed shape, 0 = scalar (or varies, for images) */
-    uint32_t dims[4];
+    uint32_t dims[4];     /* int64/float32 with ndim >= 1 and dims[0] == 0: the
+                             leading dimension varies per record (k rows of
+                             dims[1..ndim) values: boxes are float32 {0, 4}) */
     int compressed;       /* raw images stored zstd-compressed */
     uint64_t reserved_[2]; /* zeroed by the library */
 } stk_field_info;
@@ -312,7 +314,9 @@ STK_API int stk_dataset_field_info(const stk_dataset *ds, uint32_t i, stk_field_
 /* The value of field `field` (a name; NULL means the image field) of sample
  * `index`, in a new buffer the caller frees with stk_free(): encoded bytes as
  * stored, raw images as HWC pixels (decompressed, with the shape in *shape if
- * not NULL), int64/float32 as little-endian arrays, strings without NUL.
+ * not NULL), int64/float32 as little-endian arrays (a varying field's value
+ * is a whole number of rows: STK_EDATA naming the shard, record and field
+ * otherwise), strings without NUL.
  * Checksums are verified as the dataset's policy says. Thread-safe. */
 STK_API int stk_dataset_read_field(const stk_dataset *ds, uint64_t index, const char *field,
                                    void **data, size_t *size, uint32_t shape[3]);
@@ -462,6 +466,111 @@ typedef struct stk_verify_result {
  * case reported through on_damage), or another code if the dataset cannot
  * be listed at all. */
 STK_API int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_result *result);
+
+/* ------------------------------------------------------------------------ */
+/* Writing shards with any fields                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A shard writer turns records the program makes — from a database, a
+ * Python generator, a simulator — into .stk shards DEST_DIR/shard-00000.stk,
+ * ... (docs/format.md) with the fields the program declares. Each record is
+ * checked against the schema as it is added (an error names the record
+ * number, counted from 0, and the field), written to a temporary file, and
+ * nothing appears under a shard name before stk_shard_writer_finish: the
+ * shards are renamed into place together, as one shard set (the same
+ * two-step commit as stk_pack), so a crash or an abort leaves no shard a
+ * reader would trust.
+ *
+ * Thread safety: a writer is used by one thread at a time (it may move
+ * between threads). Different writers, on different destinations, are
+ * independent.
+ */
+typedef struct stk_shard_writer stk_shard_writer;
+
+/*
+ * One field of the schema. Shapes (ndim, dims):
+ *   STK_FIELD_IMAGE, _BYTES, _STRING  ndim 0.
+ *   STK_FIELD_RAW_IMAGE   ndim 0: each record has its own height, width and
+ *                         channels (1 to 4); ndim 3: every record is dims[0]
+ *                         x dims[1] x dims[2] (H, W, C).
+ *   STK_FIELD_INT64, _FLOAT32  ndim 0: one value (a label); ndim 1 to 4
+ *                         with every dims[i] > 0: that fixed shape; with
+ *                         dims[0] == 0: the leading dimension varies per
+ *                         record, the others are fixed (boxes: float32,
+ *                         ndim 2, dims {0, 4}: k rows of 4 values).
+ */
+typedef struct stk_shard_field {
+    const char *name;      /* 1 to 31 bytes, unique; copied by create */
+    stk_field_type type;
+    uint32_t ndim;
+    uint32_t dims[4];
+    int zstd_level;        /* raw_image: 1..19 stores each image as one zstd frame;
+                              0 = uncompressed */
+    uint64_t reserved_[2]; /* must be zero (ABI: see the top of this file) */
+} stk_shard_field;
+
+/*
+ * One field's value in one record (stk_shard_writer_add takes one per field,
+ * in field order). `data` is read during the call only.
+ *   image         the encoded file's bytes (JPEG, PNG, WebP, BMP, TIFF or
+ *                 GIF: any format docs/codec.md decodes), size bytes.
+ *   raw_image     shape = {height, width, channels}, data = the dense HWC
+ *                 uint8 pixels, size = height x width x channels.
+ *   int64/float32 count values in host order (little-endian), size = count
+ *                 x 8 (or x 4); either may be 0 and follows from the other.
+ *                 A fixed field takes exactly product(dims) values (1 for a
+ *                 scalar), a varying one a whole number of rows (0 rows is
+ *                 a value: an image without boxes).
+ *   bytes         any size bytes; string: well-formed UTF-8.
+ */
+typedef struct stk_field_value {
+    const void *data;
+    size_t size;           /* bytes at data */
+    uint32_t shape[3];     /* raw_image: height, width, channels */
+    uint32_t count;        /* int64/float32: values at data */
+    uint64_t reserved_[1]; /* must be zero */
+} stk_field_value;
+
+typedef struct stk_shard_writer_options {
+    uint64_t records_per_shard; /* start a new shard after this many records (0: no limit) */
+    uint64_t shard_bytes;       /* start a new shard once one reaches this size (0: 1 GiB) */
+    /* The label map (metadata class_names, escaped as docs/format.md says):
+     * class_names[label] for label < num_classes; NULL for none. Copied. */
+    const char *const *class_names;
+    uint32_t num_classes;
+    /* More metadata: nmetadata (key, value) pairs of NUL-terminated strings,
+     * metadata[2i] = key, metadata[2i + 1] = value; copied. `source` and
+     * `created_by` (default "stk_shard_writer VERSION") may be set; the
+     * keys class_names, shard_set and shard are the writer's own. */
+    uint32_t nmetadata;
+    const char *const *metadata;
+    uint64_t reserved_[6]; /* must be zero (ABI: see the top of this file) */
+} stk_shard_writer_options;
+
+/* Start writing shards into `dest_dir` (created if needed; it must hold no
+ * *.stk file yet — temporaries of an interrupted pack or writer whose
+ * process is gone are removed). opts may be NULL. STK_EINVAL for a bad
+ * schema or option (naming the field), STK_EIO, STK_ENOMEM. */
+STK_API int stk_shard_writer_create(const char *dest_dir, const stk_shard_field *fields,
+                                    uint32_t nfields, const stk_shard_writer_options *opts,
+                                    stk_shard_writer **out);
+/* Add one record: values[i] is field i's value. A value that does not fit
+ * the schema is STK_EINVAL naming the record and field, and the record is
+ * not written (the writer stays usable). An I/O failure (STK_EIO,
+ * STK_ENOMEM) leaves the writer failed: every later call is STK_ESTATE;
+ * abort it. */
+STK_API int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values);
+/* Records added so far. */
+STK_API uint64_t stk_shard_writer_records(const stk_shard_writer *w);
+/* Write the last shard's index and footer, then put every shard in place
+ * under its name with the shard-set keys (docs/format.md). Always frees w;
+ * on failure (STK_EINVAL when no record was added, STK_ESTATE after a
+ * failed add, STK_EIO) nothing of it is left in dest_dir. result (records,
+ * shards, bytes) may be NULL. */
+STK_API int stk_shard_writer_finish(stk_shard_writer *w, stk_pack_result *result);
+/* Remove everything the writer wrote and free it. NULL is a no-op. */
+STK_API void stk_shard_writer_abort(stk_shard_writer *w);
 
 /* ------------------------------------------------------------------------ */
 /* Sampler: the epoch order                                                  */

@@ -22,6 +22,7 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
 from .loader import Dataset, Loader, build_spec, concat, from_numpy, open, pack
 from .mixup import Mixup
 from .fields import Ragged
+from .writer import ShardWriter
 from .doctor import doctor
 from . import transforms as _transforms
 from .transforms import *  # noqa: F401,F403 -- every transform class (one per op of the op table)
@@ -29,7 +30,8 @@ from .transforms import *  # noqa: F401,F403 -- every transform class (one per o
 __version__ = _stoker.version
 
 __all__ = [
-    "Loader", "Dataset", "Batch", "Mixup", "Ragged", "doctor", "open", "concat", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
+    "Loader", "Dataset", "Batch", "Mixup", "Ragged", "ShardWriter", "doctor", "open", "concat",
+    "from_numpy", "pack", "build_spec", "spec_check", "strerror",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",

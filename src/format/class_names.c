@@ -56,6 +56,18 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+bool stk_utf8_valid(const void *data, size_t n)
+{
+    const unsigned char *s = data;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(s + i, n - i);
+        if (!k)
+            return false;
+        i += k;
+    }
+    return true;
+}
+
 /* Encode one name into out (when not NULL); returns its encoded length. */
 static size_t encode_name(const unsigned char *s, char *out)
 {

@@ -6,6 +6,8 @@
 #ifndef STK_FORMAT_CLASS_NAMES_H
 #define STK_FORMAT_CLASS_NAMES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The value for names[0..n): a new malloc'd NUL-terminated UTF-8 string
@@ -16,5 +18,9 @@ char *stk_class_names_encode(char *const *names, uint32_t n);
  * NUL-terminated names (label i = names[i]). 0, or STK_ENOMEM / STK_ELIMIT
  * via stk_fail (nothing to free then). */
 int stk_class_names_decode(const char *value, char ***names, uint32_t *n);
+
+/* Is data[0, n) well-formed UTF-8 (Unicode table 3-7: no overlong forms,
+ * surrogates or code points past U+10FFFF)? */
+bool stk_utf8_valid(const void *data, size_t n);
 
 #endif

@@ -15,6 +15,11 @@
  * pages (?hugepages=auto|on|off), through the one query parser every reader
  * uses (reader_util.c).
  *
+ * Fields (field_count, field_info, read_field, field_view): the schema of
+ * the first shard; field_view lends each value in place (index columns,
+ * the mapping) or in the caller's scratch (pread, zstd raw images), so the
+ * loader's per-field reads allocate nothing in the steady state.
+ *
  * Thread safety: the dataset is read-only after open (the per-record
  * bitmaps aside, see stk_record.c); every vtable function may be called from
  * any number of threads at once.
@@ -117,6 +122,8 @@ static int shards_read_field(const stk_dataset *ds, uint64_t index, uint32_t fie
         uint32_t v = set->var_slot[field];
         src = bytes + foff[v];
         n = flen[v];
+        if ((rc = stk_shard_value_check(set, field, s, r, index, flen[v])) < 0)
+            goto done;
         if (f->type == STK_FIELD_RAW_IMAGE) {
             stk_image_view view;
             size_t after = (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
@@ -142,6 +149,61 @@ done:
         *data = NULL;
     }
     return lost ? lost : rc;
+}
+
+/*
+ * vtable.field_view: field `field` of sample `index`, lent (dataset.h).
+ * Fixed fields are their column in the index (mapped, or the index copy of
+ * pread mode). Variable fields come through stk_shard_field_get: in place
+ * in a mapping, or read into `scratch` (the field alone once the record has
+ * been checked, as the checksum policy allows); a zstd raw image is
+ * decompressed into `scratch` after them. Checksums as read_field (the
+ * dataset's policy). The caller calls read_check after using a view.
+ */
+static int shards_field_view(const stk_dataset *ds, uint64_t index, uint32_t field,
+                             stk_field_view *out, stk_scratch *scratch)
+{
+    const shardset *set = ds->impl;
+    if (field >= set->nfields)
+        return stk_fail(STK_EINVAL, "%s: no field %u (%u fields)", ds->uri, field, set->nfields);
+    uint64_t r;
+    const shard *s = stk_shard_locate(set, index, &r);
+    const stk_field_def *f = &set->fields[field];
+    memset(out, 0, sizeof *out);
+    if (set->storage[field] == STK_STORAGE_FIXED) {
+        out->data = s->columns[field] + r * set->fixed_size[field];
+        out->size = (size_t)set->fixed_size[field];
+        out->shape[0] = f->ndim ? f->dims[0] : 1;
+        return 0;
+    }
+    const uint8_t *p;
+    uint32_t len;
+    size_t end;
+    int rc = stk_shard_field_get(set, s, r, index, field, &p, &len, &end, scratch);
+    if (rc == 0 && f->type == STK_FIELD_RAW_IMAGE) {
+        stk_image_view view;
+        rc = stk_shard_raw_image(set, field, s, r, index, p, len, scratch,
+                                 end ? (size_t)stk_pad_to(end, 64) : 0, &view);
+        if (rc == 0) {
+            out->data = view.pixels;
+            out->size = (size_t)view.height * view.width * view.channels;
+            out->shape[0] = view.height;
+            out->shape[1] = view.width;
+            out->shape[2] = view.channels;
+        }
+    } else if (rc == 0) {
+        out->data = p;
+        out->size = len;
+        if (f->type == STK_FIELD_INT64 || f->type == STK_FIELD_FLOAT32)
+            out->shape[0] = (uint32_t)(len / stk_field_row_bytes(f));
+    }
+    if (rc < 0) {
+        memset(out, 0, sizeof *out);
+        /* A failure over pages a truncation took is the truncation. */
+        int lost = stk_shard_lost_check(set, s, r, index);
+        return lost ? lost : rc;
+    }
+    return 0;
 }
 
 static int shards_label(const stk_dataset *ds, uint64_t index, int64_t *label)
@@ -238,6 +300,7 @@ static const stk_dataset_vtable shards_vt = {
     .field_count = shards_field_count,
     .field_info = shards_field_info,
     .read_field = shards_read_field,
+    .field_view = shards_field_view,
     .label = shards_label,
     .metadata = shards_metadata,
     .shard_count = shards_shard_count,

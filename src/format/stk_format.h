@@ -15,7 +15,12 @@
 #define STK_SHARD_MAGIC "\x89STK\r\n\x1a\n"
 #define STK_FOOTER_MAGIC "STKFOOT\n"
 #define STK_SHARD_VERSION_MAJOR 1
-#define STK_SHARD_VERSION_MINOR 1 /* 1.1: shard-set keys (docs/format.md) */
+/* The newest minor version this code reads and writes. 1.1: shard-set keys;
+ * 1.2: int64/float32 fields whose leading dimension varies (storage
+ * variable, dims[0] == 0). The writer writes 1.1 (MINOR_BASE) unless the
+ * schema has such a field, so files that do not need 1.2 stay as before. */
+#define STK_SHARD_VERSION_MINOR 2
+#define STK_SHARD_VERSION_MINOR_BASE 1
 
 #define STK_HEADER_SIZE 64
 #define STK_FIELD_ENTRY_SIZE 64

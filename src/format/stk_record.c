@@ -8,7 +8,8 @@
  * Per read, every value taken from the file is checked before use: the
  * record offset lies in the data area and is aligned, the field lengths sum
  * (with overflow checks) to a record that ends before data_end, and raw
- * image payloads carry a shape whose size matches. Then the checksum policy
+ * image payloads carry a shape whose size matches, and a varying int64/float32
+ * value is whole rows (stk_shard_value_check). Then the checksum policy
  * applies (?verify=off|first|always; "first" keeps one bit per record).
  * Record damage is STK_EDATA — skippable by the loader's policy — and names
  * the shard file, its record and the global sample index.
@@ -133,9 +134,11 @@ int stk_shard_record_get(const shardset *set, const shard *s, uint64_t r, uint64
     return lost ? lost : rc;
 }
 
-static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r, uint64_t global,
-                      const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
-                      stk_scratch *scratch, bool force_verify)
+/* Record r's extent (offset, length) and its variable fields' places in
+ * it, checked against the data area and the record size limit. */
+static int record_extent(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                         uint64_t *off_out, uint64_t *len_out, uint64_t *field_off,
+                         uint32_t *field_len)
 {
     uint64_t off = stk_rd64(s->offsets + r * 8), len = 0;
     for (uint32_t v = 0; v < set->nvar; v++) {
@@ -151,6 +154,52 @@ static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r,
                         s->path, (unsigned long long)r, (unsigned long long)global,
                         (unsigned long long)off, (unsigned long long)len,
                         (unsigned long long)s->data_offset, (unsigned long long)s->data_end);
+    *off_out = off;
+    *len_out = len;
+    return 0;
+}
+
+/* Does this read of record r compare its checksum (policy, or forced)? */
+static bool checksum_due(const shardset *set, const shard *s, uint64_t r, bool force_verify)
+{
+    if (force_verify || set->verify == VERIFY_ALWAYS)
+        return true;
+    if (set->verify != VERIFY_FIRST)
+        return false;
+    return !(atomic_load_explicit(&s->verified[r / 64], memory_order_relaxed) &
+             (1ull << (r % 64)));
+}
+
+/* pread `len` bytes at `off` of s into scratch[at, at + len). */
+static int record_pread(const shard *s, uint64_t r, uint64_t global, uint64_t off, uint64_t len,
+                        stk_scratch *scratch)
+{
+    int rc = stk_scratch_reserve(scratch, len ? len : 1);
+    if (rc < 0)
+        return rc;
+    /* One indirect call to the source's pread (src/io/source.h). */
+    if ((rc = stk_source_pread(s->src, scratch->data, len, off)) < 0)
+        /* A short read: the file shrank since it was opened (its size
+         * was checked against the layout then). Said here, not by
+         * formatting stk_errmsg() into itself. */
+        return rc == STK_EFORMAT
+                   ? stk_fail(STK_EDATA,
+                              "%s: record %llu (sample %llu): the file ends before the "
+                              "record's %llu bytes at offset %llu (truncated while open?)",
+                              s->path, (unsigned long long)r, (unsigned long long)global,
+                              (unsigned long long)len, (unsigned long long)off)
+                   : rc;
+    return 0;
+}
+
+static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                      const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
+                      stk_scratch *scratch, bool force_verify)
+{
+    uint64_t off, len;
+    int rc = record_extent(set, s, r, global, &off, &len, field_off, field_len);
+    if (rc < 0)
+        return rc;
     if (s->map) {
         *bytes = s->map + off;
         /* The first read of a record spanning pages: one readahead request
@@ -161,28 +210,11 @@ static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r,
             !(atomic_fetch_or_explicit(&s->touched[r / 64], tbit, memory_order_relaxed) & tbit))
             stk_mapping_advise(s->map, first, off + len - first, STK_ADVISE_WILLNEED);
     } else {
-        int rc = stk_scratch_reserve(scratch, len ? len : 1);
-        if (rc < 0)
+        if ((rc = record_pread(s, r, global, off, len, scratch)) < 0)
             return rc;
-        /* One indirect call to the source's pread (src/io/source.h). */
-        if ((rc = stk_source_pread(s->src, scratch->data, len, off)) < 0)
-            /* A short read: the file shrank since it was opened (its size
-             * was checked against the layout then). Said here, not by
-             * formatting stk_errmsg() into itself. */
-            return rc == STK_EFORMAT
-                       ? stk_fail(STK_EDATA,
-                                  "%s: record %llu (sample %llu): the file ends before the "
-                                  "record's %llu bytes at offset %llu (truncated while open?)",
-                                  s->path, (unsigned long long)r, (unsigned long long)global,
-                                  (unsigned long long)len, (unsigned long long)off)
-                       : rc;
         *bytes = scratch->data;
     }
-    bool check = force_verify || set->verify == VERIFY_ALWAYS;
-    uint64_t bit = 1ull << (r % 64);
-    if (set->verify == VERIFY_FIRST && !check)
-        check = !(atomic_load_explicit(&s->verified[r / 64], memory_order_relaxed) & bit);
-    if (check) {
+    if (checksum_due(set, s, r, force_verify)) {
         uint64_t want = stk_rd64(s->checksums + r * 8), got = stk_checksum(*bytes, len);
         if (want != got)
             return stk_fail(STK_EDATA,
@@ -191,9 +223,56 @@ static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r,
                             s->path, (unsigned long long)r, (unsigned long long)global,
                             (unsigned long long)want, (unsigned long long)got);
         if (s->verified)
-            atomic_fetch_or_explicit(&s->verified[r / 64], bit, memory_order_relaxed);
+            atomic_fetch_or_explicit(&s->verified[r / 64], 1ull << (r % 64),
+                                     memory_order_relaxed);
     }
     return 0;
+}
+
+int stk_shard_value_check(const shardset *set, uint32_t field, const shard *s, uint64_t r,
+                          uint64_t global, uint32_t len)
+{
+    const stk_field_def *f = &set->fields[field];
+    if (!stk_field_varies(f))
+        return 0;
+    uint64_t row = stk_field_row_bytes(f);
+    if (len % row == 0)
+        return 0;
+    return stk_fail(STK_EDATA,
+                    "%s: record %llu (sample %llu): field '%s': %u bytes is not a whole number "
+                    "of %llu-byte rows (%s, %u dimensions)",
+                    s->path, (unsigned long long)r, (unsigned long long)global, f->name, len,
+                    (unsigned long long)row, f->type == STK_FIELD_INT64 ? "int64" : "float32",
+                    f->ndim);
+}
+
+int stk_shard_field_get(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                        uint32_t field, const uint8_t **p, uint32_t *len, size_t *end,
+                        stk_scratch *scratch)
+{
+    uint64_t foff[STK_MAX_FIELDS], off, rlen;
+    uint32_t flen[STK_MAX_FIELDS];
+    uint32_t v = set->var_slot[field];
+    int rc;
+    if (s->map || checksum_due(set, s, r, false)) {
+        /* The whole record: in place (mmap), or read whole to be checked. */
+        const uint8_t *bytes;
+        if ((rc = stk_shard_record_get(set, s, r, global, &bytes, foff, flen, scratch, false)) < 0)
+            return rc;
+        *p = bytes + foff[v];
+        *len = flen[v];
+        *end = s->map ? 0 : (size_t)(foff[set->nvar - 1] + flen[set->nvar - 1]);
+    } else {
+        /* pread of a record already checked (or never to be): only this
+         * field's bytes. */
+        if ((rc = record_extent(set, s, r, global, &off, &rlen, foff, flen)) < 0 ||
+            (rc = record_pread(s, r, global, off + foff[v], flen[v], scratch)) < 0)
+            return rc;
+        *p = scratch->data;
+        *len = flen[v];
+        *end = flen[v];
+    }
+    return stk_shard_value_check(set, field, s, r, global, *len);
 }
 
 /* Raw image payload -> view (decompressing into `out` if needed). */

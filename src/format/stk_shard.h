@@ -125,6 +125,20 @@ int stk_shard_lost_check(const shardset *set, const shard *s, uint64_t r, uint64
 int stk_shard_record_get(const shardset *set, const shard *s, uint64_t r, uint64_t global,
                          const uint8_t **bytes, uint64_t *field_off, uint32_t *field_len,
                          stk_scratch *scratch, bool force_verify);
+/* The bytes of variable field `field` of record r: *p and *len. Mapped
+ * shards: into the mapping (*end = 0). pread: into scratch, either the
+ * whole record (when the checksum policy asks for it to be checked) or the
+ * field alone; *end is where the bytes in scratch end (a zstd image is
+ * decompressed after them). Checked as stk_shard_record_get, and with
+ * stk_shard_value_check. */
+int stk_shard_field_get(const shardset *set, const shard *s, uint64_t r, uint64_t global,
+                        uint32_t field, const uint8_t **p, uint32_t *len, size_t *end,
+                        stk_scratch *scratch);
+/* 0, or STK_EDATA naming the shard, record and field when a value of `len`
+ * bytes cannot be field `field`'s (a varying int64/float32 field takes a
+ * whole number of rows). */
+int stk_shard_value_check(const shardset *set, uint32_t field, const shard *s, uint64_t r,
+                          uint64_t global, uint32_t len);
 /* A raw image payload as a view, decompressed into out[out_at, ...) if zstd. */
 int stk_shard_raw_image(const shardset *set, uint32_t field, const shard *s, uint64_t r,
                         uint64_t global, const uint8_t *p, uint32_t len, stk_scratch *out,

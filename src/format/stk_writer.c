@@ -14,7 +14,14 @@
  * only when the last shard is sealed) — the new header must fit in the
  * space before data_offset that the first one reserved, and the footer's
  * copy of the header checksum is updated with it — then fsyncs and renames.
- * finish is seal + commit with the header as it was.
+ * finish is seal + commit with the header as it was. The set-level half —
+ * the destination made ready (stale temporaries removed) and the commit of
+ * all sealed shards with their set keys — is at the end of this file,
+ * shared by stk_pack and the public stk_shard_writer (src/tools).
+ *
+ * Version: a file is written as format 1.1 unless its schema has an
+ * int64/float32 field whose leading dimension varies (1.2), so files that
+ * do not need 1.2 are byte for byte what earlier versions wrote.
  *
  * Memory: the index (offsets, lengths, checksums, fixed columns) is kept in
  * growable arrays until finish: ~28 bytes a record for one image + label.
@@ -32,12 +39,15 @@
 #include "core/util.h"
 #include "format/stk_format.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -50,11 +60,15 @@ int stk_field_layout(const stk_field_def *f, uint8_t *storage, uint32_t *elem_si
                      uint64_t *fixed_size, const char **why)
 {
     uint64_t count = 1;
+    bool array = f->type == STK_FIELD_INT64 || f->type == STK_FIELD_FLOAT32;
+    /* int64 / float32 with dims[0] == 0: the leading dimension varies per
+     * record (format 1.2, docs/format.md); every other dimension is fixed. */
+    bool varies = array && f->ndim >= 1 && f->dims[0] == 0;
     if (f->ndim > 4) {
         *why = "more than 4 dimensions";
         return STK_EINVAL;
     }
-    for (unsigned i = 0; i < f->ndim; i++)
+    for (unsigned i = varies ? 1 : 0; i < f->ndim; i++)
         if (!f->dims[i] || !stk_mul_ok(count, f->dims[i], &count)) {
             *why = "a zero or overflowing dimension";
             return STK_EINVAL;
@@ -78,14 +92,25 @@ int stk_field_layout(const stk_field_def *f, uint8_t *storage, uint32_t *elem_si
         return 0;
     case STK_FIELD_INT64:
     case STK_FIELD_FLOAT32:
-        *storage = STK_STORAGE_FIXED;
         *elem_size = f->type == STK_FIELD_INT64 ? 8 : 4;
-        if (!stk_mul_ok(count, *elem_size, fixed_size) || *fixed_size > UINT32_MAX) {
-            *why = "a fixed field larger than 4 GiB per record";
-            return STK_EINVAL;
-        }
         if (f->compression) {
             *why = "compression is only defined for raw_image (zstd)";
+            return STK_EINVAL;
+        }
+        if (varies) {
+            /* The bytes of each record's value are in the record; their
+             * length is a multiple of the row (product of dims[1..]). */
+            uint64_t row;
+            *storage = STK_STORAGE_VARIABLE;
+            if (!stk_mul_ok(count, *elem_size, &row) || row > UINT32_MAX) {
+                *why = "a row larger than 4 GiB";
+                return STK_EINVAL;
+            }
+            return 0;
+        }
+        *storage = STK_STORAGE_FIXED;
+        if (!stk_mul_ok(count, *elem_size, fixed_size) || *fixed_size > UINT32_MAX) {
+            *why = "a fixed field larger than 4 GiB per record";
             return STK_EINVAL;
         }
         return 0;
@@ -95,13 +120,29 @@ int stk_field_layout(const stk_field_def *f, uint8_t *storage, uint32_t *elem_si
     }
 }
 
-struct stk_shard_writer {
+bool stk_field_varies(const stk_field_def *f)
+{
+    return (f->type == STK_FIELD_INT64 || f->type == STK_FIELD_FLOAT32) && f->ndim >= 1 &&
+           f->dims[0] == 0;
+}
+
+uint64_t stk_field_row_bytes(const stk_field_def *f)
+{
+    uint64_t row = f->type == STK_FIELD_INT64 ? 8 : f->type == STK_FIELD_FLOAT32 ? 4 : 1;
+    for (unsigned d = 1; d < f->ndim && d < 4; d++)
+        row *= f->dims[d];
+    return row;
+}
+
+struct stk_shard_file {
     char *path, *tmp_path;     /* owned */
     int fd;
     stk_field_def fields[STK_MAX_FIELDS];
     uint8_t storage[STK_MAX_FIELDS];
     uint64_t fixed_size[STK_MAX_FIELDS];
     uint32_t nfields, nvar;
+    uint64_t row_bytes[STK_MAX_FIELDS]; /* varying int64/float32 fields: bytes per row */
+    uint16_t minor;            /* format minor version written: 1, or 2 with a varying field */
     uint8_t *header;           /* owned, header_size bytes */
     uint32_t header_size;
     uint64_t data_offset, pos; /* pos: file offset of the next byte */
@@ -119,7 +160,7 @@ struct stk_shard_writer {
     uint8_t footer[STK_FOOTER_SIZE];
 };
 
-static int write_all(stk_shard_writer *w, const void *data, size_t size)
+static int write_all(stk_shard_file *w, const void *data, size_t size)
 {
     const uint8_t *p = data;
     while (size) {
@@ -135,7 +176,7 @@ static int write_all(stk_shard_writer *w, const void *data, size_t size)
     return 0;
 }
 
-static int flush_buffer(stk_shard_writer *w)
+static int flush_buffer(stk_shard_file *w)
 {
     int rc = write_all(w, w->buf, w->buf_len);
     w->buf_len = 0;
@@ -144,7 +185,7 @@ static int flush_buffer(stk_shard_writer *w)
 
 /* Append to the stream; the buffer goes out each time it is full, so all
  * writes but the last are WRITE_BUFFER bytes at multiples of WRITE_BUFFER. */
-static int emit(stk_shard_writer *w, const void *data, size_t size)
+static int emit(stk_shard_file *w, const void *data, size_t size)
 {
     const uint8_t *p = data;
     w->pos += size;
@@ -163,7 +204,7 @@ static int emit(stk_shard_writer *w, const void *data, size_t size)
     return 0;
 }
 
-static int emit_zeros(stk_shard_writer *w, size_t size)
+static int emit_zeros(stk_shard_file *w, size_t size)
 {
     static const uint8_t zeros[STK_PAGE];
     while (size) {
@@ -177,7 +218,7 @@ static int emit_zeros(stk_shard_writer *w, size_t size)
 }
 
 /* The record buffers and index columns (not needed after seal). */
-static void free_buffers(stk_shard_writer *w)
+static void free_buffers(stk_shard_file *w)
 {
     free(w->buf);
     free(w->offsets);
@@ -192,7 +233,7 @@ static void free_buffers(stk_shard_writer *w)
     }
 }
 
-static void writer_free(stk_shard_writer *w)
+static void writer_free(stk_shard_file *w)
 {
     if (!w)
         return;
@@ -208,7 +249,7 @@ static void writer_free(stk_shard_writer *w)
 
 /* Build w->header from the schema and `meta`. data_offset 0: place the data
  * area after it; otherwise keep that data_offset (the header must fit). */
-static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta,
+static int build_header(stk_shard_file *w, const stk_kv *meta, uint32_t nmeta,
                         uint64_t data_offset)
 {
     uint64_t size = STK_HEADER_SIZE + (uint64_t)w->nfields * STK_FIELD_ENTRY_SIZE;
@@ -228,7 +269,7 @@ static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta,
     uint8_t *h = w->header;
     memcpy(h + HDR_MAGIC, STK_SHARD_MAGIC, 8);
     stk_wr16(h + HDR_VMAJOR, STK_SHARD_VERSION_MAJOR);
-    stk_wr16(h + HDR_VMINOR, STK_SHARD_VERSION_MINOR);
+    stk_wr16(h + HDR_VMINOR, w->minor);
     stk_wr32(h + HDR_SIZE, w->header_size);
     w->data_offset = data_offset ? data_offset : stk_pad_to(size, STK_PAGE);
     stk_wr64(h + HDR_DATA_OFFSET, w->data_offset);
@@ -266,8 +307,8 @@ static int build_header(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta,
     return 0;
 }
 
-int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_t nfields,
-                          const stk_kv *meta, uint32_t nmeta, stk_shard_writer **out)
+int stk_shard_file_open(const char *path, const stk_field_def *fields, uint32_t nfields,
+                          const stk_kv *meta, uint32_t nmeta, stk_shard_file **out)
 {
     int rc;
     *out = NULL;
@@ -276,11 +317,17 @@ int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_
                         nfields);
     if (nmeta > STK_MAX_METADATA)
         return stk_fail(STK_EINVAL, "%s: too many metadata entries (%u)", path, nmeta);
-    stk_shard_writer *w = calloc(1, sizeof *w);
+    stk_shard_file *w = calloc(1, sizeof *w);
     if (!w)
         return stk_fail(STK_ENOMEM, "out of memory");
     w->fd = -1;
     w->nfields = nfields;
+    /* 1.1 unless a field needs 1.2 (varying int64/float32): files without
+     * one stay byte for byte what earlier versions wrote. */
+    w->minor = STK_SHARD_VERSION_MINOR_BASE;
+    for (uint32_t i = 0; i < nfields; i++)
+        if (stk_field_varies(&fields[i]))
+            w->minor = STK_SHARD_VERSION_MINOR;
     for (uint32_t i = 0; i < nfields; i++) {
         const stk_field_def *f = &fields[i];
         size_t len = strnlen(f->name, sizeof f->name);
@@ -302,6 +349,8 @@ int stk_shard_writer_open(const char *path, const stk_field_def *fields, uint32_
         w->fields[i] = *f;
         if (w->storage[i] == STK_STORAGE_VARIABLE)
             w->nvar++;
+        if (stk_field_varies(f))
+            w->row_bytes[i] = stk_field_row_bytes(f);
     }
     w->path = stk_strdup(path);
     w->tmp_path = malloc(strlen(path) + 64);
@@ -334,7 +383,7 @@ fail:
     return rc;
 }
 
-static int grow(stk_shard_writer *w)
+static int grow(stk_shard_file *w)
 {
     uint64_t cap = w->cap ? w->cap * 2 : 1024;
     uint64_t *o = realloc(w->offsets, cap * sizeof *o);
@@ -360,7 +409,7 @@ static int grow(stk_shard_writer *w)
     return 0;
 }
 
-int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values)
+int stk_shard_file_add(stk_shard_file *w, const stk_value_bytes *values)
 {
     int rc;
     if (w->sealed)
@@ -374,6 +423,10 @@ int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values)
         if (w->storage[i] == STK_STORAGE_VARIABLE && values[i].size > UINT32_MAX)
             return stk_fail(STK_ELIMIT, "%s: field '%s' of %zu bytes is over 4 GiB", w->path,
                             w->fields[i].name, values[i].size);
+        if (w->row_bytes[i] && values[i].size % w->row_bytes[i])
+            return stk_fail(STK_EINVAL, "%s: field '%s' takes whole rows of %llu bytes, got %zu",
+                            w->path, w->fields[i].name, (unsigned long long)w->row_bytes[i],
+                            values[i].size);
     }
     if (w->n == w->cap && (rc = grow(w)) < 0)
         return rc;
@@ -399,11 +452,11 @@ int stk_shard_writer_add(stk_shard_writer *w, const stk_field_value *values)
     return 0;
 }
 
-uint64_t stk_shard_writer_bytes(const stk_shard_writer *w) { return w->pos; }
-uint64_t stk_shard_writer_records(const stk_shard_writer *w) { return w->n; }
+uint64_t stk_shard_file_bytes(const stk_shard_file *w) { return w->pos; }
+uint64_t stk_shard_file_records(const stk_shard_file *w) { return w->n; }
 
 /* Emit one index array padded to 8 bytes, feeding the index checksum. */
-static int emit_index_part(stk_shard_writer *w, const void *data, uint64_t size)
+static int emit_index_part(stk_shard_file *w, const void *data, uint64_t size)
 {
     static const uint8_t zeros[8];
     int rc;
@@ -438,7 +491,7 @@ static int pwrite_all(int fd, const void *data, size_t size, uint64_t at, const 
     return 0;
 }
 
-int stk_shard_writer_seal(stk_shard_writer *w)
+int stk_shard_file_seal(stk_shard_file *w)
 {
     int rc;
     if (w->sealed)
@@ -469,7 +522,7 @@ int stk_shard_writer_seal(stk_shard_writer *w)
     stk_wr64(f + FTR_DATA_END, data_end);
     stk_wr64(f + FTR_INDEX_CHECKSUM, XXH3_64bits_digest(w->hash));
     stk_wr64(f + FTR_HEADER_CHECKSUM, stk_rd64(w->header + HDR_CHECKSUM));
-    stk_wr32(f + FTR_VERSION, STK_SHARD_VERSION_MAJOR << 16 | STK_SHARD_VERSION_MINOR);
+    stk_wr32(f + FTR_VERSION, STK_SHARD_VERSION_MAJOR << 16 | w->minor);
     stk_wr32(f + FTR_CHECKSUM, (uint32_t)stk_checksum(f, FTR_CHECKSUM));
     memcpy(f + FTR_MAGIC, STK_FOOTER_MAGIC, 8);
     if ((rc = emit(w, f, STK_FOOTER_SIZE)) < 0 || (rc = flush_buffer(w)) < 0)
@@ -483,16 +536,16 @@ int stk_shard_writer_seal(stk_shard_writer *w)
     return 0;
 }
 
-const uint8_t *stk_shard_writer_footer(const stk_shard_writer *w)
+const uint8_t *stk_shard_file_footer(const stk_shard_file *w)
 {
     return w->sealed ? w->footer : NULL;
 }
 
-int stk_shard_writer_commit(stk_shard_writer *w, const stk_kv *meta, uint32_t nmeta)
+int stk_shard_file_commit(stk_shard_file *w, const stk_kv *meta, uint32_t nmeta)
 {
     int rc;
     uint8_t *region = NULL;
-    if ((rc = stk_shard_writer_seal(w)) < 0)
+    if ((rc = stk_shard_file_seal(w)) < 0)
         goto fail;
     w->fd = open(w->tmp_path, O_WRONLY | O_CLOEXEC);
     if (w->fd < 0) {
@@ -540,13 +593,127 @@ fail:
     return rc;
 }
 
-int stk_shard_writer_finish(stk_shard_writer *w) { return stk_shard_writer_commit(w, NULL, 0); }
+int stk_shard_file_finish(stk_shard_file *w) { return stk_shard_file_commit(w, NULL, 0); }
 
-void stk_shard_writer_abort(stk_shard_writer *w)
+void stk_shard_file_abort(stk_shard_file *w)
 {
     if (!w)
         return;
     if (w->tmp_path)
         unlink(w->tmp_path);
     writer_free(w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shard sets: the destination, and the commit of all shards at the end       */
+/* ------------------------------------------------------------------------ */
+
+/* mkdir -p */
+static int make_dirs(const char *dest)
+{
+    char path[4096];
+    size_t n = strlen(dest);
+    if (n >= sizeof path)
+        return stk_fail(STK_EINVAL, "%s: destination path too long", dest);
+    memcpy(path, dest, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char keep = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot create: %s", path,
+                            strerror(errno));
+        path[i] = keep;
+    }
+    return 0;
+}
+
+int stk_shard_dest_ready(const char *dest)
+{
+    int mrc = make_dirs(dest);
+    if (mrc < 0)
+        return mrc;
+    DIR *d = opendir(dest);
+    if (!d)
+        return stk_fail(STK_EIO, "%s: cannot open the destination directory: %s", dest,
+                        strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    /* NULL with errno set is a read error, not the end of the directory. */
+    for (errno = 0; (e = readdir(d)); errno = 0) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && !strcmp(e->d_name + n - 4, ".stk")) {
+            rc = stk_fail(STK_EINVAL, "%s: already holds shards (%s); remove them or choose "
+                                      "another destination", dest, e->d_name);
+            break;
+        }
+        /* A temporary NAME.stk.tmp-<pid>-<random> of a pack that was killed
+         * (its process is gone) is removed; one of a live process means
+         * another pack is writing here. */
+        const char *t = strstr(e->d_name, ".stk.tmp-");
+        if (!t)
+            continue;
+        long pid = strtol(t + 9, NULL, 10);
+        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+            rc = stk_fail(STK_EINVAL, "%s: %s is being written by another process (pid %ld); "
+                                      "wait for it or choose another destination",
+                          dest, e->d_name, pid);
+            break;
+        }
+        char tmp[4096];
+        if (snprintf(tmp, sizeof tmp, "%s/%s", dest, e->d_name) < (int)sizeof tmp &&
+            unlink(tmp) != 0 && errno != ENOENT) {
+            rc = stk_fail(STK_EIO, "%s: cannot remove the stale temporary file: %s", tmp,
+                          strerror(errno));
+            break;
+        }
+    }
+    if (!e && errno != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot list the destination directory: %s", dest,
+                      strerror(errno));
+    closedir(d);
+    return rc;
+}
+
+/*
+ * The shard-set keys (docs/format.md, "Shard sets"). Every shard of a pack
+ * carries `shard_set`, the set's identity — 32 hex digits of XXH3-128 over
+ * the footers of all its shards, in order (so a set's identity follows
+ * from its content, and the same input packs to the same bytes whatever
+ * `jobs` is) — and `shard` = "i/n", its place among the n shards, from 0.
+ * Both are known only once the last shard is sealed: every shard is
+ * written under its temporary name with placeholders of the longest
+ * values, and is renamed into place only here, after its header has been
+ * rewritten with the final values. A pack killed at any point therefore
+ * leaves temporaries only, or a set whose shards say how many there must
+ * be: a reader can always tell it is incomplete.
+ */
+
+/* Commit the n sealed shards with their final set keys (the last two
+ * entries of meta). staged[i] is set to NULL as it is committed. */
+int stk_shard_set_commit(stk_shard_file **staged, uint32_t n, stk_kv *meta, uint32_t nmeta)
+{
+    XXH3_state_t *h = XXH3_createState();
+    if (!h)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    XXH3_128bits_reset(h);
+    for (uint32_t i = 0; i < n; i++)
+        XXH3_128bits_update(h, stk_shard_file_footer(staged[i]), STK_FOOTER_SIZE);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    char id[STK_SET_ID_HEX + 1], place[sizeof STK_SHARD_PLACEHOLDER];
+    snprintf(id, sizeof id, "%016llx%016llx", (unsigned long long)d.high64,
+             (unsigned long long)d.low64);
+    meta[nmeta - 2] = (stk_kv){"shard_set", id, STK_SET_ID_HEX};
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(place, sizeof place, "%u/%u", i, n);
+        meta[nmeta - 1] = (stk_kv){"shard", place, strlen(place)};
+        stk_shard_file *w = staged[i];
+        staged[i] = NULL;
+        int rc = stk_shard_file_commit(w, meta, nmeta);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }

@@ -25,6 +25,10 @@
  * TFRecord's records, shards packed with names...), that name (field
  * source_name, escaped as one line of a label map: docs/format.md), so that
  * ds.path(i) on the shards names the input as it did on the source.
+ * Every other field of the source (a multi-field .stk set's boxes, masks,
+ * ids; a reader's) is carried after these, read by the workers through
+ * stk_dataset_field_view into the item (carried_fields, prepare_extra);
+ * a source of only image and label packs to the same bytes as before.
  *
  * Bad inputs: a sample whose read or decode fails with STK_EDATA is left
  * out and reported through on_skip (with strict, it fails the pack) — never
@@ -44,20 +48,14 @@
 #include "format/stk_format.h"
 #include "format/stk_writer.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #define BLOCK_PER_JOB 64
 #define DEFAULT_SHARD_BYTES (1ull << 30)
@@ -69,6 +67,8 @@ typedef struct item {
     int64_t source;        /* the source index this item was read from */
     bool restarted;        /* payload is a restart-marker rewrite of the source */
     char *name;            /* owned: the escaped source name (packer.named), or NULL */
+    stk_scratch *extra;    /* owned: packer.nextra values of the carried fields */
+    size_t *extra_size;    /* owned: their sizes */
     int rc;                /* 0 ok, < 0 failed */
     char *reason;          /* owned when rc < 0 */
 } item;
@@ -80,6 +80,12 @@ typedef struct packer {
     bool encoded_src;      /* the source yields encoded images */
     bool named;            /* the source names its samples: write source_name */
     int zstd_level;
+    /* The source's fields beyond image, label and the names pack writes
+     * itself (source_index, source_name), carried into every record after
+     * those: extra_src[k] is the source's field index of extra[k]. */
+    uint32_t nextra;
+    uint32_t extra_src[STK_MAX_FIELDS];
+    stk_field_def extra[STK_MAX_FIELDS];
     item *items;           /* block_cap, owned */
     uint32_t block_cap;
 
@@ -106,6 +112,7 @@ typedef struct pack_worker {
     stk_scratch dense, resized;       /* owned by the thread: reencode mode */
     stk_scratch rewritten, recheck;   /* owned by the thread: restart rewriting */
     ZSTD_CCtx *zstd;
+    stk_scratch view;                 /* owned by the thread: a carried field's view */
 } pack_worker;
 
 static void set_reason(item *it, int rc)
@@ -115,15 +122,17 @@ static void set_reason(item *it, int rc)
     it->reason = stk_strdup(stk_errmsg());
 }
 
-/* Prefix + pixels (HWC), or prefix + zstd frame, into it->payload. */
-static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *v)
+/* Prefix + pixels (HWC), or prefix + zstd frame, into payload (*size its
+ * bytes): the image field's (store_raw) or a carried raw_image field's. */
+static int store_raw_into(packer *p, pack_worker *w, stk_scratch *payload, size_t *size,
+                          const stk_image_view *v)
 {
     uint64_t n = (uint64_t)v->height * v->width * v->channels;
     size_t bound = p->zstd_level ? ZSTD_compressBound((size_t)n) : (size_t)n;
-    int rc = stk_scratch_reserve(&it->payload, STK_RAW_PREFIX + bound);
+    int rc = stk_scratch_reserve(payload, STK_RAW_PREFIX + bound);
     if (rc < 0)
         return rc;
-    uint8_t *out = it->payload.data;
+    uint8_t *out = payload->data;
     stk_wr32(out, v->height);
     stk_wr32(out + 4, v->width);
     stk_wr32(out + 8, v->channels);
@@ -135,14 +144,20 @@ static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *
     }
     stk_image_copy_hwc(v, px);
     if (!p->zstd_level) {
-        it->size = STK_RAW_PREFIX + (size_t)n;
+        *size = STK_RAW_PREFIX + (size_t)n;
         return 0;
     }
     size_t z = ZSTD_compressCCtx(w->zstd, out + STK_RAW_PREFIX, bound, px, (size_t)n, p->zstd_level);
     if (ZSTD_isError(z))
         return stk_fail(STK_EIO, "zstd: %s", ZSTD_getErrorName(z));
-    it->size = STK_RAW_PREFIX + z;
+    *size = STK_RAW_PREFIX + z;
     return 0;
+}
+
+/* Prefix + pixels (HWC), or prefix + zstd frame, into it->payload. */
+static int store_raw(packer *p, pack_worker *w, item *it, const stk_image_view *v)
+{
+    return store_raw_into(p, w, &it->payload, &it->size, v);
 }
 
 /* Reencode mode: shrink the decoded image `v` so its longest side is at most
@@ -317,9 +332,40 @@ static int64_t claim(packer *p, uint64_t generation, uint32_t count)
 
 /* prepare_item, then: were the source's bytes still there while they were
  * used (a mapped source shard truncated meanwhile reads zeros)? */
+/* The carried fields of sample `index` into it->extra: each value as its
+ * field view gives it (raw images with the format's shape prefix, zstd
+ * compressed with the image at zstd_level). */
+static int prepare_extra(packer *p, pack_worker *w, uint64_t index, item *it)
+{
+    for (uint32_t k = 0; k < p->nextra; k++) {
+        stk_field_view v;
+        int rc = stk_dataset_field_view(p->ds, index, p->extra_src[k], &v, &w->view);
+        if (rc < 0)
+            return rc;
+        stk_scratch *out = &it->extra[k];
+        if (p->extra[k].type == STK_FIELD_RAW_IMAGE) {
+            /* The view is dense HWC (dataset.h). */
+            stk_image_view img = {v.data, v.shape[0], v.shape[1], v.shape[2],
+                                  (ptrdiff_t)v.shape[1] * v.shape[2], (ptrdiff_t)v.shape[2], 1};
+            if ((rc = store_raw_into(p, w, out, &it->extra_size[k], &img)) < 0)
+                return rc;
+            continue;
+        }
+        if ((rc = stk_scratch_reserve(out, v.size ? v.size : 1)) < 0)
+            return rc;
+        if (v.size)
+            memcpy(out->data, v.data, v.size);
+        it->extra_size[k] = v.size;
+    }
+    return 0;
+}
+
 static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     prepare_item(p, w, index, it);
+    int rc0;
+    if (it->rc == 0 && p->nextra && (rc0 = prepare_extra(p, w, index, it)) < 0)
+        set_reason(it, rc0);
     int lost = stk_dataset_check(p->ds, index);
     if (lost < 0)
         set_reason(it, lost);
@@ -371,115 +417,73 @@ static void *pack_worker_main(void *arg)
     return NULL;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dest)
-{
-    char path[4096];
-    size_t n = strlen(dest);
-    if (n >= sizeof path)
-        return stk_fail(STK_EINVAL, "%s: destination path too long", dest);
-    memcpy(path, dest, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char keep = path[i];
-        path[i] = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return stk_fail(errno == ENOENT ? STK_ENOENT : STK_EIO, "%s: cannot create: %s", path,
-                            strerror(errno));
-        path[i] = keep;
-    }
-    return 0;
-}
-
-static int dest_ready(const char *dest)
-{
-    int mrc = make_dirs(dest);
-    if (mrc < 0)
-        return mrc;
-    DIR *d = opendir(dest);
-    if (!d)
-        return stk_fail(STK_EIO, "%s: cannot open the destination directory: %s", dest,
-                        strerror(errno));
-    struct dirent *e;
-    int rc = 0;
-    /* NULL with errno set is a read error, not the end of the directory. */
-    for (errno = 0; (e = readdir(d)); errno = 0) {
-        size_t n = strlen(e->d_name);
-        if (n > 4 && !strcmp(e->d_name + n - 4, ".stk")) {
-            rc = stk_fail(STK_EINVAL, "%s: already holds shards (%s); remove them or choose "
-                                      "another destination", dest, e->d_name);
-            break;
-        }
-        /* A temporary NAME.stk.tmp-<pid>-<random> of a pack that was killed
-         * (its process is gone) is removed; one of a live process means
-         * another pack is writing here. */
-        const char *t = strstr(e->d_name, ".stk.tmp-");
-        if (!t)
-            continue;
-        long pid = strtol(t + 9, NULL, 10);
-        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
-            rc = stk_fail(STK_EINVAL, "%s: %s is being written by another process (pid %ld); "
-                                      "wait for it or choose another destination",
-                          dest, e->d_name, pid);
-            break;
-        }
-        char tmp[4096];
-        if (snprintf(tmp, sizeof tmp, "%s/%s", dest, e->d_name) < (int)sizeof tmp &&
-            unlink(tmp) != 0 && errno != ENOENT) {
-            rc = stk_fail(STK_EIO, "%s: cannot remove the stale temporary file: %s", tmp,
-                          strerror(errno));
-            break;
-        }
-    }
-    if (!e && errno != 0)
-        rc = stk_fail(STK_EIO, "%s: cannot list the destination directory: %s", dest,
-                      strerror(errno));
-    closedir(d);
-    return rc;
-}
-
 /*
- * The shard-set keys (docs/format.md, "Shard sets"). Every shard of a pack
- * carries `shard_set`, the set's identity — 32 hex digits of XXH3-128 over
- * the footers of all its shards, in order (so a set's identity follows
- * from its content, and the same input packs to the same bytes whatever
- * `jobs` is) — and `shard` = "i/n", its place among the n shards, from 0.
- * Both are known only once the last shard is sealed: every shard is
- * written under its temporary name with placeholders of the longest
- * values, and is renamed into place only here, after its header has been
- * rewritten with the final values. A pack killed at any point therefore
- * leaves temporaries only, or a set whose shards say how many there must
- * be: a reader can always tell it is incomplete.
+ * The source's fields that pack carries as they are (into p->extra): every
+ * field but the image (the first image or raw_image field, which pack
+ * stores per its mode), "label", and the names pack writes itself
+ * (source_index, source_name; and "image"). A .stk multi-field set, or a
+ * reader with boxes, masks and ids (COCO), packs whole in one command.
+ * Carried raw images are compressed like the image (zstd_level); a reencode
+ * that shrinks the image would leave a carried image or mask at the old
+ * size, so it is refused.
  */
-#define SET_ID_HEX 32
-#define SET_ID_PLACEHOLDER "00000000000000000000000000000000"
-#define SHARD_PLACEHOLDER "4294967295/4294967295"
-
-/* Commit the n sealed shards with their final set keys (the last two
- * entries of meta). staged[i] is set to NULL as it is committed. */
-static int commit_set(stk_shard_writer **staged, uint32_t n, stk_kv *meta, uint32_t nmeta)
+static int carried_fields(packer *p, const stk_field_def *own)
 {
-    XXH3_state_t *h = XXH3_createState();
-    if (!h)
-        return stk_fail(STK_ENOMEM, "out of memory");
-    XXH3_128bits_reset(h);
-    for (uint32_t i = 0; i < n; i++)
-        XXH3_128bits_update(h, stk_shard_writer_footer(staged[i]), STK_FOOTER_SIZE);
-    XXH128_hash_t d = XXH3_128bits_digest(h);
-    XXH3_freeState(h);
-    char id[SET_ID_HEX + 1], place[sizeof SHARD_PLACEHOLDER];
-    snprintf(id, sizeof id, "%016llx%016llx", (unsigned long long)d.high64,
-             (unsigned long long)d.low64);
-    meta[nmeta - 2] = (stk_kv){"shard_set", id, SET_ID_HEX};
+    uint32_t n = stk_dataset_field_count(p->ds);
+    int image = -1;
+    stk_field_info info;
     for (uint32_t i = 0; i < n; i++) {
-        snprintf(place, sizeof place, "%u/%u", i, n);
-        meta[nmeta - 1] = (stk_kv){"shard", place, strlen(place)};
-        stk_shard_writer *w = staged[i];
-        staged[i] = NULL;
-        int rc = stk_shard_writer_commit(w, meta, nmeta);
+        int rc = stk_dataset_field_info(p->ds, i, &info);
         if (rc < 0)
             return rc;
+        if (image < 0 && (info.type == STK_FIELD_IMAGE || info.type == STK_FIELD_RAW_IMAGE)) {
+            image = (int)i;
+            continue;
+        }
+        bool taken = false;
+        for (uint32_t j = 0; j < 4; j++)
+            taken |= !strcmp(info.name, own[j].name);
+        if (taken)
+            continue;
+        if (p->nextra + 4 >= STK_MAX_FIELDS)
+            return stk_fail(STK_EUNSUPPORTED, "%s: more than %d fields to pack", p->ds->uri,
+                            STK_MAX_FIELDS - 4);
+        stk_field_def *f = &p->extra[p->nextra];
+        memset(f, 0, sizeof *f);
+        size_t len = strlen(info.name);
+        if (len == 0 || len >= sizeof f->name)
+            return stk_fail(STK_EUNSUPPORTED, "%s: field name '%s' is longer than 31 bytes",
+                            p->ds->uri, info.name);
+        memcpy(f->name, info.name, len);
+        f->type = (uint8_t)info.type;
+        /* Arrays keep their shape (a varying one its dims[0] = 0), raw
+         * images theirs when fixed (H, W, C); the rest have none. */
+        bool array = info.type == STK_FIELD_INT64 || info.type == STK_FIELD_FLOAT32;
+        bool shaped = array || (info.type == STK_FIELD_RAW_IMAGE && info.ndim == 3);
+        if (shaped && info.ndim > 4)
+            return stk_fail(STK_EUNSUPPORTED, "%s: field '%s' has %u dimensions (at most 4)",
+                            p->ds->uri, info.name, info.ndim);
+        if (shaped) {
+            f->ndim = (uint8_t)info.ndim;
+            memcpy(f->dims, info.dims, sizeof f->dims);
+        }
+        if (info.type == STK_FIELD_RAW_IMAGE)
+            f->compression = p->zstd_level ? 1 : 0;
+        uint8_t storage;
+        uint32_t elem;
+        uint64_t fixed;
+        const char *why = "";
+        if (stk_field_layout(f, &storage, &elem, &fixed, &why) < 0)
+            return stk_fail(STK_EUNSUPPORTED, "%s: field '%s' cannot be packed: %s", p->ds->uri,
+                            info.name, why);
+        if ((info.type == STK_FIELD_IMAGE || info.type == STK_FIELD_RAW_IMAGE) &&
+            p->opt->mode == STK_PACK_REENCODE && p->opt->max_side)
+            return stk_fail(STK_EUNSUPPORTED, "%s: --reencode with max_side %u would shrink the "
+                                              "image but not field '%s' (%s); pack without "
+                                              "max_side, or --raw",
+                            p->ds->uri, p->opt->max_side, info.name,
+                            info.type == STK_FIELD_IMAGE ? "image" : "raw_image");
+        p->extra_src[p->nextra++] = i;
     }
     return 0;
 }
@@ -516,18 +520,18 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
 
     packer p = {.opt = o, .zstd_level = o->zstd_level};
     pack_worker *workers = NULL;
-    stk_shard_writer *w = NULL;
+    stk_shard_file *w = NULL;
     char *names = NULL, **written = NULL; /* paths of shards this call made */
     uint32_t nthreads = 0, nwritten = 0;
-    /* Sealed shards waiting for their final header (commit_set). Owned;
+    /* Sealed shards waiting for their final header (stk_shard_set_commit). Owned;
      * nwritten - 1 of them while a shard is open (w), nwritten otherwise. */
-    stk_shard_writer **staged = NULL;
+    stk_shard_file **staged = NULL;
     bool sync_made = false;
 
     if ((rc = stk_dataset_open(src, NULL, &p.ds)) < 0)
         return rc;
     stk_dataset_access_hint(p.ds, STK_ACCESS_SEQUENTIAL); /* blocks are read in order */
-    if ((rc = dest_ready(dest)) < 0)
+    if ((rc = stk_shard_dest_ready(dest)) < 0)
         goto done;
     /* Inputs the open left out (an image folder's unreadable directories,
      * symlink loops) are skipped inputs too: listed, or fatal when strict. */
@@ -548,7 +552,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
      * be traced to its input and `stoker verify` can check that record i
      * comes after record i - 1 in the source (no sample twice, none out of
      * order). */
-    stk_field_def fields[4] = {{.name = "image"},
+    stk_field_def fields[STK_MAX_FIELDS] = {{.name = "image"},
                                {.name = "label", .type = STK_FIELD_INT64},
                                {.name = "source_index", .type = STK_FIELD_INT64},
                                {.name = STK_SOURCE_NAME_FIELD, .type = STK_FIELD_STRING}};
@@ -564,6 +568,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         fields[0].dims[1] = p.ds->width;
         fields[0].dims[2] = p.ds->channels;
     }
+    if ((rc = carried_fields(&p, fields)) < 0)
+        goto done;
+    /* fields[0, nfields) as before, then the carried ones: a source with
+     * only image and label packs to the same bytes as it always did. */
+    memcpy(fields + nfields, p.extra, p.nextra * sizeof *fields);
+    nfields += p.nextra;
     /* The label map, escaped so that any name survives (class_names.c). */
     if (p.ds->class_names && p.ds->num_classes &&
         !(names = stk_class_names_encode(p.ds->class_names, p.ds->num_classes))) {
@@ -579,9 +589,9 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     if (names)
         meta[nmeta++] = (stk_kv){"class_names", names, strlen(names)};
     /* The set keys come last, with values of their longest length: the
-     * header written first reserves room for the final one (commit_set). */
-    meta[nmeta++] = (stk_kv){"shard_set", SET_ID_PLACEHOLDER, SET_ID_HEX};
-    meta[nmeta++] = (stk_kv){"shard", SHARD_PLACEHOLDER, strlen(SHARD_PLACEHOLDER)};
+     * header written first reserves room for the final one (stk_shard_set_commit). */
+    meta[nmeta++] = (stk_kv){"shard_set", STK_SET_ID_PLACEHOLDER, STK_SET_ID_HEX};
+    meta[nmeta++] = (stk_kv){"shard", STK_SHARD_PLACEHOLDER, strlen(STK_SHARD_PLACEHOLDER)};
 
     p.block_cap = BLOCK_PER_JOB * jobs;
     p.items = calloc(p.block_cap, sizeof *p.items);
@@ -590,6 +600,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         rc = stk_fail(STK_ENOMEM, "out of memory");
         goto done;
     }
+    for (uint32_t i = 0; p.nextra && i < p.block_cap; i++)
+        if (!(p.items[i].extra = calloc(p.nextra, sizeof *p.items[i].extra)) ||
+            !(p.items[i].extra_size = calloc(p.nextra, sizeof *p.items[i].extra_size))) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto done;
+        }
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.start_cv, NULL);
     pthread_cond_init(&p.done_cv, NULL);
@@ -643,7 +659,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                 char **grown = realloc(written, (nwritten + 1) * sizeof *written);
                 if (grown)
                     written = grown;
-                stk_shard_writer **more = realloc(staged, (nwritten + 1) * sizeof *staged);
+                stk_shard_file **more = realloc(staged, (nwritten + 1) * sizeof *staged);
                 if (more)
                     staged = more;
                 if (!grown || !more) {
@@ -655,20 +671,23 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
                     goto done;
                 }
                 nwritten++;
-                if ((rc = stk_shard_writer_open(path, fields, nfields, meta, nmeta, &w)) < 0)
+                if ((rc = stk_shard_file_open(path, fields, nfields, meta, nmeta, &w)) < 0)
                     goto done;
             }
-            stk_field_value values[4] = {
+            stk_value_bytes values[STK_MAX_FIELDS] = {
                 {it->payload.data, it->size}, {&it->label, 8}, {&it->source, 8},
                 {it->name, it->name ? strlen(it->name) : 0}};
-            if ((rc = stk_shard_writer_add(w, values)) < 0)
+            for (uint32_t e = 0; e < p.nextra; e++)
+                values[nfields - p.nextra + e] =
+                    (stk_value_bytes){it->extra[e].data, it->extra_size[e]};
+            if ((rc = stk_shard_file_add(w, values)) < 0)
                 goto done;
             res.records++;
             res.restarted += it->restarted;
-            if (stk_shard_writer_bytes(w) >= shard_bytes) {
-                if ((rc = stk_shard_writer_seal(w)) < 0)
+            if (stk_shard_file_bytes(w) >= shard_bytes) {
+                if ((rc = stk_shard_file_seal(w)) < 0)
                     goto done;
-                res.bytes += stk_shard_writer_bytes(w);
+                res.bytes += stk_shard_file_bytes(w);
                 staged[res.shards++] = w;
                 w = NULL;
             }
@@ -677,12 +696,12 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
             o->on_progress(o->ctx, start + count, p.ds->count);
         if (o->on_progress_bytes)
             o->on_progress_bytes(o->ctx, start + count, p.ds->count,
-                                 res.bytes + (w ? stk_shard_writer_bytes(w) : 0));
+                                 res.bytes + (w ? stk_shard_file_bytes(w) : 0));
     }
     if (w) {
-        if ((rc = stk_shard_writer_seal(w)) < 0)
+        if ((rc = stk_shard_file_seal(w)) < 0)
             goto done;
-        res.bytes += stk_shard_writer_bytes(w);
+        res.bytes += stk_shard_file_bytes(w);
         staged[res.shards++] = w;
         w = NULL;
     }
@@ -690,7 +709,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
         rc = stk_fail(STK_EDATA, "%s: no sample could be read; nothing was packed", src);
         goto done;
     }
-    rc = commit_set(staged, res.shards, meta, nmeta);
+    rc = stk_shard_set_commit(staged, res.shards, meta, nmeta);
 
 done:
     if (sync_made) {
@@ -710,15 +729,16 @@ done:
             stk_scratch_free(&workers[i].rewritten);
             stk_scratch_free(&workers[i].recheck);
             ZSTD_freeCCtx(workers[i].zstd);
+            stk_scratch_free(&workers[i].view);
         }
     if (sync_made) {
         pthread_cond_destroy(&p.start_cv);
         pthread_cond_destroy(&p.done_cv);
         pthread_mutex_destroy(&p.mu);
     }
-    stk_shard_writer_abort(w);
+    stk_shard_file_abort(w);
     for (uint32_t i = 0; i < res.shards; i++)
-        stk_shard_writer_abort(staged[i]); /* NULL once committed */
+        stk_shard_file_abort(staged[i]); /* NULL once committed */
     free(staged);
     /* Shards stay only if the whole pack succeeded. */
     for (uint32_t i = 0; i < nwritten; i++) {
@@ -730,6 +750,10 @@ done:
     if (p.items)
         for (uint32_t i = 0; i < p.block_cap; i++) {
             stk_scratch_free(&p.items[i].payload);
+            for (uint32_t k = 0; p.items[i].extra && k < p.nextra; k++)
+                stk_scratch_free(&p.items[i].extra[k]);
+            free(p.items[i].extra);
+            free(p.items[i].extra_size);
             free(p.items[i].reason);
             free(p.items[i].name);
         }

@@ -211,6 +211,10 @@ int stk_verify(const char *uri, const stk_verify_options *opts, stk_verify_resul
                     continue;
                 uint32_t v = set->var_slot[f];
                 const uint8_t *p = bytes + foff[v];
+                /* a varying int64/float32 value: whole rows */
+                rc = stk_shard_value_check(set, f, s, r, global, flen[v]);
+                if (rc < 0)
+                    break;
                 if (set->fields[f].type == STK_FIELD_RAW_IMAGE) {
                     stk_image_view view;
                     rc = stk_shard_raw_image(set, f, s, r, global, p, flen[v], &pixels, 0, &view);
