@@ -45,6 +45,8 @@ static const char bench_usage[] =
     "  -t, --threads N|auto   worker threads (auto: the autotuner, docs/engine.md)\n"
     "      --prefetch N|auto  batches filled ahead (auto)\n"
     "      --memory-limit B   bytes for the batch pool and scratch (suffix k, M, G)\n"
+    "      --fields LIST      fields each batch delivers (image,label,mask,boxes,...;\n"
+    "                         docs/fields.md); --digest then hashes every field\n"
     "      --step-ms T        simulate a training step: sleep T ms per batch\n"
     "  -e, --epochs N         epochs to run (1)\n"
     "  -s, --seed S           shuffle/augmentation seed (0)\n"
@@ -151,6 +153,18 @@ static int run_bench(const bench_args *a)
                         le[k] = (uint8_t)(v >> (8 * k));
                     XXH3_128bits_update(hash, le, sizeof le);
                 }
+                /* fields beyond image and label: values, then offsets */
+                uint32_t nf = stk_loader_field_count(l);
+                for (uint32_t f = 0; a->opt.fields && f < nf; f++) {
+                    stk_batch_field bf;
+                    if (stk_loader_field(l, &b, f, &bf) < 0 || bf.role == STK_ROLE_IMAGE ||
+                        bf.role == STK_ROLE_LABEL)
+                        continue;
+                    if (bf.bytes)
+                        XXH3_128bits_update(hash, bf.data, bf.bytes);
+                    if (bf.offsets)
+                        XXH3_128bits_update(hash, bf.offsets, ((size_t)b.size + 1) * 8);
+                }
             }
             stk_loader_release(l, &b);
             if (a->step_ms > 0) {
@@ -246,7 +260,7 @@ done:
 
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
        OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW, OPT_INDICES,
-       OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY,
+       OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY, OPT_FIELDS,
        OPT_STEP };
 
 /* N or "auto" (0). */
@@ -288,6 +302,7 @@ static const struct option bench_options[] = {
     {"threads", required_argument, NULL, 't'},
     {"prefetch", required_argument, NULL, OPT_PREFETCH},
     {"memory-limit", required_argument, NULL, OPT_MEMORY},
+    {"fields", required_argument, NULL, OPT_FIELDS},
     {"step-ms", required_argument, NULL, OPT_STEP},
     {"epochs", required_argument, NULL, 'e'},
     {"seed", required_argument, NULL, 's'},
@@ -324,6 +339,7 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         case 'b': if (!cli_parse_count(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
         case 't': if (!parse_count_or_auto(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
         case OPT_PREFETCH: if (!parse_count_or_auto(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case OPT_FIELDS: a->opt.fields = optarg; break;
         case OPT_MEMORY: if (!parse_bytes(optarg, "--memory-limit", &a->opt.memory_limit)) return EXIT_USAGE; break;
         case OPT_STEP: {
             char *end;
