@@ -148,7 +148,7 @@ void stk_bbox_crop_draw(const stk_geo_op *g, stk_rng *rng, int64_t W, int64_t H,
 }
 
 const stk_op_desc stk_op_random_bbox_crop = {
-    .syntax = {"random_bbox_crop", "random_iou_crop", STK_OP_BBOX_CROP, 0, NULL, parse_bbox_crop,
+    .syntax = {"random_bbox_crop", NULL, STK_OP_BBOX_CROP, 0, NULL, parse_bbox_crop,
                NULL, 0, "[thresholds=T,...] [scale=LO:HI] [ratio=LO:HI] [trials=N]"},
     .torchvision = "RandomIoUCrop",
 };
