@@ -500,10 +500,14 @@ static void test_bad_input(void **state)
              "\"x\"]]"),
          "&masks=semantic", STK_EFORMAT, "annotation 11: polygon value 4 is not a finite number",
          NULL},
-        {ANN("\"category_id\": 2, \"bbox\": [0, 0, 1, 1], \"segmentation\": [[0, 0, 30, 0, 1, "
+        {ANN("\"category_id\": 2, \"bbox\": [0, 0, 1, 1], \"segmentation\": [[0, 0, 3e6, 0, 1, "
              "1]]"),
-         "&masks=semantic", STK_EFORMAT, "polygon vertex (30, 0) lies farther outside the 8x6",
+         "&masks=semantic", STK_EFORMAT, "polygon vertex (3e+06, 0) lies more than 1000000 pixels",
          NULL},
+        {ANN("\"category_id\": 2, \"bbox\": [0, 0, 1, 1], \"segmentation\": [[0, 0, 9e5, 0, 1, "
+             "1]]"),
+         "&masks=semantic", STK_EFORMAT, "a polygon of 3 vertices whose outline is 9000003 steps",
+         "not an outline"},
         {ANN("\"category_id\": 2, \"bbox\": [0, 0, 1, 1], \"segmentation\": 3"), "&masks=instance",
          STK_EFORMAT, "\"segmentation\" is an integer, polygons or an RLE expected", NULL},
         {ANN("\"category_id\": 2, \"bbox\": [0, 0, 1, 1], \"segmentation\": {\"size\": [6, 7], "

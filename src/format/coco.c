@@ -100,9 +100,11 @@
  *    back, so every boundary point comes twice; detectron2 drops them),
  *    where pycocotools' annToMask raises an exception when the first part
  *    is one (frPyObjects takes a first part of 4 numbers for a box list and
- *    fails on it). A part with an odd count of numbers, or a vertex farther
- *    outside the image than its own size (with a margin of at least 16
- *    pixels), is refused; an empty segmentation list paints nothing.
+ *    fails on it). A part with an odd count of numbers or a vertex more
+ *    than a million pixels from the origin is refused, and so is one whose
+ *    outline is longer than 4 x the image's pixels + 2^20 steps of the
+ *    walk (bounding the work of a hostile file); an empty segmentation
+ *    list paints nothing.
  *  - RLE counts alternate runs of 0 and 1 in column-major order, starting
  *    with 0; the compressed string is cocoapi's: each count in 5-bit
  *    groups, least significant first, one character per group (48 + the
@@ -138,6 +140,7 @@
 
 #define COCO_DEFAULT_MAX_JSON (2ull << 30)
 #define COCO_MAX_FIELDS 7
+#define COCO_MAX_COORD 1000000 /* pixels: a polygon vertex's |x| and |y| */
 
 enum { MASKS_NONE, MASKS_SEMANTIC, MASKS_INSTANCE };
 enum { CROWD_KEEP, CROWD_DROP };
@@ -920,8 +923,6 @@ static int coco_polygon(coco_build *b, const json_t *part, const coco_image *im,
     if ((rc = coco_vec_grow(&b->verts, 2 * nv, sizeof(int32_t))) < 0)
         return rc;
     int32_t *v = (int32_t *)b->verts.data + b->verts.n;
-    /* a margin of the image's own size (at least 16 px) around it */
-    double lim_x = im->width < 16 ? 16 : im->width, lim_y = im->height < 16 ? 16 : im->height;
     for (uint64_t i = 0; i < nv; i++) {
         double x, y;
         if (!coco_number(json_array_get(part, 2 * i), &x) ||
@@ -930,11 +931,12 @@ static int coco_polygon(coco_build *b, const json_t *part, const coco_image *im,
                                          "finite number",
                             b->path, ann_id, (unsigned long long)(2 * i));
         }
-        if (x < -lim_x || x > im->width + lim_x || y < -lim_y || y > im->height + lim_y)
+        /* scaled by 5 they fit int32; the walk's length is bounded below */
+        if (fabs(x) > COCO_MAX_COORD || fabs(y) > COCO_MAX_COORD)
             return stk_fail(STK_EFORMAT,
-                            "%s: annotation %lld: polygon vertex (%g, %g) lies farther outside "
-                            "the %ux%u image (image id %lld) than its own size (or 16 px)",
-                            b->path, ann_id, x, y, im->width, im->height, (long long)im->id);
+                            "%s: annotation %lld: polygon vertex (%g, %g) lies more than %d "
+                            "pixels from the origin",
+                            b->path, ann_id, x, y, COCO_MAX_COORD);
         /* pycocotools: (int)(scale * v + .5), truncating */
         v[2 * i] = (int32_t)(5.0 * x + 0.5);
         v[2 * i + 1] = (int32_t)(5.0 * y + 0.5);
