@@ -383,6 +383,20 @@ int cmd_inspect(int argc, char **argv)
     }
     if (rc < 0) {
         cli_error("%s", stk_errmsg());
+    } else if (max_label < 0 && info.count) {
+        /* Detection and segmentation sets (coco:, segfolder:): label -1
+         * everywhere; a detection set's classes are its box labels'
+         * (stk_dataset_class_name). */
+        printf("labels:   -1 (no single class per sample)");
+        if (info.num_classes)
+            printf("; %u classes", info.num_classes);
+        printf("\n");
+        for (uint32_t l = 0; l < info.num_classes && l < 1024; l++) {
+            const char *name = stk_dataset_class_name(ds, l);
+            printf("  %4u ", l);
+            print_class_name(name ? name : "");
+            printf("\n");
+        }
     } else {
         printf("labels:   %lld classes\n", (long long)(max_label + 1));
         for (int64_t l = 0; l <= max_label && l < 1024; l++) {

@@ -5,7 +5,7 @@
 #   2. for each PYTHON: `PYTHON -m pip wheel` of the sdist (a fresh unpack,
 #      setuptools in pip's isolated build environment): stoker._stoker for
 #      that Python, linked with the system's libjpeg, libspng, libzstd,
-#      libblosc, liblmdb, libxxhash and libhdf5;
+#      libblosc, liblmdb, libjansson, libxxhash and libhdf5;
 #   3. `auditwheel repair`: those libraries (and what they need) copied into
 #      the wheel's stoker.libs/, the module's RPATH pointed at them, and the
 #      manylinux tag the symbol versions allow (manylinux_2_34 on Debian 12);

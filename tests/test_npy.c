@@ -293,7 +293,8 @@ static void test_reader_table(void **state)
     static const char *const want[] = {"stk",       "cifar10",  "cifar100", "idx",
                                        "mnist",     "fashion-mnist", "npy", "zarr",
                                        "tfrecord",  "wds",      "webdataset", "lmdb",
-                                       "recordio",  "hdf5",     "imagefolder", "list"};
+                                       "recordio",  "hdf5",     "coco",     "segfolder",
+                                       "imagefolder", "list"};
     const size_t nwant = sizeof want / sizeof want[0];
     const char *form = NULL, *desc = NULL;
     uint32_t i = 0;

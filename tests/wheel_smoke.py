@@ -37,7 +37,7 @@ CLASSES = {"cat": ["0.png", "1.png"], "dog": ["0.png", "1.jpg", "2.png"]}
 # gives their copies: stoker.libs/libjpeg-HASH.so.62... Not zlib: the
 # manylinux policies count libz.so.1 as part of every system (with libc,
 # libm, libstdc++), so auditwheel leaves it out and the system's is used.
-VENDORED = ["libjpeg", "libspng", "libzstd", "libblosc", "liblmdb", "libxxhash", "libhdf5", "libwebp",
+VENDORED = ["libjpeg", "libspng", "libzstd", "libblosc", "liblmdb", "libjansson", "libxxhash", "libhdf5", "libwebp",
             "libtiff", "libgif"]
 
 passed = 0

@@ -197,6 +197,16 @@ typedef struct stk_dataset_options {
  *   hdf5:FILE[?images=/DS&labels=/DS]   HDF5: uint8 images (N,H,W[,C]) or vlen uint8
  *                                       encoded images, integer labels (N,); defaults
  *                                       /images and /labels; *.h5, *.hdf5 detected
+ *   coco:IMAGES_DIR?annotations=FILE.json[&masks=none|semantic|instance]
+ *        [&crowd=keep|drop][&empty=keep|drop][&missing=error|skip|lazy]
+ *                                       COCO instances: fields image, label (-1),
+ *                                       boxes (float32 XYXY), box_labels (category
+ *                                       ids as labels 0..K-1), image_id, iscrowd,
+ *                                       mask (uint8 h x w x 1)
+ *   segfolder:DIR[?images=SUBDIR][&masks=SUBDIR][&mask_suffix=TEXT][&mask_ext=png]
+ *        [&missing=error|skip]           image + mask files of one stem:
+ *                                       DIR/images/STEM.jpg with DIR/masks/STEM.png,
+ *                                       or DIR/STEM.jpg with DIR/STEM_mask.png
  *   imagefolder:DIR[?strict=0|1]        torchvision's ImageFolder layout
  *                                       DIR/CLASS/.../IMAGE (encoded images)
  *   list:FILE                           lines "PATH<TAB>LABEL", relative
@@ -285,7 +295,7 @@ STK_API int64_t stk_dataset_read_alloc(const stk_dataset *ds, uint64_t index, ui
 
 /* Fields: what a record holds. Every dataset has at least an image field
  * ("image") and an int64 "label"; .stk shards have the fields of their
- * schema (docs/format.md). */
+ * schema (docs/format.md), coco: and segfolder: theirs (docs/datasets.md). */
 typedef enum stk_field_type {
     STK_FIELD_BYTES = 1,     /* opaque bytes */
     STK_FIELD_IMAGE = 2,     /* an encoded image file (JPEG, PNG) */
@@ -338,8 +348,11 @@ STK_API const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t label
 /* Inputs the open left out without failing, each with a message naming it
  * and the reason: an image folder's directories that cannot be opened or
  * read, and directories met a second time through a symlink (a loop back
- * to the root or an ancestor, or a second path to a listed directory).
- * `imagefolder:DIR?strict=1` fails on the first one instead, and stk_pack
+ * to the root or an ancestor, or a second path to a listed directory); a
+ * WebDataset sample without its image or label (missing=skip); a COCO
+ * image without annotations (empty=drop) or without its file
+ * (missing=skip); a segmentation image or mask without its partner
+ * (missing=skip). `imagefolder:DIR?strict=1` fails on the first one instead, and stk_pack
  * reports them through on_skip (index UINT64_MAX) or, strict, fails. The
  * message is lent (lives with the dataset); NULL when i >= the count.
  * Thread-safe. */

@@ -682,7 +682,7 @@ static const stk_reader stk_reader_list = {
     stk_filelist_open, NULL, NULL, NULL, NULL};
 
 /* Readers that describe themselves in their own file (one X per reader). */
-#define STK_SELF_DESCRIBED_READERS(X) X(npy) X(zarr) X(tfrecord) X(wds) X(webdataset) X(lmdb) X(recordio) X(hdf5)
+#define STK_SELF_DESCRIBED_READERS(X) X(npy) X(zarr) X(tfrecord) X(wds) X(webdataset) X(lmdb) X(recordio) X(hdf5) X(coco) X(segfolder)
 #define STK_DECLARE_READER(name) extern const stk_reader stk_reader_##name;
 STK_SELF_DESCRIBED_READERS(STK_DECLARE_READER)
 #define STK_READER_ROW(name) &stk_reader_##name,

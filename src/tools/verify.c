@@ -17,8 +17,11 @@
  * sample read once through the reader, with the reader's own checks — a
  * TFRecord's data CRC on that first read, a tar member's bounds, a Datum's
  * wire format, a file truncated while open — and, with decode, every
- * encoded image decoded. Each damaged sample is reported with its index as
- * the record and the reader's message, which names its file, record and
+ * encoded image decoded. A reader with fields beyond "image" and "label"
+ * (coco:, segfolder:) has each of those read too (stk_dataset_field_view:
+ * a segmentation mask's size against its image, a COCO mask painted), and
+ * with decode its encoded ones decoded. Each damaged sample is reported
+ * with its index as the record and the reader's message, which names its file, record and
  * byte offset; `shards` stays 0.
  *
  * Thread safety: no state between calls; concurrent calls are independent.
@@ -85,8 +88,10 @@ static int verify_dataset(const char *uri, const stk_verify_options *opts, stk_v
     if (rc < 0)
         return rc;
     stk_dataset_access_hint(ds, STK_ACCESS_SEQUENTIAL);
-    stk_scratch scratch = {0}, pixels = {0};
+    stk_scratch scratch = {0}, pixels = {0}, field = {0};
     char reason[STK_ERRMSG_MAX], name[1024];
+    /* the fields read through field_view besides the sample's image and label */
+    uint32_t nfields = ds->vt->field_view ? stk_dataset_field_count(ds) : 0;
     for (uint64_t i = 0; i < ds->count; i++) {
         stk_sample s;
         memset(&s, 0, sizeof s);
@@ -98,6 +103,22 @@ static int verify_dataset(const char *uri, const stk_verify_options *opts, stk_v
             if (rc < 0) {
                 stk_dataset_sample_name(ds, i, name, sizeof name);
                 rc = stk_fail_prefix(rc, "%s", name);
+            }
+        }
+        for (uint32_t f = 0; rc == 0 && f < nfields; f++) {
+            stk_field_info info;
+            stk_field_view view;
+            if ((rc = stk_dataset_field_info(ds, f, &info)) < 0 || !strcmp(info.name, "image") ||
+                !strcmp(info.name, "label"))
+                continue;
+            rc = stk_dataset_field_view(ds, i, f, &view, &field);
+            if (rc == 0 && info.type == STK_FIELD_IMAGE && opts && opts->decode) {
+                stk_image_view iv;
+                rc = stk_image_decode(view.data, view.size, NULL, NULL, 1, &pixels, &iv);
+                if (rc < 0) {
+                    stk_dataset_sample_name(ds, i, name, sizeof name);
+                    rc = stk_fail_prefix(rc, "%s: field %s", name, info.name);
+                }
             }
         }
         int lost = rc == 0 ? stk_dataset_check(ds, i) : 0;
@@ -113,6 +134,7 @@ static int verify_dataset(const char *uri, const stk_verify_options *opts, stk_v
     }
     stk_scratch_free(&scratch);
     stk_scratch_free(&pixels);
+    stk_scratch_free(&field);
     stk_dataset_close(ds);
     return rc;
 }
