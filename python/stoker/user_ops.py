@@ -55,10 +55,12 @@ def _name(prefix, fn):
     base = getattr(fn, "__name__", None) or getattr(getattr(fn, "_pyfunc", None), "__name__",
                                                      None) or "op"
     base = re.sub(r"[^a-z0-9_]", "_", base.lower())[:40] or "op"
-    name, n = "%s_%s" % (prefix, base), 1
+    if not base.startswith(prefix + "_"):  # numba_brightness stays numba_brightness
+        base = "%s_%s" % (prefix, base)
+    name, n = base, 1
     while name in _names:
         n += 1
-        name = "%s_%s_%d" % (prefix, base, n)
+        name = "%s_%d" % (base, n)
     return name
 
 
