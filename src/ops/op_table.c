@@ -80,10 +80,12 @@ int stk_spec_parse(const char *text, stk_spec *out)
     return rc;
 }
 
+/* The table's rows, then `plugin PATH` (as the parser lists them; user ops,
+ * registered at run time, are not described here). */
 int stk_op_describe(int index, stk_op_info *info)
 {
-    if (info && index >= 0 && index < stk_op_count) {
-        const stk_spec_opdef *d = stk_op_table[index];
+    if (info && index >= 0 && index <= stk_op_count) {
+        const stk_spec_opdef *d = index < stk_op_count ? stk_op_table[index] : &stk_op_plugin.syntax;
         memset(info, 0, sizeof *info);
         info->name = d->name;
         info->aliases = d->aliases;
@@ -104,5 +106,5 @@ int stk_op_describe(int index, stk_op_info *info)
             }
         }
     }
-    return stk_op_count;
+    return stk_op_count + 1;
 }
