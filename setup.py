@@ -27,7 +27,7 @@ os.chdir(HERE)  # the paths below are relative to the repository root
 # egg_base (below) must exist: a fresh clone or an unpacked sdist has no build-pip/
 os.makedirs("build-pip", exist_ok=True)
 
-sources = ["python/_stoker.c"] + sorted(glob.glob("src/*/*.c")) + sorted(glob.glob("cli/*.c"))
+sources = ["python/_stoker.c", "python/_stoker_ops.c"] + sorted(glob.glob("src/*/*.c")) + sorted(glob.glob("cli/*.c"))
 
 
 def pkg_config(name):
@@ -56,7 +56,7 @@ extension = Extension(
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
                    ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "jansson", "xxhash", "pthread", "m"]
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "jansson", "xxhash", "pthread", "m", "dl"]
     + (hdf5[2] if hdf5 else [])
     + ["webp", "webpdemux", "tiff", "gif"],  # WebP, TIFF, GIF (src/codec/)
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the

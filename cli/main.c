@@ -17,6 +17,7 @@
  */
 #include "cli.h"
 
+#include <stoker/op.h>
 #include <stoker/stoker.h>
 
 #include <errno.h>
@@ -28,7 +29,7 @@
 #include <sys/resource.h>
 
 static const char usage[] =
-    "usage: stoker COMMAND [ARGS...]\n"
+    "usage: stoker [--plugin LIB.so]... COMMAND [ARGS...]\n"
     "\n"
     "Keeps GPUs fed: reads, augments, shuffles and batches training data with native threads.\n"
     "\n"
@@ -50,6 +51,9 @@ static const char usage[] =
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
     "  help [COMMAND]                  this text, or a command's options\n"
+    "\n"
+    "--plugin LIB.so loads a plugin of user-defined ops (docs/ops.md) before the command;\n"
+    "a pipeline may also load one itself: 'plugin LIB.so | resize 64,64 | brightness 1.5'.\n"
     "\n"
     "DATASET is a URI of one of the forms below (the library's reader table), or a path\n"
     "whose format is detected. See docs/datasets.md.\n";
@@ -254,6 +258,23 @@ int stk_cli_main(int argc, char **argv)
     char *no_options[] = {"stoker", NULL};
     optind = 0;
     (void)getopt(1, no_options, "");
+    /* --plugin PATH (repeatable, before the command): load a plugin of
+     * user-defined ops (stoker/op.h) for the command's pipeline. */
+    while (argc >= 2 && (!strcmp(argv[1], "--plugin") || !strncmp(argv[1], "--plugin=", 9))) {
+        const char *path = argv[1][8] == '=' ? argv[1] + 9 : argc >= 3 ? argv[2] : NULL;
+        int used = argv[1][8] == '=' ? 1 : 2;
+        if (!path || !*path) {
+            cli_error("--plugin needs a path (stoker --plugin LIB.so COMMAND ...)");
+            return EXIT_USAGE;
+        }
+        if (stk_plugin_load(path) < 0) {
+            cli_error("%s", stk_errmsg());
+            return EXIT_FAILURE;
+        }
+        argv[used] = argv[0];
+        argv += used;
+        argc -= used;
+    }
     if (argc < 2) {
         print_usage(stderr);
         return EXIT_USAGE;

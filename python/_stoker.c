@@ -77,6 +77,7 @@
 #include <unistd.h>
 
 PyMODINIT_FUNC PyInit__stoker(void);
+int stk_py_ops_add(PyObject *module, PyObject *(*raise)(int code, const char *msg));
 
 /* ------------------------------------------------------------------------ */
 /* DLPack ABI (v0.8 and the v1.0 versioned struct), declared here so the     */
@@ -2745,6 +2746,9 @@ PyMODINIT_FUNC PyInit__stoker(void)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
+        return NULL;
+    /* User-defined ops: _register_op, load_plugin (_stoker_ops.c). */
+    if (stk_py_ops_add(m, raise_code) < 0)
         return NULL;
 
     StokerError = PyErr_NewExceptionWithDoc(

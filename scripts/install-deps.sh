@@ -19,6 +19,7 @@ PACKAGES=(
   python3-torch python3-torchvision python3-pil python3-psutil python3-xxhash
   python3-dev python3-setuptools python3-pip python3-venv python3-h5py   # extension build, benchmarks
   python3-lmdb python3-zarr python3-numcodecs python3-protobuf python3-crc32c  # independent writers for the reader tests
+  python3-numba                             # NumbaOp: user-defined ops as @numba.cfunc (docs/ops.md)
 )
 
 missing=()

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stoker/op.h"
 #include "stoker/stoker.h"
 #include "testutil.h"
 
@@ -128,6 +129,15 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(sizeof(stk_op_param), 8 + 8 + 24 + 16);
     /* 4 pointers, nparams + reserved32_, 4 params, 4 reserved */
     assert_int_equal(sizeof(stk_op_info), 32 + 8 + 4 * 56 + 32);
+    /* stoker/op.h keeps its own version (STK_OP_ABI_VERSION, struct_size):
+     * pixels, h, w, c, reserved0_, stride */
+    assert_int_equal(sizeof(stk_op_image), 8 + 16 + 8);
+    /* abi_version + struct_size, name, usage, 5 hooks, user: version 1's size */
+    assert_int_equal(sizeof(stk_user_op), 8 + 8 * 8);
+    assert_int_equal(STK_USER_OP_SIZE_V1, sizeof(stk_user_op));
+    assert_int_equal(offsetof(stk_user_op, name), 8);
+    /* abi_version + struct_size, path, 3 functions, 8 reserved */
+    assert_int_equal(sizeof(stk_plugin_host), 8 + 8 + 24 + 64);
     /* count, columns, seed, labels, compare, scale, reserved32_, 4 reserved */
     assert_int_equal(sizeof(stk_preview_options), 8 + 8 + 16 + 32);
     assert_int_equal(offsetof(stk_preview_options, reserved_), 32);

@@ -151,7 +151,7 @@ def check(data, cli):
 
     # The installed tool: the console script and python -m stoker.
     exe = os.path.join(os.path.dirname(sys.executable), "stoker")
-    run([exe, "--help"], want="usage: stoker COMMAND")
+    run([exe, "--help"], want="usage: stoker [--plugin LIB.so]... COMMAND")
     ok(f"{exe} --help")
     run([sys.executable, "-m", "stoker", "version"], want=f"stoker {stoker.__version__}")
     ok("python -m stoker version")

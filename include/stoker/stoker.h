@@ -1178,7 +1178,8 @@ typedef struct stk_op_info {
     uint64_t reserved_[4];   /* zeroed by the library */
 } stk_op_info;
 
-/* The number of ops in the table. When 0 <= index < that number and `info`
+/* The number of ops in the table (with `plugin`; user-defined ops, registered
+ * at run time, are not counted). When 0 <= index < that number and `info`
  * is not NULL, fills *info with op `index` (in the order of the "known ops"
  * list); otherwise leaves *info alone. Static data: any number of threads at
  * once. */

@@ -24,6 +24,7 @@ from .mixup import Mixup
 from .fields import Ragged
 from .writer import ShardWriter
 from .doctor import doctor
+from .user_ops import NumbaOp, PythonOp, UserOp, load_plugin
 from . import transforms as _transforms
 from .transforms import *  # noqa: F401,F403 -- every transform class (one per op of the op table)
 
@@ -35,4 +36,5 @@ __all__ = [
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",
+    "NumbaOp", "PythonOp", "UserOp", "load_plugin",
 ] + [n for n in _transforms.__all__ if n != "to_spec"]

@@ -221,6 +221,24 @@ class RandomPosterize(Transform):
 class RandomSolarize(Transform):
     def __init__(self, threshold: float, p: float = ...) -> None: ...
 
+# -- user-defined ops (docs/ops.md) -------------------------------------------------
+
+def load_plugin(path: Union[str, os.PathLike[str]]) -> None: ...
+
+class UserOp(Transform):
+    def __init__(self, name: str, *args: Union[float, str]) -> None: ...
+
+class NumbaOp(Transform):
+    SIGNATURE: str
+    name: str
+    def __init__(self, cfunc: Any, args: Sequence[float] = ..., random: int = ...,
+                 shape: Callable[[int, int, int], Tuple[int, int, int]] | None = ...) -> None: ...
+
+class PythonOp(Transform):
+    name: str
+    def __init__(self, fn: Callable[[Any, Any], Any], random: int = ...,
+                 shape: Callable[[int, int, int], Tuple[int, int, int]] | None = ...) -> None: ...
+
 def __getattr__(name: str) -> Any: ...  # a generated transform class without an entry here
 
 class ToTensor(Transform):

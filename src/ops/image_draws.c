@@ -8,8 +8,9 @@
  *
  * Order (docs/pipeline.md, "Random numbers"): the head ops in spec order
  * (flips, crops, random_resized_crop's attempts, point ops), then the tail
- * (flips, rotations, colour jitter, point ops, grayscale, blur sigmas;
- * random_apply skips its group's draws when it does not apply), then the
+ * (flips, rotations, colour jitter, point ops, grayscale, blur sigmas,
+ * policy steps, user ops' draw hooks; random_apply skips its group's draws
+ * when it does not apply), then the
  * random_erasing rectangles on the output size. The head composes into one
  * affine map per axis (stk_axis_geo); a flip after a rotation is moved
  * before it by negating the angle; the point ops that apply compose into
@@ -287,9 +288,14 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
             if (t->lut->draw(t->arg, rng))
                 lut_then(d, 1, t->lut, t->arg);
             break;
-        case T_POLICY: /* after the head: the image is the output's size */
-            d->naug += stk_aug_draw(&t->pol, rng, (int32_t)ip->out_w, (int32_t)ip->out_h,
+        case T_POLICY: /* after the head, on the image as it is there */
+            d->naug += stk_aug_draw(&t->pol, rng, (int32_t)t->iw, (int32_t)t->ih,
                                     &d->aug[d->naug]);
+            break;
+        case T_USER: /* the op's own draw hook, after the policy steps so far */
+            d->user_at[d->nuser] = d->naug;
+            stk_user_draw(&ip->user[t->user], rng, d->uparam[d->nuser]);
+            d->nuser++;
             break;
         case T_HFLIP:
         case T_VFLIP:

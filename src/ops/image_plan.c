@@ -89,7 +89,8 @@ static int is_image_op(stk_op_kind k)
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
            k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
            k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY ||
-           k == STK_OP_POLICY || k == STK_OP_AFFINE || k == STK_OP_BBOX_CROP;
+           k == STK_OP_POLICY || k == STK_OP_AFFINE || k == STK_OP_BBOX_CROP ||
+           k == STK_OP_USER;
 }
 
 int stk_imgplan_needed(const stk_spec *spec, uint32_t in_h, uint32_t in_w, uint32_t in_c)
@@ -327,6 +328,8 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             stk_tail_op *t = &ip->tail[ip->ntail++];
             stk_aug_policy *pl = &t->pol;
             t->kind = T_POLICY;
+            t->ih = (uint32_t)kh; /* the image here (final once `known`, checked below) */
+            t->iw = (uint32_t)kw;
             pl->kind = stk_op_desc_of(o)->aug_policy;
             const double *v = o->u.num.v;
             double fill = pl->kind == STK_AUG_POLICY_AUTO ? v[0]
@@ -382,6 +385,41 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             g->trials = o->u.bbox.trials;
             known = 0; /* the crop's size varies */
             short_s = 0;
+            break;
+        }
+        case STK_OP_USER: { /* the parser keeps these before rotate and color_jitter */
+            if (k < last_geo) {
+                rc = stk_spec_fail(text, o->col,
+                                   "%s before %s is not supported; put the crops and the "
+                                   "resize first",
+                                   o->def->name, spec->ops[last_geo].def->name);
+                goto fail;
+            }
+            if (ip->nuser == MAX_USER) {
+                rc = stk_spec_fail(text, o->col, "at most %d user-defined ops per pipeline",
+                                   MAX_USER);
+                goto fail;
+            }
+            stk_tail_op *t = &ip->tail[ip->ntail++];
+            t->kind = T_USER;
+            t->user = ip->nuser;
+            if (!known)
+                break; /* refused below: the size must be fixed by now */
+            if (!ip->nuser) {
+                ip->head_h = (uint32_t)kh;
+                ip->head_w = (uint32_t)kw;
+            }
+            t->ih = (uint32_t)kh;
+            t->iw = (uint32_t)kw;
+            uint32_t in[3] = {(uint32_t)kh, (uint32_t)kw, (uint32_t)nc};
+            stk_user_inst *u = &ip->user[ip->nuser++]; /* counted first: freed on failure */
+            if ((rc = stk_user_compile(text, o, in, u)) < 0)
+                goto fail;
+            kh = u->out[0];
+            kw = u->out[1];
+            nc = (int)u->out[2];
+            if (!policy) /* flips and point ops after it would run before it */
+                policy = o;
             break;
         }
         case STK_OP_RANDOM_CROP:
@@ -599,6 +637,17 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     }
     ip->out_h = (uint32_t)kh;
     ip->out_w = (uint32_t)kw;
+    if (!ip->nuser) {
+        ip->head_h = ip->out_h;
+        ip->head_w = ip->out_w;
+    }
+    /* The uint8 images between the head and the float tail. */
+    ip->u8_bytes = (size_t)ip->head_h * ip->head_w * (size_t)ip->nc;
+    for (int k = 0; k < ip->nuser; k++) {
+        size_t b = (size_t)ip->user[k].out[0] * ip->user[k].out[1] * ip->user[k].out[2];
+        if (b > ip->u8_bytes)
+            ip->u8_bytes = b;
+    }
     for (int k = last_pad + 1; k < spec->nops; k++) {
         const stk_spec_op *o = &spec->ops[k];
         if (o->kind == STK_OP_GAUSSIAN_BLUR &&
@@ -660,6 +709,8 @@ void stk_imgplan_free(stk_imgplan *ip)
     if (!ip)
         return;
     stk_plan_free(ip->prefix);
+    for (int k = 0; k < ip->nuser; k++)
+        stk_user_release(&ip->user[k]);
     free(ip);
 }
 

@@ -20,14 +20,17 @@
 #include "ops/color.h"
 #include "ops/image_plan.h"
 #include "ops/op.h"
+#include "ops/op_user.h"
 #include "ops/resample.h"
 
 #define MAX_SIDE ((1 << 30) - 1)
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 #define MAX_ERASE 8 /* random_erasing stages (more are refused at compile) */
+#define MAX_USER 8  /* user-defined ops per spec (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT, G_BBOX_CROP };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY, T_POLICY, T_AFFINE };
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY, T_POLICY, T_AFFINE,
+       T_USER };
 #define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
 enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_GRAY, S_BLUR };
 
@@ -62,6 +65,8 @@ typedef struct stk_tail_op {
     uint32_t kx, ky;       /* T_BLUR: kernel sizes (sigma range in lo, hi) */
     uint32_t n;            /* T_APPLY: the next n tail ops are the group (p: its probability) */
     stk_aug_policy pol;     /* T_POLICY */
+    int user;              /* T_USER: index into the plan's user[] */
+    uint32_t ih, iw;       /* T_POLICY, T_USER: the size of the uint8 image entering it */
 } stk_tail_op;
 
 /* random_erasing (op_random_erasing.c), run on the finished output. */
@@ -97,6 +102,15 @@ struct stk_imgplan {
     stk_erase_op erase[MAX_ERASE];
     int filter;                /* the resize's STK_RS_BILINEAR or STK_RS_BICUBIC */
     int has_policy;            /* an augmentation policy (T_POLICY) */
+    /* User-defined ops (T_USER, stoker/op.h): their states, owned. They
+     * may change the image's size and channels, so the head's output
+     * (head_h x head_w x nc) and the plan's output (out_h x out_w x
+     * fmt.nc) can differ; u8_bytes is the largest uint8 image between
+     * the head and the float tail (the policy/user-op buffers). */
+    int nuser;
+    stk_user_inst user[MAX_USER];
+    uint32_t head_h, head_w;
+    size_t u8_bytes;
     uint32_t out_h, out_w;
     stk_outfmt fmt;
     size_t sample_bytes;
@@ -166,6 +180,11 @@ typedef struct stk_draws {
      * after the resample and the point-op tables. */
     int naug;
     stk_aug_step aug[MAX_AUG];
+    /* User ops (one per T_USER, all run): each runs after the first
+     * user_at[k] policy steps, with its drawn params. */
+    int nuser;
+    int user_at[MAX_USER];
+    double uparam[MAX_USER][STK_OP_MAX_DRAWS];
 } stk_draws;
 
 /* Draw everything for one sample whose head input is W x H (image_draws.c):

@@ -283,9 +283,9 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     if ((rc = axis_setup(&dr.ax, d, ip->filter, &xa)) < 0 ||
         (rc = axis_setup(&dr.ay, d, ip->filter, &ya)) < 0)
         return rc;
-    if (xa.p.out != (int32_t)ip->out_w || ya.p.out != (int32_t)ip->out_h)
+    if (xa.p.out != (int32_t)ip->head_w || ya.p.out != (int32_t)ip->head_h)
         return stk_fail(STK_EINVAL, "image pipeline: geometry gave %dx%d, expected %ux%u",
-                        ya.p.out, xa.p.out, ip->out_h, ip->out_w);
+                        ya.p.out, xa.p.out, ip->head_h, ip->head_w);
     int64_t rx0 = (xa.dd0 + xa.f) * d, rx1 = (xa.dd0 + xa.e) * d;
     int64_t ry0 = (ya.dd0 + ya.f) * d, ry1 = (ya.dd0 + ya.e) * d;
     if (rx1 > W)
@@ -334,11 +334,12 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     if (!decode_pixels)
         return 0;
 
-    /* 5. Workspace sizes. */
+    /* 5. Workspace sizes. OW x OH x nc is the head's output here; after the
+     * uint8 stage (user ops may resize) it becomes the plan's output. */
     const stk_rs_kernels *rk = ip->rk;
     const stk_color_kernels *ck = ip->ck;
     int group = nc == 3 ? rk->group : 0;
-    int32_t OW = (int32_t)ip->out_w, OH = (int32_t)ip->out_h;
+    int32_t OW = (int32_t)ip->head_w, OH = (int32_t)ip->head_h;
     int need_h = !xa.identity || dr.hflip, need_v = !ya.identity;
     int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
     size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
@@ -346,7 +347,8 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         return stk_fail(STK_EDATA, "image geometry out of range");
     size_t rowb = (size_t)OW * nc, tstride = al64(rowb + 64);
     size_t tmp_bytes = (need_h || need_v) ? tstride * ((size_t)rows + (size_t)ky + 1) : 0;
-    size_t fplane = al64((size_t)OW * 4), fimg = (size_t)OW * OH * 4 * (size_t)nc;
+    size_t fplane = al64((size_t)ip->out_w * 4),
+           fimg = (size_t)ip->out_w * ip->out_h * 4 * (size_t)ip->fmt.nc;
 
     /* Segments of the float tail: boundaries before contrast, rotation and
      * blur (the last two read other rows of the image). */
@@ -365,7 +367,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             nimg = 2;
     /* Every term is below 2^50 (sides < 2^30, region under the pixel
      * limit); refuse a sum no machine could hold rather than wrap. */
-    size_t aug_bytes = dr.naug ? al64((size_t)OW * OH * (size_t)nc) : 0;
+    size_t aug_bytes = dr.naug || dr.nuser ? al64(ip->u8_bytes) : 0;
     uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
                     2 * (uint64_t)aug_bytes +
                     (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
@@ -453,7 +455,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     int32_t *acc = (int32_t *)m;
     m += al64(rowb * 4);
     uint8_t *aug_img = NULL, *aug_tmp = NULL;
-    if (dr.naug) {
+    if (aug_bytes) {
         aug_img = m;
         m += aug_bytes;
         aug_tmp = m;
@@ -486,7 +488,44 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         vstride = (ptrdiff_t)tstride;
     }
 
-    /* 9. Rows: vertical pass, then the output or the float segments. */
+    /* 9. The uint8 stage: the policy steps and the user ops in spec order,
+     * on the whole image (each user op from aug_img into aug_tmp, then
+     * swapped; it may change the size). Then the plan's output size. */
+    if (aug_img) {
+        for (int32_t y = 0; y < OH; y++)
+            memcpy(aug_img + (size_t)y * rowb,
+                   head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc, OH, dr.vflip,
+                            dr.has_lut[1] ? dr.lut[1] : NULL),
+                   rowb);
+        int32_t cw = OW, ch = OH, cc = nc;
+        for (int k = 0, ku = 0; k <= dr.naug; k++) {
+            for (; ku < dr.nuser && dr.user_at[ku] <= k; ku++) {
+                const stk_user_inst *u = &ip->user[ku];
+                if ((rc = stk_user_run(u, dr.uparam[ku], aug_img, aug_tmp)) < 0)
+                    return rc;
+                uint8_t *t = aug_img;
+                aug_img = aug_tmp;
+                aug_tmp = t;
+                ch = (int32_t)u->out[0];
+                cw = (int32_t)u->out[1];
+                cc = (int)u->out[2];
+            }
+            if (k == dr.naug)
+                break;
+            uint8_t *res = stk_aug_apply(dr.aug[k].prim, dr.aug[k].mag, dr.aug[k].fill, aug_img,
+                                         aug_tmp, cw, ch, cc);
+            if (res != aug_img) {
+                aug_tmp = aug_img;
+                aug_img = res;
+            }
+        }
+    }
+    OW = (int32_t)ip->out_w;
+    OH = (int32_t)ip->out_h;
+    nc = ip->fmt.nc;
+    rowb = (size_t)OW * nc;
+
+    /* 10. Rows: vertical pass, then the output or the float segments. */
     const stk_outfmt *fmt = &ip->fmt;
     stk_rotation rots[MAX_ROT];
     for (int r = 0; r < dr.nrot; r++) {
@@ -514,21 +553,6 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         stk_affine_init(&rots[r], am, OW, OH, t ? t->fill : NULL, nc, t ? t->nearest : 1);
     }
     size_t plane = (size_t)OW * OH;
-    if (dr.naug) { /* the policy steps, on the whole uint8 image */
-        for (int32_t y = 0; y < OH; y++)
-            memcpy(aug_img + (size_t)y * rowb,
-                   head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc, OH, dr.vflip,
-                            dr.has_lut[1] ? dr.lut[1] : NULL),
-                   rowb);
-        for (int k = 0; k < dr.naug; k++) {
-            uint8_t *res = stk_aug_apply(dr.aug[k].prim, dr.aug[k].mag, dr.aug[k].fill, aug_img,
-                                         aug_tmp, OW, OH, nc);
-            if (res != aug_img) {
-                aug_tmp = aug_img;
-                aug_img = res;
-            }
-        }
-    }
     int cur = 0;
     float contrast_b = 0.0f;
     stk_blur blur;

@@ -11,7 +11,10 @@
  * stk_op_describe below, with no Python edit.
  */
 #include "ops/op.h"
+#include "ops/op_user.h"
+#include "core/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define STK_OPS(X)                                                                             \
@@ -52,15 +55,38 @@ _Static_assert(STK_OP_MAX_PARAMS >= STK_SPEC_MAX_PARAMS, "stk_op_info holds ever
 
 const int stk_op_count = (int)(sizeof stk_op_table / sizeof stk_op_table[0]);
 
+/* The built-in rows, then `plugin PATH`, then the user-defined ops
+ * registered so far (stoker/op.h, op_user.c) — after loading the plugins
+ * the spec's own `plugin` stages name, so its later stages can use them. */
 int stk_spec_parse(const char *text, stk_spec *out)
 {
-    return stk_spec_parse_ops(text, stk_op_table, stk_op_count, out);
+    int rc = stk_user_preload(text);
+    if (rc < 0)
+        return rc;
+    /* On the stack unless many ops are registered. */
+    const stk_spec_opdef *local[96], **rows = local;
+    int cap = (int)(sizeof local / sizeof local[0]);
+    if (stk_op_count + 1 + stk_user_rows(NULL, 0) > cap) {
+        cap = stk_op_count + 1 + STK_USER_OPS_MAX;
+        if (!(rows = malloc((size_t)cap * sizeof *rows)))
+            return stk_fail(STK_ENOMEM, "pipeline spec: out of memory");
+    }
+    memcpy(rows, stk_op_table, (size_t)stk_op_count * sizeof *rows);
+    rows[stk_op_count] = &stk_op_plugin.syntax;
+    int n = stk_op_count + 1;
+    n += stk_user_rows(rows + n, cap - n);
+    rc = stk_spec_parse_ops(text, rows, n, out);
+    if (rows != local)
+        free(rows);
+    return rc;
 }
 
+/* The table's rows, then `plugin PATH` (as the parser lists them; user ops,
+ * registered at run time, are not described here). */
 int stk_op_describe(int index, stk_op_info *info)
 {
-    if (info && index >= 0 && index < stk_op_count) {
-        const stk_spec_opdef *d = stk_op_table[index];
+    if (info && index >= 0 && index <= stk_op_count) {
+        const stk_spec_opdef *d = index < stk_op_count ? stk_op_table[index] : &stk_op_plugin.syntax;
         memset(info, 0, sizeof *info);
         info->name = d->name;
         info->aliases = d->aliases;
@@ -81,5 +107,5 @@ int stk_op_describe(int index, stk_op_info *info)
             }
         }
     }
-    return stk_op_count;
+    return stk_op_count + 1;
 }

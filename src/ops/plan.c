@@ -351,6 +351,7 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_POLICY:
         case STK_OP_AFFINE:
         case STK_OP_BBOX_CROP:
+        case STK_OP_USER:
             rc = stk_spec_fail(text, o->col, "internal: image op in a fixed-shape plan");
             goto fail;
         }

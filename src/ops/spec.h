@@ -46,6 +46,7 @@
 #define STK_SPEC_MAX_OPS 32   /* ops after expansion (random_crop padding= counts 2) */
 #define STK_SPEC_MAX_LIST 64  /* values in one comma list (per-channel values) */
 #define STK_SPEC_MAX_SIZE (1u << 24) /* largest pad or crop size accepted */
+#define STK_SPEC_MAX_ARGS 16 /* arguments of one stage */
 
 typedef enum stk_op_kind {
     STK_OP_PAD = 0,
@@ -76,6 +77,9 @@ typedef enum stk_op_kind {
     STK_OP_POLICY,
     STK_OP_AFFINE, /* u.affine: RandomAffine on the float image (ops/op_affine.c) */
     STK_OP_BBOX_CROP, /* u.bbox: SSD's IoU crop over the sample's boxes (ops/op_bbox_crop.c) */
+    /* A user-defined op (stoker/op.h, ops/op_user.c) on the whole uint8
+     * image after the head; u.user holds where its arguments are. */
+    STK_OP_USER,
 } stk_op_kind;
 
 typedef enum stk_pad_mode {
@@ -175,6 +179,10 @@ typedef struct stk_spec_op {
             double scale[2], ratio[2];     /* 0 < lo <= hi */
             int trials;                    /* crops tried per drawn option */
         } bbox;
+        struct {
+            int nargs; /* the stage's arguments: bytes [a[k], b[k]) of the text */
+            int a[STK_SPEC_MAX_ARGS], b[STK_SPEC_MAX_ARGS];
+        } user; /* STK_OP_USER: parsed again by the op's hook at compile */
     } u;
 } stk_spec_op;
 
@@ -261,7 +269,6 @@ int stk_spec_fail(const char *spec, int column, const char *fmt, ...)
 /* Toolkit for op parsers (spec.c)                                         */
 /* ---------------------------------------------------------------------- */
 
-#define STK_SPEC_MAX_ARGS 16 /* arguments of one stage */
 #define STK_SPEC_TOK_SHOW 40 /* bytes of a token quoted in a message */
 
 /* A token: bytes [a, b) of the text (may contain whitespace next to ',' or

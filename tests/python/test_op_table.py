@@ -21,7 +21,8 @@ from stk_ctypes import lib
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 # Ops without a transform class, and why.
 NO_CLASS = {"to": "Loader(dtype=, layout=)", "decode": "implied by encoded input",
-            "hflip": "an alias of flip"}
+            "hflip": "an alias of flip",
+            "plugin": "stoker.load_plugin(path) (docs/ops.md)"}
 
 
 def table_ops():
@@ -94,7 +95,7 @@ def test_op_table_matches_the_parser():
         names += [name] + (aliases.split("|") if aliases else [])
     assert names == table_ops()
     assert ROWS["flip"][1] == "hflip" and ROWS["flip"][3] == "RandomHorizontalFlip"
-    assert {n for n, r in ROWS.items() if r[3] is None} == {"to", "decode"}
+    assert {n for n, r in ROWS.items() if r[3] is None} == {"to", "decode", "plugin"}
     assert ROWS["random_crop"][4] is None  # parses its own arguments
     # posterize's schema, as torchvision's RandomPosterize(bits, p=0.5) takes it
     assert ROWS["posterize"][2:] == ("BITS [p=P]", "RandomPosterize",
