@@ -21,6 +21,8 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
                       UnsupportedError, spec_check, strerror)
 from .loader import Dataset, Loader, build_spec, concat, from_numpy, open, pack
 from .mixup import Mixup
+from .batchops import BatchOp
+from .external import ExternalSource
 from .doctor import doctor
 from . import transforms as _transforms
 from .transforms import *  # noqa: F401,F403 -- every transform class (one per op of the op table)
@@ -28,7 +30,7 @@ from .transforms import *  # noqa: F401,F403 -- every transform class (one per o
 __version__ = _stoker.version
 
 __all__ = [
-    "Loader", "Dataset", "Batch", "Mixup", "doctor", "open", "concat", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
+    "Loader", "Dataset", "Batch", "Mixup", "BatchOp", "ExternalSource", "doctor", "open", "concat", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",
