@@ -22,8 +22,10 @@ torch IterableDataset, any object with ``__iter__`` only) have no random
 access: they are read in order, through :class:`_Feed` below, by a loader
 without shuffle on one rank; see its docstring for what that implies.
 """
+import atexit
 import operator
 import threading
+import weakref
 
 from . import _stoker
 from .loader import Dataset
@@ -34,6 +36,21 @@ __all__ = ["ExternalSource"]
 _FIELD_TYPES = {"bytes": 1, "image": 2, "raw_image": 3, "int64": 4, "float32": 5, "str": 6,
                 "string": 6}
 _MISSING = object()
+
+# Loaders reading an ExternalSource, closed at exit before the interpreter
+# starts to shut down: their workers call into Python, which they must not
+# do once it is finalizing (a thread taking the GIL then is ended on the
+# spot). atexit handlers run while it is still whole.
+_loaders = weakref.WeakSet()
+
+
+@atexit.register
+def _close_loaders():
+    for loader in list(_loaders):
+        try:
+            loader.close()
+        except Exception:  # in use by another thread: the process exits anyway
+            pass
 
 
 def _code_error(cls, code, message):
@@ -364,11 +381,12 @@ class ExternalSource(Dataset):
         """The Python object the samples come from."""
         return self._source
 
-    def _loader_check(self, *, shuffle, world_size, sampling, batch_size, max_batches):
+    def _loader_check(self, loader, *, shuffle, world_size, sampling, batch_size, max_batches):
         """Called by Loader: an iterable is read in order, on one rank, every
         index of each epoch (anything else would re-read it from the start
         for every index it skips back to). Sizes the feed's buffer to the
-        batches a loader keeps in flight."""
+        batches a loader keeps in flight. The loader is closed at exit."""
+        _loaders.add(loader)
         if self._feed is None:
             return
         why = ("shuffle=True" if shuffle else "world_size=%d" % world_size if world_size > 1

@@ -638,7 +638,7 @@ class Loader:
         for part in getattr(dataset, "_parts", None) or (dataset,):
             check = getattr(part, "_loader_check", None)  # stoker.ExternalSource
             if check is not None:
-                check(shuffle=shuffle, world_size=world_size, batch_size=batch_size,
+                check(self, shuffle=shuffle, world_size=world_size, batch_size=batch_size,
                       max_batches=max_batches, sampling=next((n for n, v in (
                           ("indices", indices), ("weights", weights),
                           ("num_samples", num_samples), ("balance_classes", balance_classes),

@@ -12,6 +12,8 @@ import gc
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -19,7 +21,7 @@ import weakref
 import numpy as np
 import pytest
 
-from module_util import stoker
+from module_util import PY_PATH, stoker
 
 PIL = pytest.importorskip("PIL.Image")
 torch = pytest.importorskip("torch")
@@ -443,3 +445,32 @@ def test_pickle_round_trip():
     again = pickle.loads(pickle.dumps(src))
     assert type(again) is stoker.ExternalSource and len(again) == N
     assert_same(batches(again), batches(src))
+
+
+EXIT_CHILD = r"""
+import time, numpy as np, stoker
+class Slow:
+    def __len__(self):
+        return 1000
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return np.full((4, 4, 3), i % 256, np.uint8), i
+L = stoker.Loader(stoker.ExternalSource(Slow(), shape=(4, 4, 3)), batch_size=8, num_threads=2,
+                  pipeline="to u8")
+it = iter(L)
+for _ in range(3):
+    next(it)
+print("exiting", flush=True)
+"""
+
+
+def test_interpreter_exit_with_a_loader_reading_python():
+    """Workers in the middle of __getitem__ when the script ends: the loader
+    is closed at exit, before the interpreter shuts down."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PY_PATH + os.pathsep + env.get("PYTHONPATH", "")
+    for _ in range(3):
+        p = subprocess.run([sys.executable, "-c", EXIT_CHILD], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert p.returncode == 0 and p.stdout == "exiting\n", p.stderr
+        assert "Fatal" not in p.stderr, p.stderr
