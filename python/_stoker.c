@@ -990,7 +990,12 @@ static int pysrc_fail(void)
     const char *dot = strrchr(tname, '.');
     char where[512] = "";
     PyObject *t = tb ? Py_NewRef(tb) : NULL; /* the innermost frame */
-    for (PyObject *next; t && (next = PyObject_GetAttrString(t, "tb_next")) && next != Py_None;) {
+    while (t) {
+        PyObject *next = PyObject_GetAttrString(t, "tb_next");
+        if (!next || next == Py_None) {
+            Py_XDECREF(next);
+            break;
+        }
         Py_DECREF(t);
         t = next;
     }
@@ -1356,11 +1361,20 @@ static int pysrc_read(void *user, uint64_t index, stk_callback_sample *out)
     PyGILState_STATE g = gil_take();
     pysrc_drain(s);
     int rc = 0;
-    PyObject *image, *label;
+    PyObject *image = NULL, *label = NULL;
     PyObject *item = pysrc_item(s, index);
-    if (!item || pysrc_split(s, item, &image, &label, -1, NULL) < 0 ||
-        pysrc_label(label, &out->label) < 0 || pysrc_image(s, image, out) < 0)
+    if (item && pysrc_split(s, item, &image, &label, -1, NULL) == 0) {
+        /* our own references: converting runs Python code (numpy, PIL,
+         * torch) that could change a list or dict item meanwhile */
+        Py_INCREF(image);
+        Py_XINCREF(label);
+        if (pysrc_label(label, &out->label) < 0 || pysrc_image(s, image, out) < 0)
+            rc = pysrc_fail();
+        Py_DECREF(image);
+        Py_XDECREF(label);
+    } else {
         rc = pysrc_fail();
+    }
     Py_XDECREF(item);
     PyGILState_Release(g);
     return rc;
@@ -1385,7 +1399,9 @@ static int pysrc_read_field(void *user, uint64_t index, uint32_t field, stk_call
         goto fail;
     }
     PyObject *k = PyLong_FromUnsignedLong(field);
+    Py_INCREF(value); /* ours while the converter runs Python code */
     conv = k ? PyObject_CallFunctionObjArgs(s->convert, k, value, NULL) : NULL;
+    Py_DECREF(value);
     Py_XDECREF(k);
     if (!conv)
         goto fail;

@@ -469,7 +469,7 @@ def test_interpreter_exit_with_a_loader_reading_python():
     is closed at exit, before the interpreter shuts down."""
     env = dict(os.environ)
     env["PYTHONPATH"] = PY_PATH + os.pathsep + env.get("PYTHONPATH", "")
-    for _ in range(3):
+    for _ in range(2):
         p = subprocess.run([sys.executable, "-c", EXIT_CHILD], capture_output=True, text=True,
                            env=env, timeout=120)
         assert p.returncode == 0 and p.stdout == "exiting\n", p.stderr
