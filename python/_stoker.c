@@ -971,8 +971,14 @@ static void pysrc_release(void *user, void *token)
 static int pysrc_fail(void)
 {
     PyObject *type, *value, *tb;
+#if PY_VERSION_HEX >= 0x030C0000
+    value = PyErr_GetRaisedException();
+    type = value ? Py_NewRef((PyObject *)Py_TYPE(value)) : NULL;
+    tb = value ? PyException_GetTraceback(value) : NULL;
+#else
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
+#endif
     int code = STK_EDATA, own = 0;
     if (type && PyErr_GivenExceptionMatches(type, PyExc_MemoryError)) {
         code = STK_ENOMEM;
