@@ -65,6 +65,16 @@ static void test_struct_sizes_are_pinned(void **state)
      * 4 words once reserved: block_size, start_slot, shuffle + shuffle_window,
      * and the last one: the stk_sampling pointer (its own reserved words
      * extend the sampler from now on) */
+    /* callback datasets: data, size; h, w, c (+4); 3 strides, label, token;
+     * 4 reserved */
+    assert_int_equal(sizeof(stk_callback_sample), 16 + 16 + 24 + 16 + 32);
+    /* data, size; shape[3] (+4); token; 4 reserved */
+    assert_int_equal(sizeof(stk_callback_field), 16 + 16 + 8 + 32);
+    /* 4 function pointers, 4 reserved */
+    assert_int_equal(sizeof(stk_dataset_callbacks), 32 + 32);
+    /* count, name; h, w, c, num_classes; class_names, fields; nfields (+4);
+     * max_pixels; 4 reserved */
+    assert_int_equal(sizeof(stk_callback_options), 16 + 16 + 16 + 8 + 8 + 32);
     assert_int_equal(sizeof(stk_sampler_options), 8 + 8 + 4 * 5 + 4 + 32);
     assert_int_equal(offsetof(stk_sampler_options, block_size), 40);
     assert_int_equal(offsetof(stk_sampler_options, start_slot), 48);

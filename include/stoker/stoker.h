@@ -382,6 +382,131 @@ STK_API uint32_t stk_dataset_shard_count(const stk_dataset *ds);
 STK_API int stk_dataset_shard_info(const stk_dataset *ds, uint32_t i, stk_shard_info *info);
 
 /* ------------------------------------------------------------------------ */
+/* Callback datasets: samples made by the caller's code                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A dataset whose samples come from functions the caller supplies, so that
+ * a source only the caller's code can read (a Python object: the Python
+ * module's stoker.ExternalSource is built on this; a database; a generator
+ * of synthetic images) still gets the loader's threads, augmentation,
+ * batching and prefetch. The samples are random access by index like any
+ * dataset's: the loader's order, sharding, resume and per-sample random
+ * draws (keyed by the index) are the same as for a file format.
+ *
+ * What `read` gives is borrowed only until the library has copied it: the
+ * library copies the bytes or pixels into the calling thread's own buffer
+ * and then, on the same thread and before it returns, calls
+ * `release(user, token)` (when release is not NULL) with the token `read`
+ * put in the sample. So the caller's storage need live only from read to
+ * release, and it is never touched after release. The same holds for
+ * read_field.
+ *
+ * Thread safety: read, read_field and release are called concurrently, from
+ * every worker thread of every loader over the dataset and from any thread
+ * calling stk_dataset_read & co. on it: they must be safe to call from
+ * several threads at once (a caller that cannot be, e.g. Python code,
+ * serialises inside them). close is called once, by stk_dataset_close,
+ * after every other call has returned.
+ */
+
+/* One sample as `read` fills it (zeroed by the library before the call). */
+typedef struct stk_callback_sample {
+    /* Either an encoded image (JPEG, PNG... anything the decoders read):
+     * data and size, with height = width = channels = 0. Or uint8 pixels:
+     * height, width, channels (1..4) > 0, and the strides in bytes between
+     * rows, columns and channels, all >= 0 (all three 0: dense HWC); size
+     * is then the bytes data spans, at least (h-1)*row_stride +
+     * (w-1)*col_stride + (c-1)*chan_stride + 1 (checked). A CHW array is
+     * chan_stride = h*w, row_stride = w, col_stride = 1. */
+    const void *data;
+    size_t size;
+    uint32_t height, width, channels;
+    uint32_t reserved32_;  /* left zero */
+    int64_t row_stride, col_stride, chan_stride;
+    int64_t label;         /* the sample's label (-1: it has none) */
+    void *token;           /* the caller's own, handed back to release */
+    uint64_t reserved_[4]; /* left zero */
+} stk_callback_sample;
+
+/* One value of an extra field (stk_callback_options.fields) as read_field
+ * fills it (zeroed by the library before the call). int64 / float32 values
+ * little-endian, row-major; a fixed field's size must be exactly its
+ * declared shape's; a field whose leading dimension varies (dims[0] == 0)
+ * holds any whole number of rows. Bytes and strings (UTF-8, no NUL needed)
+ * as they are; an encoded image as its file bytes; a raw image as dense HWC
+ * uint8 pixels with shape = height, width, channels. */
+typedef struct stk_callback_field {
+    const void *data;
+    size_t size;           /* bytes */
+    uint32_t shape[3];     /* raw images: height, width, channels; else unused */
+    uint32_t reserved32_;  /* left zero */
+    void *token;           /* handed back to release */
+    uint64_t reserved_[4]; /* left zero */
+} stk_callback_field;
+
+typedef struct stk_dataset_callbacks {
+    /* Required. Fill *out with sample `index` (< count). Return 0, or a
+     * negative STK_E* code with a message set by stk_callback_fail (the
+     * library prefixes it with the dataset's name and the sample index):
+     * STK_EDATA for a sample that cannot be made (a loader's
+     * on_error=skip skips it), any other code stops the loader. */
+    int (*read)(void *user, uint64_t index, stk_callback_sample *out);
+    /* Required when extra fields are declared: the value of extra field
+     * `field` (0 = the first of stk_callback_options.fields) of sample
+     * `index`. Errors as read. */
+    int (*read_field)(void *user, uint64_t index, uint32_t field, stk_callback_field *out);
+    /* Optional: the library is done with what a successful read or
+     * read_field gave (see above). Not called after a failed one. */
+    void (*release)(void *user, void *token);
+    /* Optional: called once by stk_dataset_close, last. Not called when
+     * stk_dataset_from_callbacks fails (`user` stays the caller's). */
+    void (*close)(void *user);
+    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
+} stk_dataset_callbacks;
+
+/* How the dataset looks from outside. Zero means the default for every
+ * field; reserved words must be zero. */
+typedef struct stk_callback_options {
+    uint64_t count;        /* samples, > 0 */
+    const char *name;      /* its URI in stk_dataset_info and in messages
+                              (default "callback"); copied */
+    /* All three > 0: every sample is uint8 pixels of exactly this shape
+     * (checked per sample), and pipelines compile for it (no resize
+     * needed). 0: samples of any size, encoded or pixels. */
+    uint32_t height, width, channels;
+    uint32_t num_classes;  /* 0 = unknown */
+    const char *const *class_names; /* num_classes names, or NULL; copied */
+    /* nfields extra fields, after "image" and "label" (field numbers 2,
+     * 3, ...; stk_dataset_field_info describes them): their name (unique,
+     * not "image" or "label"), type, ndim and dims as stk_field_info
+     * says; compressed must be 0. Copied. */
+    const stk_field_info *fields;
+    uint32_t nfields;
+    uint32_t reserved32_;  /* must be zero */
+    uint64_t max_pixels;   /* largest height x width of a pixel sample
+                              (0 = 2^28); larger ones are STK_EDATA */
+    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
+} stk_callback_options;
+
+/*
+ * A new dataset over `cb` and `user` (borrowed: they must outlive it, and
+ * `user` is passed to every callback). Its format is "callback"; its fields
+ * "image" (raw_image of the fixed shape, or image: the sample's encoded
+ * bytes as read gave them, or its pixels as dense HWC with the shape),
+ * "label" (int64), then the declared extra fields. On success *out owns
+ * the dataset (stk_dataset_close). STK_EINVAL for a NULL read, a zero
+ * count, a bad field declaration or a non-zero reserved word; STK_ENOMEM.
+ */
+STK_API int stk_dataset_from_callbacks(const stk_dataset_callbacks *cb, void *user,
+                                       const stk_callback_options *opts, stk_dataset **out);
+
+/* For callbacks: make `message` the calling thread's error message (what
+ * stk_errmsg() returns; copied, cut at 1023 bytes) and return `code`, so a
+ * callback ends with `return stk_callback_fail(STK_EDATA, "...")`. */
+STK_API int stk_callback_fail(int code, const char *message);
+
+/* ------------------------------------------------------------------------ */
 /* Packing and verifying .stk shards                                         */
 /* ------------------------------------------------------------------------ */
 

@@ -23,6 +23,8 @@ from .loader import Dataset, Loader, build_spec, concat, from_numpy, open, pack
 from .mixup import Mixup
 from .fields import Ragged
 from .writer import ShardWriter
+from .batchops import BatchOp
+from .external import ExternalSource
 from .doctor import doctor
 from .user_ops import NumbaOp, PythonOp, UserOp, load_plugin
 from . import transforms as _transforms
@@ -31,8 +33,8 @@ from .transforms import *  # noqa: F401,F403 -- every transform class (one per o
 __version__ = _stoker.version
 
 __all__ = [
-    "Loader", "Dataset", "Batch", "Mixup", "Ragged", "ShardWriter", "doctor", "open", "concat",
-    "from_numpy", "pack", "build_spec", "spec_check", "strerror",
+    "Loader", "Dataset", "Batch", "Mixup", "Ragged", "ShardWriter", "BatchOp", "ExternalSource",
+    "doctor", "open", "concat", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",

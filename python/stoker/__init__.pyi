@@ -107,6 +107,20 @@ class Dataset:
     def __iter__(self) -> Iterator[Tuple[Any, int]]: ...
     def read(self, index: int) -> Tuple[_Array, int]: ...
 
+class ExternalSource(Dataset):
+    """A dataset fed by a Python indexable (list, array, torch Dataset) or
+    iterable (generator function, IterableDataset); items are an image,
+    (image, label[, field values...]) or a dict. See docs/python.md."""
+    def __init__(self, source: Any,
+                 fields: Mapping[str, Union[str, Tuple[str, Sequence[int | None]]]] | None = ...,
+                 *, length: int | None = ..., shape: Sequence[int] | None = ...,
+                 num_classes: int | None = ..., classes: Sequence[str] | None = ...,
+                 name: str | None = ...) -> None: ...
+    @property
+    def iterable(self) -> bool: ...
+    @property
+    def source(self) -> Any: ...
+
 def open(uri: Union[str, os.PathLike[str]], *, max_bytes: int | None = ...,
          max_samples: int | None = ..., max_pixels: int | None = ...) -> Dataset: ...
 def from_numpy(images: Any, labels: Any = ...) -> Dataset:
@@ -270,6 +284,13 @@ class Mixup:
                  position: int = ..., rank: int = ...,
                  layout: Literal["NCHW", "NHWC"] = ...) -> Tuple[Any, Any]: ...
 
+class BatchOp:
+    """fn(images) -> images on each finished batch, in the consumer thread
+    (with the GIL); at the end of transforms=."""
+    fn: Callable[[Any], Any]
+    def __init__(self, fn: Callable[[Any], Any]) -> None: ...
+    def __call__(self, images: Any) -> Any: ...
+
 class Loader:
     """Batches of a dataset, augmented by native threads, shared with zero copy."""
     def __init__(self, dataset: Union[str, os.PathLike[str], Dataset], batch_size: int = ...,
@@ -284,7 +305,7 @@ class Loader:
                  rank: int | None = ..., world_size: int | None = ...,
                  on_error: Literal["raise", "skip"] = ...,
                  block_size: int | None = ..., shuffle_window: int | None = ...,
-                 batch_transform: Mixup | None = ...,
+                 batch_transform: Union[Mixup, Callable[[Any], Any], None] = ...,
                  memory_limit: int | None = ...,
                  report_every: int | None = ...,
                  report: Union[Callable[[dict[str, Any]], Any], Literal["log"], None] = ...

@@ -5,7 +5,7 @@ import operator
 import os
 import sys
 
-from . import _stoker, _torchvision
+from . import _stoker, _torchvision, batchops
 from .transforms import ToTensor, to_spec
 
 __all__ = ["Loader", "Dataset", "open", "from_numpy", "pack", "concat"]
@@ -447,12 +447,16 @@ def _converter(output):
 
 
 def _check_batch_transform(bt, output, dtype):
-    """batch_transform: None or a stoker.Mixup, usable with this output/dtype."""
+    """batch_transform: None, a stoker.Mixup usable with this output/dtype, or
+    any callable (batchops.py)."""
     if bt is None:
         return None
     from .mixup import Mixup
     if not isinstance(bt, Mixup):
-        raise TypeError("batch_transform must be a stoker.Mixup (or None), got %r" % (bt,))
+        if not callable(bt):
+            raise TypeError("batch_transform must be a callable or a stoker.Mixup (or None), "
+                            "got %r" % (bt,))
+        return bt
     if output == "dlpack":
         raise ValueError("batch_transform (Mixup) needs output='torch' or 'numpy', not 'dlpack'")
     if dtype == "uint8":
@@ -558,12 +562,18 @@ class Loader:
         walks its own permutation, starting a new one when its share
         exceeds its size (docs/sampler.md, "Mixing datasets"). The indices
         of ``iter_with_indices`` count through the datasets in order.
-      batch_transform: a :class:`stoker.Mixup` applied to every delivered
-        batch (Mixup/CutMix as timm's, in the Python layer): batches are then
-        ``(mixed images, soft labels)``, soft labels float32 (B, num_classes);
-        needs a float dtype and output 'torch' or 'numpy'. Its draws are a
-        pure function of (aug_seed, epoch, batch position, rank), so resume
-        is exact (docs/python.md, "Mixup and CutMix").
+      batch_transform: a callable applied to every finished batch in the
+        loop's thread (with the GIL; it may use torch or the GPU): it gets
+        the tuple ``iter()`` would yield, ``(images, labels)``, and what it
+        returns is yielded (``iter_with_indices`` appends the indices); its
+        time counts as the loop's wait in ``profile()`` (docs/python.md,
+        "batch_transform"). Or a :class:`stoker.Mixup` (Mixup/CutMix as
+        timm's): batches are then ``(mixed images, soft labels)``, soft
+        labels float32 (B, num_classes); needs a float dtype and output
+        'torch' or 'numpy'. Its draws are a pure function of (aug_seed,
+        epoch, batch position, rank), so resume is exact (docs/python.md,
+        "Mixup and CutMix"). ``stoker.BatchOp(fn)`` at the end of
+        ``transforms`` runs ``fn(images)`` on each batch before it.
       eager: start the worker threads and the batch pool at creation. By
         default a Loader is lazy: nothing runs or is allocated until the
         first iteration (or ``warmup()``).
@@ -603,6 +613,7 @@ class Loader:
             raise ValueError("proportions need a list of datasets")
         if not isinstance(dataset, _stoker.Dataset):
             dataset = open(dataset)
+        transforms, batch_ops = batchops.split(transforms)
         spec = build_spec(transforms, pipeline, dtype, layout)
         rank, world_size = _distributed(rank, world_size)
         mode, convert = _converter(output)
@@ -640,6 +651,14 @@ class Loader:
             raise ValueError("views must be >= 1, got %d" % views)
         if aug_seed is not None:
             aug_seed = operator.index(aug_seed)
+        for part in getattr(dataset, "_parts", None) or (dataset,):
+            check = getattr(part, "_loader_check", None)  # stoker.ExternalSource
+            if check is not None:
+                check(self, shuffle=shuffle, world_size=world_size, batch_size=batch_size,
+                      max_batches=max_batches, sampling=next((n for n, v in (
+                          ("indices", indices), ("weights", weights),
+                          ("num_samples", num_samples), ("balance_classes", balance_classes),
+                          ("a list of datasets", mix_sizes)) if v), None))
         self._core = _stoker._Loader(
             dataset, spec, batch_size=batch_size, threads=num_threads, prefetch=prefetch,
             max_batches=max_batches, seed=operator.index(seed), shuffle=shuffle,
@@ -660,6 +679,7 @@ class Loader:
         self._report_every = report_every
         self._report = report
         self._decisions_seen = 0
+        self._batch_ops = batch_ops
         try:
             self._batch_transform = _check_batch_transform(batch_transform, output,
                                                            self._core.dtype)
@@ -689,8 +709,8 @@ class Loader:
         it = self._core.iter()
         if self._wrap:
             it = self._wrapped(it, False)
-        if self._batch_transform is not None:
-            it = self._transformed(it)
+        if self._batch_transform is not None or self._batch_ops:
+            it = self._transformed(it, False)
         return self._watched(it)
 
     @property
@@ -711,12 +731,13 @@ class Loader:
 
     def iter_with_indices(self):
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
-        the dataset index of every row, an int64 array (a copy)."""
+        the dataset index of every row, an int64 array (a copy). With a
+        batch_transform: what it returns, then the indices."""
         it = self._core.iter(with_indices=True)
         if self._wrap:
             it = self._wrapped(it, True)
-        if self._batch_transform is not None:
-            it = self._transformed(it)
+        if self._batch_transform is not None or self._batch_ops:
+            it = self._transformed(it, True)
         return self._watched(it)
 
     def _watched(self, it):
@@ -793,24 +814,25 @@ class Loader:
         """Fix the prefetch depth now (ends its autotuning)."""
         self._core._set_knob("prefetch", operator.index(n))
 
-    def _transformed(self, it):
-        """``it``'s batches through the batch transform (stoker.Mixup), each
-        with the draws of its (aug seed, epoch, position, rank): the state
-        read before taking a batch names the batch taken."""
-        core, bt = self._core, self._batch_transform
-        seed = self._options["aug_seed"]
-        if seed is None:
-            seed = self._options["seed"]
-        rank, layout = self._options["rank"], core.layout
-        while True:
-            st = core.state()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            images, soft = bt(item[0], item[1], seed=seed, epoch=st["epoch"],
-                              position=st["position"], rank=rank, layout=layout)
-            yield (images, soft) + tuple(item[2:])
+    def _transformed(self, it, with_indices):
+        """``it``'s batches through the BatchOps and the batch transform
+        (batchops.run). A stoker.Mixup draws with its batch's (aug seed,
+        epoch, position, rank)."""
+        from .mixup import Mixup
+        mixup = None
+        if isinstance(self._batch_transform, Mixup):
+            seed = self._options["aug_seed"]
+            mixup = dict(seed=self._options["seed"] if seed is None else seed,
+                         rank=self._options["rank"], layout=self._core.layout)
+        return batchops.run(self._core, it, self._batch_ops, self._batch_transform, mixup,
+                            with_indices)
+
+    def _transform_id(self):
+        """What state_dict records of the batch transform: a Mixup's settings
+        (its draws are part of what a resume reproduces), else None."""
+        from .mixup import Mixup
+        bt = self._batch_transform
+        return repr(bt) if isinstance(bt, Mixup) else None
 
     def iter_with_paths(self):
         """Like ``iter(loader)`` but yields ``(images, labels, paths)``: the
@@ -850,8 +872,8 @@ class Loader:
         st = self._core.state()
         st["version"] = 1
         st["pipeline"] = self._pipeline
-        if self._batch_transform is not None:
-            st["batch_transform"] = repr(self._batch_transform)
+        if self._transform_id() is not None:
+            st["batch_transform"] = self._transform_id()
         return st
 
     def load_state_dict(self, state):
@@ -876,7 +898,7 @@ class Loader:
                              "(delete state['pipeline'] and state['spec_hash'] to resume anyway)"
                              % (pipeline, self._pipeline))
         bt = state.pop("batch_transform", None)
-        mine = repr(self._batch_transform) if self._batch_transform is not None else None
+        mine = self._transform_id()
         if bt is not None and bt != mine:
             raise ValueError("state_dict was taken with batch_transform %s but this Loader has "
                              "%s (delete state['batch_transform'] to resume anyway)" % (bt, mine))

@@ -369,8 +369,8 @@ def test_refusals(ds):
         stoker.Loader(ds, dtype="uint8", batch_transform=m)
     with pytest.raises(ValueError, match="not 'dlpack'"):
         stoker.Loader(ds, output="dlpack", batch_transform=m)
-    with pytest.raises(TypeError, match="must be a stoker.Mixup"):
-        stoker.Loader(ds, batch_transform=lambda x, y: (x, y))
+    with pytest.raises(TypeError, match="must be a callable or a stoker.Mixup"):
+        stoker.Loader(ds, batch_transform=42)  # any callable is a batch transform
     with pytest.raises(TypeError, match="needs float images .* got uint8"):
         m(np.zeros((2, 3, 4, 4), np.uint8), np.zeros(2, np.int64))
     bad = [
