@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/plan.h"
+#include "stoker/stoker.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -327,6 +328,139 @@ static void test_errors(void **state)
     stk_plan_free(p);
 }
 
+/* A loader with fields over a .stk set written with stk_shard_writer:
+ * masks and boxes from 1 and 4 threads (views = 2) are byte-identical, the
+ * mask follows the image (its first channel) under exact geometry, a bad
+ * mask is skipped under the skip policy and named under raise. */
+static int write_set(const char *dir, int bad_at)
+{
+    stk_shard_field f[] = {
+        {.name = "image", .type = STK_FIELD_RAW_IMAGE, .ndim = 3, .dims = {H, W, 3}},
+        {.name = "label", .type = STK_FIELD_INT64},
+        {.name = "mask", .type = STK_FIELD_RAW_IMAGE},
+        {.name = "boxes", .type = STK_FIELD_FLOAT32, .ndim = 2, .dims = {0, 4}},
+        {.name = "box_labels", .type = STK_FIELD_INT64, .ndim = 1, .dims = {0}},
+    };
+    stk_shard_writer *w = NULL;
+    stk_shard_writer_options o = {.records_per_shard = 16};
+    int rc = stk_shard_writer_create(dir, f, 5, &o, &w);
+    if (rc < 0)
+        return rc;
+    uint8_t img[H * W * 3], mask[H * W];
+    float box[4];
+    for (int i = 0; i < 40; i++) {
+        make_scene(img, mask, box);
+        for (int k = 0; k < H * W; k++)
+            img[k * 3 + 1] = (uint8_t)(img[k * 3 + 1] + i);
+        float boxes[8] = {box[0], box[1], box[2], box[3], 1.0f + (float)(i % 5), 2, 20, 9};
+        int64_t label = i % 3, bl[2] = {i, 100 + i};
+        uint32_t nb = (uint32_t)(1 + i % 2);
+        stk_field_value v[5] = {
+            {.data = img, .size = sizeof img, .shape = {H, W, 3}},
+            {.data = &label, .size = 8, .count = 1},
+            {.data = mask, .size = i == bad_at ? (size_t)(H - 1) * W : sizeof mask,
+             .shape = {i == bad_at ? H - 1 : H, W, 1}},
+            {.data = boxes, .size = nb * 16, .count = 4 * nb},
+            {.data = bl, .size = nb * 8, .count = nb},
+        };
+        if ((rc = stk_shard_writer_add(w, v)) < 0) {
+            stk_shard_writer_abort(w);
+            return rc;
+        }
+    }
+    return stk_shard_writer_finish(w, NULL);
+}
+
+static void run_loader(stk_dataset *ds, uint32_t threads, stk_error_policy pol, uint8_t **all,
+                       size_t *all_size, int *rc_out)
+{
+    stk_loader_options o = {.batch_size = 8, .threads = threads, .seed = 5, .views = 2,
+                            .on_error = pol,
+                            .fields = "image,label,mask,boxes,box_labels,index,geometry"};
+    stk_loader *l = NULL;
+    assert_int_equal(stk_loader_create(ds, "pad 2 | random_crop 20 | flip 0.5 | vflip 0.5", &o,
+                                       &l),
+                     0);
+    assert_int_equal(stk_loader_field_count(l), 7);
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    stk_batch b;
+    int rc;
+    while ((rc = stk_loader_next(l, &b)) == 1) {
+        stk_batch_field f[7];
+        for (uint32_t i = 0; i < 7; i++)
+            assert_int_equal(stk_loader_field(l, &b, i, &f[i]), 0);
+        assert_int_equal(f[2].role, STK_ROLE_MASK);
+        assert_int_equal(f[3].role, STK_ROLE_BOXES);
+        assert_int_equal(f[4].role, STK_ROLE_PER_BOX);
+        assert_int_equal(f[2].shape[1], 20);
+        const uint8_t *img = b.data;
+        const uint8_t *m = f[2].data;
+        for (uint32_t r = 0; r < b.size; r++) {
+            for (int k = 0; k < 20 * 20; k++)
+                assert_int_equal(m[(size_t)r * 400 + k], img[((size_t)r * 400 + k) * 3]);
+            /* boxes and their labels: the same count per row */
+            assert_int_equal(f[3].offsets[r + 1] - f[3].offsets[r],
+                             f[4].offsets[r + 1] - f[4].offsets[r]);
+        }
+        for (uint32_t i = 0; i < 7; i++) {
+            size_t add = f[i].bytes + (f[i].offsets ? ((size_t)b.size + 1) * 8 : 0);
+            while (n + add > cap)
+                buf = realloc(buf, cap *= 2);
+            memcpy(buf + n, f[i].data, f[i].bytes);
+            n += f[i].bytes;
+            if (f[i].offsets) {
+                memcpy(buf + n, f[i].offsets, ((size_t)b.size + 1) * 8);
+                n += ((size_t)b.size + 1) * 8;
+            }
+        }
+        stk_loader_release(l, &b);
+    }
+    *rc_out = rc;
+    if (rc < 0)
+        assert_non_null(strstr(stk_errmsg(), "mask"));
+    stk_loader_destroy(l);
+    *all = buf;
+    *all_size = n;
+}
+
+static void test_loader_fields(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/stk_fields_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char good[300], bad[300];
+    snprintf(good, sizeof good, "%s/good", dir);
+    snprintf(bad, sizeof bad, "%s/bad", dir);
+    assert_int_equal(write_set(good, -1), 0);
+    assert_int_equal(write_set(bad, 17), 0);
+    stk_dataset *ds = NULL;
+    assert_int_equal(stk_dataset_open(good, NULL, &ds), 0);
+    uint8_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    int rc;
+    run_loader(ds, 1, STK_ON_ERROR_RAISE, &a, &na, &rc);
+    assert_int_equal(rc, 0);
+    run_loader(ds, 4, STK_ON_ERROR_RAISE, &b, &nb, &rc);
+    assert_int_equal(rc, 0);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na);
+    free(a);
+    free(b);
+    stk_dataset_close(ds);
+    assert_int_equal(stk_dataset_open(bad, NULL, &ds), 0);
+    run_loader(ds, 4, STK_ON_ERROR_SKIP, &a, &na, &rc);
+    assert_int_equal(rc, 0);
+    free(a);
+    run_loader(ds, 2, STK_ON_ERROR_RAISE, &a, &na, &rc);
+    assert_true(rc == STK_EDATA);
+    free(a);
+    stk_dataset_close(ds);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_boxes_dropped_outside_and_small),
         cmocka_unit_test(test_bbox_crop),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_loader_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
