@@ -415,6 +415,15 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             stk_user_inst *u = &ip->user[ip->nuser++]; /* counted first: freed on failure */
             if ((rc = stk_user_compile(text, o, in, u)) < 0)
                 goto fail;
+            if (spatial && (u->out[0] != in[0] || u->out[1] != in[1])) {
+                rc = stk_spec_fail(text, o->col,
+                                   "%s changes the image's size (%ux%u to %ux%u), which masks "
+                                   "and boxes cannot follow; with mask or box fields a "
+                                   "user-defined op must keep the size (it is treated as "
+                                   "photometric)",
+                                   o->def->name, in[0], in[1], u->out[0], u->out[1]);
+                goto fail;
+            }
             kh = u->out[0];
             kw = u->out[1];
             nc = (int)u->out[2];
