@@ -549,8 +549,9 @@ typedef struct stk_shard_writer_options {
 } stk_shard_writer_options;
 
 /* Start writing shards into `dest_dir` (created if needed; it must hold no
- * *.stk file yet — temporaries of an interrupted pack or writer whose
- * process is gone are removed). opts may be NULL. STK_EINVAL for a bad
+ * *.stk file yet, nor a temporary of a pack or writer still running — in
+ * this process or another; temporaries of one whose process is gone are
+ * removed). opts may be NULL. STK_EINVAL for a bad
  * schema or option (naming the field), STK_EIO, STK_ENOMEM. */
 STK_API int stk_shard_writer_create(const char *dest_dir, const stk_shard_field *fields,
                                     uint32_t nfields, const stk_shard_writer_options *opts,

@@ -415,6 +415,16 @@ def test_exception_inside_with_leaves_no_shard(tmp_path):
     assert os.listdir(dest) == ["shard-00000.stk"]
 
 
+def test_two_writers_into_one_directory(tmp_path):
+    """The second is refused while the first writes; neither loses a file."""
+    a = stoker.ShardWriter(tmp_path / "d", {"x": "int64"})
+    a.write({"x": 1})
+    with pytest.raises(stoker.InvalidArgument, match="being written by this process"):
+        stoker.ShardWriter(tmp_path / "d", {"x": "int64"})
+    assert a.close()["records"] == 1
+    assert os.listdir(tmp_path / "d") == ["shard-00000.stk"]
+
+
 def test_schema_and_destination_errors(tmp_path, written):
     bad = [
         ({"x": "int32"}, ValueError, "unknown type 'int32'"),
