@@ -426,8 +426,10 @@ typedef struct stk_pack_result {
 
 /* Pack dataset `src` (any URI stk_dataset_open accepts) into shards
  * DEST_DIR/shard-00000.stk, ... with fields "image", "label" and
- * "source_index" (the sample's index in `src`), the class names and the
- * shard-set keys in the metadata (docs/format.md). The shards appear under
+ * "source_index" (the sample's index in `src`), "source_name" where `src`
+ * names its samples, then every other field of `src` as it is (boxes,
+ * masks, ids of a multi-field set), the class names and the shard-set keys
+ * in the metadata (docs/format.md). The shards appear under
  * their names only once all are written; temporary files of an earlier,
  * interrupted pack into DEST_DIR are removed. The output is byte-identical
  * for any `jobs` (tests/test_pack_stall.c). Fails with the source's error,
