@@ -107,8 +107,13 @@ static void touch(const void *p, size_t n)
 /* Checksum fixup                                                            */
 /* ------------------------------------------------------------------------ */
 
-static int is_variable(uint8_t type)
+/* A field entry's storage (docs/format.md): int64/float32 are variable when
+ * their leading dimension varies (ndim >= 1, dims[0] == 0; format 1.2). */
+static int is_variable(const uint8_t *e)
 {
+    uint8_t type = e[FLD_TYPE];
+    if (type == STK_FIELD_INT64 || type == STK_FIELD_FLOAT32)
+        return e[FLD_NDIM] >= 1 && stk_rd32(e + FLD_DIMS) == 0;
     return type == STK_FIELD_BYTES || type == STK_FIELD_IMAGE || type == STK_FIELD_RAW_IMAGE ||
            type == STK_FIELD_STRING;
 }
@@ -131,7 +136,7 @@ static void fixup(uint8_t *b, size_t size)
         if (nfields >= 1 && nfields <= STK_MAX_FIELDS &&
             STK_HEADER_SIZE + (uint64_t)nfields * STK_FIELD_ENTRY_SIZE <= size)
             for (uint32_t i = 0; i < nfields; i++)
-                nvar += is_variable(b[STK_HEADER_SIZE + i * STK_FIELD_ENTRY_SIZE + FLD_TYPE]);
+                nvar += is_variable(b + STK_HEADER_SIZE + i * STK_FIELD_ENTRY_SIZE);
         uint64_t lengths_at = n * 8, sums_at = lengths_at + stk_pad_to(n * nvar * 4, 8);
         if (n <= index_size / 16 && sums_at + n * 8 <= index_size) {
             for (uint64_t r = 0; r < n; r++) {

@@ -252,6 +252,36 @@ static void multi_shard(const char *name, const uint8_t *jpg, size_t jpg_size, u
         die(path);
 }
 
+/* Format 1.2: a detection record — boxes float32 {0, 4} and box_labels
+ * int64 {0} whose rows vary per record (0, 1, 2 ...), and a mask. */
+static void detect_shard(const char *name, const uint8_t *jpg, size_t jpg_size, uint64_t count)
+{
+    char path[1024];
+    shard_path(path, sizeof path, name);
+    stk_field_def f[5] = {
+        field("image", STK_FIELD_IMAGE, 0, 0, 0, 0, 0),
+        field("label", STK_FIELD_INT64, 0, 0, 0, 0, 0),
+        field("boxes", STK_FIELD_FLOAT32, 0, 2, 0, 4, 0),
+        field("box_labels", STK_FIELD_INT64, 0, 1, 0, 0, 0),
+        field("mask", STK_FIELD_RAW_IMAGE, 0, 3, 12, 16, 1),
+    };
+    stk_shard_file *w;
+    if (stk_shard_file_open(path, f, 5, NULL, 0, &w) < 0)
+        die(path);
+    uint8_t mask[STK_RAW_PREFIX + 12 * 16];
+    for (uint64_t r = 0; r < count; r++) {
+        int64_t label = (int64_t)r, box_labels[4] = {1, 2, 3, 4};
+        float boxes[16] = {0, 0, 4, 4, 1, 2, 3, 5, 8, 8, 16, 12, 0.5f, 0.5f, 1.5f, 1.5f};
+        size_t mn = raw_payload(mask, 12, 16, 1, FLAT, (int)r, 0);
+        stk_value_bytes v[5] = {{jpg, jpg_size}, {&label, 8}, {boxes, r * 16},
+                                {box_labels, r * 8}, {mask, mn}};
+        if (stk_shard_file_add(w, v) < 0)
+            die(path);
+    }
+    if (stk_shard_file_finish(w) < 0)
+        die(path);
+}
+
 /* One variable bytes field, no image, no label. */
 static void bytes_shard(const char *name, uint64_t count)
 {
@@ -431,6 +461,7 @@ int main(int argc, char **argv)
     multi_shard("multi-3.stk", jpg, jn, 3);
     named_shard("named-3.stk", jpg, jn);
     bytes_shard("bytes-3.stk", 3);
+    detect_shard("detect-4.stk", jpg, jn, 4);
     fixed_shard("fixed-2.stk", 2);
     damaged("raw-3.stk");
     datasets();

@@ -7,7 +7,8 @@
 #   BUILD=build-bench fuzz/make_corpus.sh
 #
 # Seeds: shards written by the library's writer (fuzz/make_corpus.c: raw,
-# raw+zstd, JPEG, PNG, eight-field, bytes-only, fixed-only, 0..3 records,
+# raw+zstd, JPEG, PNG, eight-field, detection (format 1.2: varying boxes),
+# bytes-only, fixed-only, 0..3 records,
 # damaged copies), two shards made by `stoker pack` from a 2-record CIFAR-10
 # file (raw and --raw --zstd), and CIFAR/IDX files. Inputs found by fuzzing
 # (found-*, crash-* ...) are kept: only the generated names are replaced.

@@ -564,8 +564,10 @@ typedef struct stk_pack_result {
 
 /* Pack dataset `src` (any URI stk_dataset_open accepts) into shards
  * DEST_DIR/shard-00000.stk, ... with fields "image", "label" and
- * "source_index" (the sample's index in `src`), the class names and the
- * shard-set keys in the metadata (docs/format.md). The shards appear under
+ * "source_index" (the sample's index in `src`), "source_name" where `src`
+ * names its samples, then every other field of `src` as it is (boxes,
+ * masks, ids of a multi-field set), the class names and the shard-set keys
+ * in the metadata (docs/format.md). The shards appear under
  * their names only once all are written; temporary files of an earlier,
  * interrupted pack into DEST_DIR are removed. The output is byte-identical
  * for any `jobs` (tests/test_pack_stall.c). Fails with the source's error,
@@ -687,8 +689,9 @@ typedef struct stk_shard_writer_options {
 } stk_shard_writer_options;
 
 /* Start writing shards into `dest_dir` (created if needed; it must hold no
- * *.stk file yet — temporaries of an interrupted pack or writer whose
- * process is gone are removed). opts may be NULL. STK_EINVAL for a bad
+ * *.stk file yet, nor a temporary of a pack or writer still running — in
+ * this process or another; temporaries of one whose process is gone are
+ * removed). opts may be NULL. STK_EINVAL for a bad
  * schema or option (naming the field), STK_EIO, STK_ENOMEM. */
 STK_API int stk_shard_writer_create(const char *dest_dir, const stk_shard_field *fields,
                                     uint32_t nfields, const stk_shard_writer_options *opts,

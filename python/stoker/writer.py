@@ -309,6 +309,16 @@ class ShardWriter:
     def __enter__(self):
         return self
 
+    def __del__(self):
+        # Dropped without close(): like an exception, nothing is kept — and
+        # said, since records were discarded.
+        w = getattr(self, "_w", None)
+        if w is not None and not w.closed:
+            import warnings
+            warnings.warn("stoker.ShardWriter(%r) was never closed: its %d records were discarded"
+                          % (self._dest, w.records), ResourceWarning, stacklevel=2)
+            w.abort()
+
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             self.abort()

@@ -655,7 +655,16 @@ int stk_shard_dest_ready(const char *dest)
         if (!t)
             continue;
         long pid = strtol(t + 9, NULL, 10);
-        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+        /* This process's own: a pack or shard writer of it is writing
+         * there now (each removes its temporaries when it ends). */
+        if (pid == (long)getpid()) {
+            rc = stk_fail(STK_EINVAL, "%s: %s is being written by this process (another pack "
+                                      "or shard writer into the same destination); finish it "
+                                      "or choose another destination",
+                          dest, e->d_name);
+            break;
+        }
+        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
             rc = stk_fail(STK_EINVAL, "%s: %s is being written by another process (pid %ld); "
                                       "wait for it or choose another destination",
                           dest, e->d_name, pid);

@@ -3,8 +3,8 @@
 References: NumPy arrays the test builds, PIL for the encoded images, the
 library's own reader through ctypes (stk_dataset_read_field, field_info)
 and an independent reader of the file bytes written here from
-docs/format.md alone (struct + xxhash-free: the checksums are left to
-`stoker verify`). Covers every field type, a varying boxes field with 0 and
+docs/format.md alone (struct only: the checksums are left to `stoker
+verify`). Covers every field type, a varying boxes field with 0 and
 many rows, a dataset made by a Python generator (as a Hugging Face dataset
 would give it), tuples in field order, sharding by record count, the label
 map, stoker.open / stoker.Loader / `stoker inspect` / `stoker verify` on
@@ -76,7 +76,8 @@ def read_shard(path):
     """(fields, metadata, records) of one shard, from its bytes: fields a
     list of (name, type, storage, ndim, dims, elem_size, fixed_size),
     records a list of {name: bytes}."""
-    b = open(path, "rb").read()
+    with open(path, "rb") as f:
+        b = f.read()
     assert b[:8] == b"\x89STK\r\n\x1a\n" and b[-8:] == b"STKFOOT\n"
     vmajor, vminor, header_size, data_offset, nfields, nmeta = struct.unpack_from(
         "<HHIQII", b, 8)
@@ -397,6 +398,16 @@ def test_close_twice_write_after_close_and_abort(tmp_path):
     assert os.listdir(tmp_path / "empty") == []
 
 
+def test_a_writer_never_closed_is_aborted_with_a_warning(tmp_path):
+    w = stoker.ShardWriter(tmp_path / "g", {"x": "int64"})
+    w.write({"x": 1})
+    with pytest.warns(ResourceWarning, match="never closed: its 1 records were discarded"):
+        del w
+        import gc
+        gc.collect()
+    assert os.listdir(tmp_path / "g") == []
+
+
 def test_exception_inside_with_leaves_no_shard(tmp_path):
     dest = tmp_path / "x"
 
@@ -413,6 +424,16 @@ def test_exception_inside_with_leaves_no_shard(tmp_path):
     with stoker.ShardWriter(dest, {"b": "bytes"}) as w:
         w.write({"b": b"x"})
     assert os.listdir(dest) == ["shard-00000.stk"]
+
+
+def test_two_writers_into_one_directory(tmp_path):
+    """The second is refused while the first writes; neither loses a file."""
+    a = stoker.ShardWriter(tmp_path / "d", {"x": "int64"})
+    a.write({"x": 1})
+    with pytest.raises(stoker.InvalidArgument, match="being written by this process"):
+        stoker.ShardWriter(tmp_path / "d", {"x": "int64"})
+    assert a.close()["records"] == 1
+    assert os.listdir(tmp_path / "d") == ["shard-00000.stk"]
 
 
 def test_schema_and_destination_errors(tmp_path, written):
