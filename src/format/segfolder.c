@@ -425,8 +425,7 @@ static int seg_list_dir(const seg_impl *m, const char *sub, bool want_masks, con
     }
     int rc = 0;
     struct dirent *de;
-    errno = 0;
-    while ((de = readdir(d)) != NULL) {
+    while ((errno = 0, de = readdir(d)) != NULL) {
         const char *name = de->d_name;
         if (name[0] == '.')
             continue;
@@ -456,13 +455,12 @@ static int seg_list_dir(const seg_impl *m, const char *sub, bool want_masks, con
             break;
         }
         out->e[out->n++].stem = strlen(name) - tail;
-        errno = 0;
     }
     if (rc == 0 && errno != 0)
         rc = stk_fail(STK_EIO, "segfolder: cannot read directory %s: %s", path,
                       strerror_r(errno, ebuf, sizeof ebuf));
     closedir(d);
-    if (rc == 0)
+    if (rc == 0 && out->n)
         qsort(out->e, out->n, sizeof *out->e, seg_cmp_entry);
     return rc;
 }
