@@ -39,10 +39,10 @@
  * read, an empty one or one over max_bytes (the loader's on_error policy
  * applies to them).
  *
- * Note for decoding: a mask PNG usually holds class ids as gray levels or
- * palette indices; the codec decodes to RGB (palette entries expanded to
- * their colours), so a palette mask needs its palette to be a gray ramp,
- * or the pipeline's mask decoding must keep the indices.
+ * Note for decoding: a mask PNG holds class ids as grey levels or palette
+ * indices; a loader decodes a mask field to those ids, while the image
+ * decoding (stk_dataset_read, verify --decode) gives RGB, a palette mask's
+ * colours.
  *
  * Memory: the relative paths of both files of every sample in one arena
  * (about 2 x 30 bytes per sample) and two offsets. Thread safety: immutable
