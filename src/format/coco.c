@@ -247,7 +247,7 @@ typedef struct coco_walk {
     bool have_prev;
     uint32_t h, w;
     uint32_t *pos;    /* out: column-major positions of the boundary points */
-    uint64_t n;
+    uint64_t n, cap;  /* points found; room in pos (coco_poly_bound) */
 } coco_walk;
 
 /* The next point of the walk: a boundary point where the step from the
@@ -262,7 +262,9 @@ static inline void coco_visit(coco_walk *k, int64_t u, int64_t v)
                 y = 0;
             else if (y > k->h)
                 y = k->h;
-            k->pos[k->n++] = (uint32_t)((uint64_t)((x - 2) / 5) * k->h + (uint64_t)y);
+            if (k->n < k->cap) /* always, by coco_poly_bound; a guard all the same */
+                k->pos[k->n] = (uint32_t)((uint64_t)((x - 2) / 5) * k->h + (uint64_t)y);
+            k->n++;
         }
     }
     k->pu = u;
@@ -271,11 +273,12 @@ static inline void coco_visit(coco_walk *k, int64_t u, int64_t v)
 }
 
 /* The boundary points of the polygon of n scaled vertices xy into pos
- * (room for coco_poly_bound(xy, n) of them); returns how many. */
+ * (room for cap of them, coco_poly_bound's count); returns how many (more
+ * than cap would be a bug: then only cap were stored). */
 static uint64_t coco_poly_points(const int32_t *xy, uint64_t n, uint32_t h, uint32_t w,
-                                 uint32_t *pos)
+                                 uint32_t *pos, uint64_t cap)
 {
-    coco_walk k = {.h = h, .w = w, .pos = pos};
+    coco_walk k = {.h = h, .w = w, .pos = pos, .cap = cap};
     for (uint64_t j = 0; j < n; j++) {
         uint64_t e = j + 1 == n ? 0 : j + 1;
         int64_t xs = xy[2 * j], ys = xy[2 * j + 1], xe = xy[2 * e], ye = xy[2 * e + 1];
@@ -489,7 +492,13 @@ static int coco_paint_mask(const stk_dataset *ds, uint64_t index, stk_scratch *s
                 continue;
             }
             uint64_t n = coco_poly_points(m->verts + 2 * pt->off, pt->n, im->height, im->width,
-                                          pos);
+                                          pos, im->max_points);
+            if (n > im->max_points)
+                return coco_read_fail(m, im,
+                                      stk_fail(STK_EDATA, "internal error: polygon bound "
+                                                          "exceeded (%llu > %llu points)",
+                                               (unsigned long long)n,
+                                               (unsigned long long)im->max_points));
             qsort(pos, (size_t)n, sizeof *pos, coco_cmp_u32);
             for (uint64_t i = 0; i < n; i += 2)
                 coco_paint_run(mask, im->height, im->width, pos[i], i + 1 < n ? pos[i + 1] : pixels,

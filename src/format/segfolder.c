@@ -39,10 +39,10 @@
  * read, an empty one or one over max_bytes (the loader's on_error policy
  * applies to them).
  *
- * Note for decoding: a mask PNG usually holds class ids as gray levels or
- * palette indices; the codec decodes to RGB (palette entries expanded to
- * their colours), so a palette mask needs its palette to be a gray ramp,
- * or the pipeline's mask decoding must keep the indices.
+ * Note for decoding: a mask PNG holds class ids as grey levels or palette
+ * indices; a loader decodes a mask field to those ids, while the image
+ * decoding (stk_dataset_read, verify --decode) gives RGB, a palette mask's
+ * colours.
  *
  * Memory: the relative paths of both files of every sample in one arena
  * (about 2 x 30 bytes per sample) and two offsets. Thread safety: immutable
@@ -425,8 +425,7 @@ static int seg_list_dir(const seg_impl *m, const char *sub, bool want_masks, con
     }
     int rc = 0;
     struct dirent *de;
-    errno = 0;
-    while ((de = readdir(d)) != NULL) {
+    while ((errno = 0, de = readdir(d)) != NULL) {
         const char *name = de->d_name;
         if (name[0] == '.')
             continue;
@@ -456,13 +455,12 @@ static int seg_list_dir(const seg_impl *m, const char *sub, bool want_masks, con
             break;
         }
         out->e[out->n++].stem = strlen(name) - tail;
-        errno = 0;
     }
     if (rc == 0 && errno != 0)
         rc = stk_fail(STK_EIO, "segfolder: cannot read directory %s: %s", path,
                       strerror_r(errno, ebuf, sizeof ebuf));
     closedir(d);
-    if (rc == 0)
+    if (rc == 0 && out->n)
         qsort(out->e, out->n, sizeof *out->e, seg_cmp_entry);
     return rc;
 }
