@@ -85,8 +85,9 @@ static int infer_role(const char *name, const stk_field_info *info)
     if (info->type == STK_FIELD_FLOAT32 && info->ndim == 2 && info->dims[1] == 4 &&
         strstr(name, "box"))
         return LF_BOXES;
+    /* box_*, and COCO's per-annotation names */
     if ((info->type == STK_FIELD_INT64 || info->type == STK_FIELD_FLOAT32) && is_variable(info) &&
-        !strncmp(name, "box_", 4))
+        (!strncmp(name, "box_", 4) || !strcmp(name, "iscrowd") || !strcmp(name, "area")))
         return LF_PER_BOX;
     return LF_DATA;
 }
