@@ -169,9 +169,11 @@ def test_iterable_rules():
         with pytest.raises(ValueError, match="in order: it cannot run with %s" % what):
             stoker.Loader(src, **kw)
     # shorter than its length: the loader stops with a FormatError saying so
+    # (naming the index a worker asked for past the end: 10, 11 or 12,
+    # whichever thread got there first)
     short = stoker.ExternalSource(gen, length=13, shape=(4, 4, 3))
     with pytest.raises(stoker.FormatError,
-                       match=r"external:gen: sample 10: the iterable ended after 10 items, "
+                       match=r"external:gen: sample 1[012]: the iterable ended after 10 items, "
                              r"but the ExternalSource has length 13 \(pass length=10"):
         for _ in stoker.Loader(short, batch_size=4, num_threads=2, dtype="uint8"):
             pass
