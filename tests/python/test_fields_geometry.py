@@ -258,3 +258,33 @@ def test_field_errors(packed):
         stoker.Loader(dest, pipeline="resize 32,32", fields="label")
     with pytest.raises(stoker.SpecError, match="mask or box"):
         stoker.Loader(dest, pipeline="resize 32,32 | auto_augment", fields="image,mask")
+
+
+def test_external_source_fields_follow_the_image():
+    """An ExternalSource's declared fields go through fields= like a
+    reader's: boxes scaled by the resize and mirrored by the flip the
+    geometry field reports, box_labels kept with them."""
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(20):
+        img = rng.integers(0, 255, (40, 50, 3), dtype=np.uint8)
+        k = i % 3 + 1
+        items.append((img, i % 4, np.array([[2, 3, 20, 30]] * k, np.float32) + i,
+                      np.arange(k, dtype=np.int64)))
+    src = stoker.ExternalSource(items, fields={"boxes": ("float32", (None, 4)),
+                                               "box_labels": ("int64", (None,))})
+    loader = stoker.Loader(src, batch_size=8, pipeline="resize 20,25 | flip 0.5 | to u8 hwc",
+                           num_threads=2, output="numpy",
+                           fields="image,label,boxes,box_labels,index,geometry")
+    seen = 0
+    for img, lab, boxes, box_labels, index, geometry in loader:
+        for r in range(len(index)):
+            i = int(index[r])
+            ref = items[i][2].astype(np.float64) * 0.5
+            if any(int(s[0]) == GEO_HFLIP for s in np.asarray(geometry[r])):
+                ref[:, [0, 2]] = 25 - ref[:, [2, 0]]
+            np.testing.assert_allclose(np.asarray(boxes[r]), ref, atol=1e-4, rtol=0)
+            np.testing.assert_array_equal(np.asarray(box_labels[r]), items[i][3])
+            assert int(lab[r]) == i % 4
+            seen += 1
+    assert seen == 20
