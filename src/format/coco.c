@@ -598,21 +598,6 @@ static int coco_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *in
     return 0;
 }
 
-static int coco_read_field(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
-                           size_t *size, uint32_t shape[3])
-{
-    stk_scratch scratch = {0};
-    stk_field_view v;
-    int rc = coco_field_view(ds, index, field, &v, &scratch);
-    if (rc == 0 && (rc = stk_memdup(v.data, v.size, data)) == 0) {
-        *size = v.size;
-        if (shape && ((const coco_impl *)ds->impl)->field_kind[field] == F_MASK)
-            memcpy(shape, v.shape, sizeof v.shape);
-    }
-    stk_scratch_free(&scratch);
-    return rc;
-}
-
 static const char *coco_metadata(const stk_dataset *ds, const char *key)
 {
     const coco_impl *m = ds->impl;
@@ -652,7 +637,7 @@ static const stk_dataset_vtable coco_vt = {
     .close = coco_close,
     .field_count = coco_field_count,
     .field_info = coco_field_info,
-    .read_field = coco_read_field,
+    .read_field = stk_read_field_by_view,
     .label = coco_label,
     .field_view = coco_field_view,
     .metadata = coco_metadata,

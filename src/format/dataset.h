@@ -155,6 +155,11 @@ static inline void stk_dataset_access_hint(const stk_dataset *ds, stk_access how
 int stk_dataset_field_view(const stk_dataset *ds, uint64_t index, uint32_t field,
                            stk_field_view *out, stk_scratch *scratch);
 
+/* A vtable read_field for readers that have field_view: a copy of the lent
+ * view in a new buffer (raw images: *shape = h, w, c). */
+int stk_read_field_by_view(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
+                           size_t *size, uint32_t shape[3]);
+
 /* The name of sample `index` for messages (see vtable.sample_name). */
 void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, size_t size);
 

@@ -175,6 +175,23 @@ int stk_dataset_field_view(const stk_dataset *ds, uint64_t index, uint32_t field
     return rc;
 }
 
+int stk_read_field_by_view(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
+                           size_t *size, uint32_t shape[3])
+{
+    stk_scratch scratch = {0};
+    stk_field_view v;
+    int rc = ds->vt->field_view(ds, index, field, &v, &scratch);
+    if (rc == 0 && (rc = stk_memdup(v.data, v.size, data)) == 0) {
+        *size = v.size;
+        stk_field_info info;
+        if (shape && stk_dataset_field_info(ds, field, &info) == 0 &&
+            info.type == STK_FIELD_RAW_IMAGE)
+            memcpy(shape, v.shape, sizeof v.shape);
+    }
+    stk_scratch_free(&scratch);
+    return rc;
+}
+
 int stk_dataset_label(const stk_dataset *ds, uint64_t index, int64_t *label)
 {
     if (!ds || !label)

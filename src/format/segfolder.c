@@ -291,19 +291,6 @@ static int seg_field_info(const stk_dataset *ds, uint32_t i, stk_field_info *inf
     return 0;
 }
 
-static int seg_read_field(const stk_dataset *ds, uint64_t index, uint32_t field, void **data,
-                          size_t *size, uint32_t shape[3])
-{
-    stk_scratch scratch = {0};
-    stk_field_view v;
-    (void)shape;
-    int rc = seg_field_view(ds, index, field, &v, &scratch);
-    if (rc == 0 && (rc = stk_memdup(v.data, v.size, data)) == 0)
-        *size = v.size;
-    stk_scratch_free(&scratch);
-    return rc;
-}
-
 static const char *seg_metadata(const stk_dataset *ds, const char *key)
 {
     const seg_impl *m = ds->impl;
@@ -335,7 +322,7 @@ static const stk_dataset_vtable seg_vt = {
     .close = seg_close,
     .field_count = seg_field_count,
     .field_info = seg_field_info,
-    .read_field = seg_read_field,
+    .read_field = stk_read_field_by_view,
     .label = seg_label,
     .field_view = seg_field_view,
     .metadata = seg_metadata,
