@@ -55,6 +55,49 @@ class Dataset(_stoker.Dataset):
         for i in range(len(self)):
             yield self[i]
 
+    _FIELD_TYPES = {1: "bytes", 2: "image", 3: "raw_image", 4: "int64", 5: "float32",
+                    6: "string"}
+
+    @property
+    def fields(self):
+        """The fields each record holds (docs/fields.md): a dict ``name ->
+        (type, shape)``, type one of ``"image"`` (encoded), ``"raw_image"``,
+        ``"int64"``, ``"float32"``, ``"bytes"``, ``"string"``; shape a tuple
+        whose first entry is ``None`` when it varies per record (boxes:
+        ``(None, 4)``), ``()`` for a scalar or an image of any size."""
+        return {name: (self._FIELD_TYPES.get(code, str(code)),
+                       tuple(None if (d == 0 and k == 0) else d for k, d in enumerate(dims)))
+                for name, code, dims in self._field_infos()}
+
+    def read_field(self, index, name):
+        """Field ``name`` of sample ``index``, as stored: a NumPy array for
+        ``int64``/``float32`` (in the field's shape, the varying dimension
+        as read) and ``raw_image`` (H x W x C uint8), ``bytes`` for encoded
+        images and bytes, ``str`` for strings. A copy; thread-safe."""
+        import numpy
+        n = len(self)
+        i = operator.index(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("dataset index %d out of range (%d samples)" % (index, n))
+        kind, shape = self.fields[name] if name in self.fields else (None, None)
+        if kind is None:
+            raise KeyError("%s has no field %r (its fields: %s)"
+                           % (self.uri, name, ", ".join(self.fields)))
+        data, hwc = self._read_field(i, name)
+        if kind == "raw_image":
+            return numpy.frombuffer(data, numpy.uint8).reshape(hwc).copy()
+        if kind in ("int64", "float32"):
+            a = numpy.frombuffer(data, numpy.int64 if kind == "int64" else numpy.float32).copy()
+            if not shape:
+                return a[0] if a.size == 1 else a
+            rest = shape[1:]
+            return a.reshape((-1,) + tuple(rest)) if shape[0] is None else a.reshape(shape)
+        if kind == "string":
+            return data.decode("utf-8", "surrogateescape")
+        return data
+
     def path(self, index):
         """The source name of sample ``index`` (negative counts from the end):
         its file path for an image folder, a list, or shards packed from them;

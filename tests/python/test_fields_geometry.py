@@ -288,3 +288,19 @@ def test_external_source_fields_follow_the_image():
             assert int(lab[r]) == i % 4
             seen += 1
     assert seen == 20
+
+
+def test_dataset_fields_and_read_field(packed):
+    dest, truth = packed
+    ds = stoker.open(dest)
+    f = ds.fields
+    assert f["boxes"] == ("float32", (None, 4)) and f["box_labels"] == ("int64", (None,))
+    assert f["mask"][0] == "raw_image" and f["image"][0] == "image"
+    for i in (0, 5, len(truth) - 1):
+        mask, boxes, labels = truth[i]
+        np.testing.assert_array_equal(ds.read_field(i, "boxes"), boxes)
+        np.testing.assert_array_equal(ds.read_field(i, "box_labels"), labels)
+        np.testing.assert_array_equal(ds.read_field(i, "mask")[..., 0], mask)
+        assert ds.read_field(i, "image")[:3] == b"\xff\xd8\xff"
+    with pytest.raises(KeyError, match="no field 'nope'"):
+        ds.read_field(0, "nope")
