@@ -304,3 +304,24 @@ def test_dataset_fields_and_read_field(packed):
         assert ds.read_field(i, "image")[:3] == b"\xff\xd8\xff"
     with pytest.raises(KeyError, match="no field 'nope'"):
         ds.read_field(0, "nope")
+
+
+def test_cli_bench_fields_digest(packed):
+    """stoker bench --fields: the digest covers the fields and is the same
+    for any thread count."""
+    import subprocess
+    from conftest import STOKER
+    dest, _ = packed
+
+    def digest(*extra):
+        out = subprocess.run([STOKER, "bench", dest, "--pipeline",
+                              "random_resized_crop 48 | flip 0.5 | rotate 20 | to u8 hwc",
+                              "--batch", "5", "--digest", "--seed", "2"] + list(extra),
+                             capture_output=True, text=True, check=True).stdout
+        return [l for l in out.splitlines() if l.startswith("digest:")][0]
+
+    f = "image,label,mask,boxes,box_labels,geometry"
+    one, two = digest("--fields", f, "-t", "1"), digest("--fields", f, "-t", "2")
+    assert one == two
+    assert one != digest("-t", "1")
+    assert digest("-t", "2") == digest("--fields", "image,label", "-t", "1")
