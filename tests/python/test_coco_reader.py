@@ -238,7 +238,7 @@ def test_empty_drop_and_cli(coco_set, tmp_path):
     uri = "coco:%s?annotations=%s&masks=semantic" % (img_dir, path)
     out = run_stoker("inspect", uri).stdout
     assert "format:   coco" in out
-    assert "boxes        float32 [0x4]" in out
+    assert "boxes        float32 [*x4]" in out
     assert "mask         raw_image" in out
     assert "3 tooth brush" in out
     out = run_stoker("verify", uri, "--decode").stdout
