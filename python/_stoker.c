@@ -2109,6 +2109,24 @@ static int kind_of_elem(stk_elem_type e)
     }
 }
 
+/* A _FieldView over field f of batch bo (f->ndim <= 4, checked by the
+ * callers); an empty field views a static word. */
+static PyObject *fieldview_new(BatchObject *bo, const stk_batch_field *f)
+{
+    FieldViewObject *fv = PyObject_New(FieldViewObject, &FieldViewType);
+    if (!fv)
+        return NULL;
+    fv->owner = Py_NewRef((PyObject *)bo);
+    int64_t shape[4];
+    int nd = (int)f->ndim;
+    for (int d = 0; d < nd; d++)
+        shape[d] = f->shape[d];
+    static uint64_t empty;
+    view_init(&fv->v, f->data ? (void *)f->data : (void *)&empty, kind_of_elem(f->elem), nd,
+              shape);
+    return (PyObject *)fv;
+}
+
 static const char *const role_name[] = {"image", "label",   "index", "path",    "mask",
                                         "boxes", "per_box", "data",  "geometry"};
 
@@ -2148,22 +2166,11 @@ static PyObject *batch_field(BatchObject *self, PyObject *arg)
         if (!values)
             goto fail;
     } else if (f.data || f.shape[0] == 0) {
-        FieldViewObject *fv = PyObject_New(FieldViewObject, &FieldViewType);
+        PyObject *fv = fieldview_new(self, &f);
         if (!fv)
             goto fail;
-        fv->owner = Py_NewRef((PyObject *)self);
-        int64_t shape[4];
-        int nd = (int)f.ndim;
-        for (int d = 0; d < nd; d++)
-            shape[d] = f.shape[d];
-        if (f.text || nd == 1) { /* byte values: 1-d */
-            nd = 1;
-            shape[0] = (int64_t)f.bytes / kinds[kind].size;
-        }
-        static uint64_t empty;
-        view_init(&fv->v, f.data ? (void *)f.data : (void *)&empty, kind, nd, shape);
         Py_DECREF(values);
-        values = (PyObject *)fv;
+        values = fv;
     }
     if (f.offsets) {
         Py_DECREF(offsets);
@@ -2311,18 +2318,8 @@ static PyObject *text_list(const stk_batch_field *f, uint32_t rows)
 /* A zero-copy view of field f of batch bo, converted for output. */
 static PyObject *field_values(LoaderObject *L, BatchObject *bo, const stk_batch_field *f)
 {
-    FieldViewObject *fv = PyObject_New(FieldViewObject, &FieldViewType);
-    if (!fv)
-        return NULL;
-    fv->owner = Py_NewRef((PyObject *)bo);
-    int64_t shape[4];
-    int nd = f->ndim < 4 ? (int)f->ndim : 4;
-    for (int d = 0; d < nd; d++)
-        shape[d] = f->shape[d];
-    static uint64_t empty;
-    view_init(&fv->v, f->data ? (void *)f->data : (void *)&empty, kind_of_elem(f->elem), nd,
-              shape);
-    return convert_out(L, (PyObject *)fv, &fv->v);
+    FieldViewObject *fv = (FieldViewObject *)fieldview_new(bo, f);
+    return fv ? convert_out(L, (PyObject *)fv, &fv->v) : NULL;
 }
 
 /* The item of a loader with fields=: one entry per field in order (and the

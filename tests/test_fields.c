@@ -61,6 +61,36 @@ static stk_image_view view_of(const uint8_t *px, int h, int w, int c)
     return v;
 }
 
+/* A stk_spatial of one mask (mask -> mout, NULL for none) and nboxes boxes
+ * (bout, keep: room for nboxes). */
+static stk_spatial spatial_of(const uint8_t *mask, int mh, uint8_t *mout, const float *boxes,
+                              uint32_t nboxes, float *bout, uint8_t *keep, float min_size)
+{
+    stk_spatial sp = {0};
+    if (mask) {
+        sp.nmasks = 1;
+        sp.mask_in[0] = view_of(mask, mh, W, 1);
+        sp.mask_out[0] = mout;
+    }
+    sp.boxes_in = boxes;
+    sp.nboxes = nboxes;
+    sp.boxes_out = bout;
+    sp.keep = keep;
+    sp.min_size = min_size;
+    return sp;
+}
+
+/* Run plan p on the scene image with draws of counter `draw`. */
+static int run_scene(const stk_plan *p, const uint8_t *img, uint64_t seed, uint64_t draw,
+                     uint8_t *out, stk_spatial *sp, stk_scratch *sc, stk_scratch *work)
+{
+    stk_image_view iv = view_of(img, H, W, 3);
+    stk_plan_input in = {.image = &iv};
+    stk_rng rng;
+    stk_rng_init(&rng, seed, 0, draw ? 1 : 0, draw);
+    return stk_plan_run_spatial(p, &in, &rng, out, sc, sp, work);
+}
+
 static void test_mask_follows_exact_geometry(void **state)
 {
     (void)state;
@@ -83,22 +113,10 @@ static void test_mask_follows_exact_geometry(void **state)
         uint8_t *out = malloc(sb), *mout = malloc((size_t)oh * ow);
         stk_scratch sc = {0}, work = {0};
         for (uint64_t i = 0; i < 64; i++) {
-            stk_image_view iv = view_of(img, H, W, 3);
-            stk_plan_input in = {.image = &iv};
-            stk_spatial sp = {0};
             float bout[4];
             uint8_t keep[1];
-            sp.nmasks = 1;
-            sp.mask_in[0] = view_of(mask, H, W, 1);
-            sp.mask_out[0] = mout;
-            sp.boxes_in = box;
-            sp.nboxes = 1;
-            sp.boxes_out = bout;
-            sp.keep = keep;
-            sp.min_size = 1.0f;
-            stk_rng rng;
-            stk_rng_init(&rng, 42, 0, 1, i);
-            assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+            stk_spatial sp = spatial_of(mask, H, mout, box, 1, bout, keep, 1.0f);
+            assert_int_equal(run_scene(p, img, 42, i + 1, out, &sp, &sc, &work), 0);
             /* the image's first channel is the mask */
             int x0 = ow, y0 = oh, x1 = -1, y1 = -1;
             for (int y = 0; y < oh; y++)
@@ -154,22 +172,10 @@ static void test_mask_resize_is_torch_nearest(void **state)
         stk_plan_output(p, NULL, NULL, NULL, &sb);
         uint8_t *out = malloc(sb), *mout = malloc((size_t)oh * ow);
         stk_scratch sc = {0}, work = {0};
-        stk_image_view iv = view_of(img, H, W, 3);
-        stk_plan_input in = {.image = &iv};
-        stk_spatial sp = {0};
         float bout[4];
         uint8_t keep[1];
-        sp.nmasks = 1;
-        sp.mask_in[0] = view_of(mask, H, W, 1);
-        sp.mask_out[0] = mout;
-        sp.boxes_in = box;
-        sp.nboxes = 1;
-        sp.boxes_out = bout;
-        sp.keep = keep;
-        sp.min_size = 1.0f;
-        stk_rng rng;
-        stk_rng_init(&rng, 1, 0, 0, 0);
-        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        stk_spatial sp = spatial_of(mask, H, mout, box, 1, bout, keep, 1.0f);
+        assert_int_equal(run_scene(p, img, 1, 0, out, &sp, &sc, &work), 0);
         for (int y = 0; y < oh; y++)
             for (int x = 0; x < ow; x++) {
                 int sy = oh == H ? y : oh == 2 * H ? y / 2 : (int)floorf((float)y * ((float)H / (float)oh));
@@ -207,19 +213,10 @@ static void test_boxes_dropped_outside_and_small(void **state)
     stk_plan_output(p, NULL, NULL, NULL, &sb);
     uint8_t *out = malloc(sb);
     stk_scratch sc = {0}, work = {0};
-    stk_image_view iv = view_of(img, H, W, 3);
-    stk_plan_input in = {.image = &iv};
-    stk_spatial sp = {0};
     float bout[12];
     uint8_t keep[3];
-    sp.boxes_in = boxes;
-    sp.nboxes = 3;
-    sp.boxes_out = bout;
-    sp.keep = keep;
-    sp.min_size = 1.0f;
-    stk_rng rng;
-    stk_rng_init(&rng, 1, 0, 0, 0);
-    assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+    stk_spatial sp = spatial_of(NULL, 0, NULL, boxes, 3, bout, keep, 1.0f);
+    assert_int_equal(run_scene(p, img, 1, 0, out, &sp, &sc, &work), 0);
     /* center_crop 24,10 of 24x30: left = round(20 / 2) = 10 */
     assert_int_equal(sp.nkept, 1);
     assert_int_equal(keep[0], 0);
@@ -247,16 +244,11 @@ static void test_bbox_crop(void **state)
     stk_plan_output(p, NULL, NULL, NULL, &sb);
     uint8_t *out = malloc(sb);
     stk_scratch sc = {0}, work = {0};
-    stk_image_view iv = view_of(img, H, W, 3);
-    stk_plan_input in = {.image = &iv};
     float bout[4];
     uint8_t keep[1];
     for (uint64_t i = 0; i < 16; i++) {
-        stk_spatial sp = {.boxes_in = box, .nboxes = 1, .boxes_out = bout, .keep = keep,
-                          .min_size = 1.0f};
-        stk_rng rng;
-        stk_rng_init(&rng, 3, 0, 0, i);
-        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        stk_spatial sp = spatial_of(NULL, 0, NULL, box, 1, bout, keep, 1.0f);
+        assert_int_equal(run_scene(p, img, 3, i, out, &sp, &sc, &work), 0);
         assert_int_equal(sp.nkept, 1);
         assert_true(fabsf(bout[0] - 2.0f) < 1e-4f && fabsf(bout[2] - 7.0f) < 1e-4f);
         assert_true(fabsf(bout[1] - 2.5f) < 1e-4f && fabsf(bout[3] - 8.5f) < 1e-4f);
@@ -269,11 +261,8 @@ static void test_bbox_crop(void **state)
                      0);
     int cropped = 0;
     for (uint64_t i = 0; i < 64; i++) {
-        stk_spatial sp = {.boxes_in = box, .nboxes = 1, .boxes_out = bout, .keep = keep,
-                          .min_size = 0.0f};
-        stk_rng rng;
-        stk_rng_init(&rng, 3, 0, 0, i);
-        assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), 0);
+        stk_spatial sp = spatial_of(NULL, 0, NULL, box, 1, bout, keep, 0.0f);
+        assert_int_equal(run_scene(p, img, 3, i, out, &sp, &sc, &work), 0);
         assert_int_equal(sp.nkept, 1);
         assert_true(bout[0] >= 0.0f && bout[2] <= 15.0f && bout[1] >= 0.0f && bout[3] <= 12.0f);
         cropped += fabsf(bout[0] - 2.0f) > 1e-3f || fabsf(bout[2] - 7.0f) > 1e-3f;
@@ -306,21 +295,14 @@ static void test_errors(void **state)
     stk_plan_output(p, NULL, NULL, NULL, &sb);
     uint8_t *out = malloc(sb), mout[64];
     stk_scratch sc = {0}, work = {0};
-    stk_image_view iv = view_of(img, H, W, 3);
-    stk_plan_input in = {.image = &iv};
-    stk_spatial sp = {0};
-    sp.nmasks = 1;
-    sp.mask_in[0] = view_of(mask, H - 1, W, 1);
-    sp.mask_out[0] = mout;
-    stk_rng rng;
-    stk_rng_init(&rng, 1, 0, 0, 0);
-    assert_int_equal(stk_plan_run_spatial(p, &in, &rng, out, &sc, &sp, &work), STK_EDATA);
+    stk_spatial sp = spatial_of(mask, H - 1, mout, NULL, 0, NULL, NULL, 1.0f);
+    assert_int_equal(run_scene(p, img, 1, 0, out, &sp, &sc, &work), STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "does not match"));
     /* a plan not compiled for fields */
     stk_plan *q = NULL;
     assert_int_equal(stk_plan_compile("center_crop 8", H, W, 3, &q), 0);
     sp.mask_in[0] = view_of(mask, H, W, 1);
-    assert_int_equal(stk_plan_run_spatial(q, &in, &rng, out, &sc, &sp, &work), STK_EINVAL);
+    assert_int_equal(run_scene(q, img, 1, 0, out, &sp, &sc, &work), STK_EINVAL);
     stk_plan_free(q);
     stk_scratch_free(&sc);
     stk_scratch_free(&work);

@@ -202,7 +202,9 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     stk_image_info info;
     int64_t W, H;
     int rc, nc = ip->nc;
-    stk_draws dr;
+    /* The draws: the caller's (stk_imgplan_run_draws hands them on to
+     * spatial.c), else this frame's. */
+    stk_draws own, *dr = dr_out ? dr_out : &own;
 
     if (trace)
         memset(trace, 0, sizeof *trace);
@@ -263,16 +265,14 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     }
 
     /* 2. Draws. */
-    if ((rc = stk_imgplan_draw(ip, rng, W, H, in->boxes, in->nboxes, &dr, trace)) < 0)
+    if ((rc = stk_imgplan_draw(ip, rng, W, H, in->boxes, in->nboxes, dr, trace)) < 0)
         return rc;
-    if (dr_out)
-        memcpy(dr_out, &dr, sizeof dr);
 
     /* 3. DCT scale. */
     unsigned d = 1;
     /* (nearest picks pixels: a reduced IDCT would average them, so never) */
     if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG && ip->filter != STK_RS_NEAREST) {
-        double sx = dr.ax.resized ? dr.ax.scale : 1.0, sy = dr.ay.resized ? dr.ay.scale : 1.0;
+        double sx = dr->ax.resized ? dr->ax.scale : 1.0, sy = dr->ay.resized ? dr->ay.scale : 1.0;
         for (d = 8; d > 1; d /= 2)
             if (sx >= (double)d && sy >= (double)d)
                 break;
@@ -280,8 +280,8 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 
     /* 4. What the windows touch. */
     axis_plan xa, ya;
-    if ((rc = axis_setup(&dr.ax, d, ip->filter, &xa)) < 0 ||
-        (rc = axis_setup(&dr.ay, d, ip->filter, &ya)) < 0)
+    if ((rc = axis_setup(&dr->ax, d, ip->filter, &xa)) < 0 ||
+        (rc = axis_setup(&dr->ay, d, ip->filter, &ya)) < 0)
         return rc;
     if (xa.p.out != (int32_t)ip->head_w || ya.p.out != (int32_t)ip->head_h)
         return stk_fail(STK_EINVAL, "image pipeline: geometry gave %dx%d, expected %ux%u",
@@ -298,37 +298,37 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         stk_plan_trace *t = trace;
         t->src_width = (uint32_t)W;
         t->src_height = (uint32_t)H;
-        t->resized = dr.ax.resized;
-        t->rrc_attempt = dr.rrc_attempt;
-        t->box[0] = dr.ax.a;
-        t->box[1] = dr.ay.a;
-        t->box[2] = dr.ax.b - dr.ax.a;
-        t->box[3] = dr.ay.b - dr.ay.a;
-        t->scale[0] = dr.ax.resized ? dr.ax.scale : 1.0;
-        t->scale[1] = dr.ay.resized ? dr.ay.scale : 1.0;
-        t->off[0] = dr.ax.resized ? (int32_t)dr.ax.g0 : 0;
-        t->off[1] = dr.ay.resized ? (int32_t)dr.ay.g0 : 0;
+        t->resized = dr->ax.resized;
+        t->rrc_attempt = dr->rrc_attempt;
+        t->box[0] = dr->ax.a;
+        t->box[1] = dr->ay.a;
+        t->box[2] = dr->ax.b - dr->ax.a;
+        t->box[3] = dr->ay.b - dr->ay.a;
+        t->scale[0] = dr->ax.resized ? dr->ax.scale : 1.0;
+        t->scale[1] = dr->ay.resized ? dr->ay.scale : 1.0;
+        t->off[0] = dr->ax.resized ? (int32_t)dr->ax.g0 : 0;
+        t->off[1] = dr->ay.resized ? (int32_t)dr->ay.g0 : 0;
         t->scale_denom = d;
         t->region[0] = (uint32_t)rx0;
         t->region[1] = (uint32_t)ry0;
         t->region[2] = (uint32_t)(rx1 - rx0);
         t->region[3] = (uint32_t)(ry1 - ry0);
-        t->hflip = dr.hflip;
-        t->vflip = dr.vflip;
-        t->nrot = dr.nrot < 4 ? dr.nrot : 4;
+        t->hflip = dr->hflip;
+        t->vflip = dr->vflip;
+        t->nrot = dr->nrot < 4 ? dr->nrot : 4;
         for (int r = 0; r < t->nrot; r++)
-            t->angle[r] = dr.angle[r];
+            t->angle[r] = dr->angle[r];
         for (int r = 0; r < t->nrot; r++) {
-            t->rot_affine[r] = dr.affine[r];
-            if (dr.affine[r])
-                memcpy(t->affine[r], dr.aff[r], sizeof t->affine[r]);
+            t->rot_affine[r] = dr->affine[r];
+            if (dr->affine[r])
+                memcpy(t->affine[r], dr->aff[r], sizeof t->affine[r]);
         }
-        t->naug = dr.naug;
-        for (int k = 0; k < dr.naug; k++) {
-            t->aug_prim[k] = dr.aug[k].prim;
-            t->aug_bin[k] = dr.aug[k].bin;
-            t->aug_neg[k] = dr.aug[k].neg;
-            t->aug_mag[k] = dr.aug[k].mag;
+        t->naug = dr->naug;
+        for (int k = 0; k < dr->naug; k++) {
+            t->aug_prim[k] = dr->aug[k].prim;
+            t->aug_bin[k] = dr->aug[k].bin;
+            t->aug_neg[k] = dr->aug[k].neg;
+            t->aug_mag[k] = dr->aug[k].mag;
         }
     }
     if (!decode_pixels)
@@ -340,7 +340,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     const stk_color_kernels *ck = ip->ck;
     int group = nc == 3 ? rk->group : 0;
     int32_t OW = (int32_t)ip->head_w, OH = (int32_t)ip->head_h;
-    int need_h = !xa.identity || dr.hflip, need_v = !ya.identity;
+    int need_h = !xa.identity || dr->hflip, need_v = !ya.identity;
     int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
     size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
     if (!bx || !by)
@@ -354,20 +354,20 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
      * blur (the last two read other rows of the image). */
     int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
     segb[0] = 0;
-    for (int k = 0; k < dr.nsteps; k++)
-        if (dr.steps[k].kind == S_CONTRAST || dr.steps[k].kind == S_ROT ||
-            dr.steps[k].kind == S_BLUR)
+    for (int k = 0; k < dr->nsteps; k++)
+        if (dr->steps[k].kind == S_CONTRAST || dr->steps[k].kind == S_ROT ||
+            dr->steps[k].kind == S_BLUR)
             segb[nseg++] = k;
-    segb[nseg] = dr.nsteps;
-    int float_path = dr.nsteps > 0;
+    segb[nseg] = dr->nsteps;
+    int float_path = dr->nsteps > 0;
     if (nseg > 1)
         nimg = 1;
     for (int s = 1; s < nseg - 1; s++)
-        if (dr.steps[segb[s]].kind == S_ROT || dr.steps[segb[s]].kind == S_BLUR)
+        if (dr->steps[segb[s]].kind == S_ROT || dr->steps[segb[s]].kind == S_BLUR)
             nimg = 2;
     /* Every term is below 2^50 (sides < 2^30, region under the pixel
      * limit); refuse a sum no machine could hold rather than wrap. */
-    size_t aug_bytes = dr.naug || dr.nuser ? al64(ip->u8_bytes) : 0;
+    size_t aug_bytes = dr->naug || dr->nuser ? al64(ip->u8_bytes) : 0;
     uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
                     2 * (uint64_t)aug_bytes +
                     (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
@@ -434,19 +434,19 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     uint8_t *base = scratch->data;
     view.pixels = base + pix_off;
     memset(base + src_end, 0, ws_off - src_end);
-    if (dr.has_lut[0]) /* point ops before the resize: on the source pixels */
+    if (dr->has_lut[0]) /* point ops before the resize: on the source pixels */
         for (int32_t r = 0; r < rows; r++) {
             uint8_t *px = base + pix_off + (size_t)r * (size_t)view.row_stride;
             for (size_t i = 0; i < (size_t)cols * (size_t)nc; i++)
-                px[i] = dr.lut[0][px[i]];
+                px[i] = dr->lut[0][px[i]];
         }
 
     /* 7. Tables and buffers. */
     uint8_t *m = base + ws_off;
     stk_rs_axis ax, ay;
-    stk_rs_build(&xa.p, xa.f, dr.hflip, group, m, &ax);
+    stk_rs_build(&xa.p, xa.f, dr->hflip, group, m, &ax);
     m += al64(bx);
-    stk_rs_build(&ya.p, ya.f, dr.vflip, 0, m, &ay);
+    stk_rs_build(&ya.p, ya.f, dr->vflip, 0, m, &ay);
     m += al64(by);
     uint8_t *tmp = m;
     m += al64(tmp_bytes);
@@ -494,14 +494,14 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     if (aug_img) {
         for (int32_t y = 0; y < OH; y++)
             memcpy(aug_img + (size_t)y * rowb,
-                   head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc, OH, dr.vflip,
-                            dr.has_lut[1] ? dr.lut[1] : NULL),
+                   head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc, OH, dr->vflip,
+                            dr->has_lut[1] ? dr->lut[1] : NULL),
                    rowb);
         int32_t cw = OW, ch = OH, cc = nc;
-        for (int k = 0, ku = 0; k <= dr.naug; k++) {
-            for (; ku < dr.nuser && dr.user_at[ku] <= k; ku++) {
+        for (int k = 0, ku = 0; k <= dr->naug; k++) {
+            for (; ku < dr->nuser && dr->user_at[ku] <= k; ku++) {
                 const stk_user_inst *u = &ip->user[ku];
-                if ((rc = stk_user_run(u, dr.uparam[ku], aug_img, aug_tmp)) < 0)
+                if ((rc = stk_user_run(u, dr->uparam[ku], aug_img, aug_tmp)) < 0)
                     return rc;
                 uint8_t *t = aug_img;
                 aug_img = aug_tmp;
@@ -510,9 +510,9 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                 cw = (int32_t)u->out[1];
                 cc = (int)u->out[2];
             }
-            if (k == dr.naug)
+            if (k == dr->naug)
                 break;
-            uint8_t *res = stk_aug_apply(dr.aug[k].prim, dr.aug[k].mag, dr.aug[k].fill, aug_img,
+            uint8_t *res = stk_aug_apply(dr->aug[k].prim, dr->aug[k].mag, dr->aug[k].fill, aug_img,
                                          aug_tmp, cw, ch, cc);
             if (res != aug_img) {
                 aug_tmp = aug_img;
@@ -528,24 +528,24 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     /* 10. Rows: vertical pass, then the output or the float segments. */
     const stk_outfmt *fmt = &ip->fmt;
     stk_rotation rots[MAX_ROT];
-    for (int r = 0; r < dr.nrot; r++) {
+    for (int r = 0; r < dr->nrot; r++) {
         const stk_tail_op *t = NULL;
         for (int k = 0, seen = 0; k < ip->ntail; k++)
             if ((ip->tail[k].kind == T_ROTATE || ip->tail[k].kind == T_AFFINE) && seen++ == r)
                 t = &ip->tail[k];
-        if (!dr.affine[r]) {
-            stk_rotation_init(&rots[r], dr.angle[r], OW, OH, t ? t->fill : NULL, nc);
+        if (!dr->affine[r]) {
+            stk_rotation_init(&rots[r], dr->angle[r], OW, OH, t ? t->fill : NULL, nc);
             continue;
         }
-        const double *a = dr.aff[r];
+        const double *a = dr->aff[r];
         double am[6];
         stk_aug_inverse_affine(0.0, 0.0, a[0], a[1], a[2], a[3], a[4], a[5], am);
-        if (dr.aff_mx[r]) { /* mirror o A o mirror, x */
+        if (dr->aff_mx[r]) { /* mirror o A o mirror, x */
             am[1] = -am[1];
             am[2] = -am[2];
             am[3] = -am[3];
         }
-        if (dr.aff_my[r]) {
+        if (dr->aff_my[r]) {
             am[1] = -am[1];
             am[3] = -am[3];
             am[5] = -am[5];
@@ -558,8 +558,8 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     stk_blur blur;
     for (int s = 0; s < nseg; s++) {
         int k0 = segb[s], k1 = segb[s + 1], last = s == nseg - 1;
-        int first_kind = s > 0 ? dr.steps[k0].kind : -1;
-        int want_gray = !last && dr.steps[k1].kind == S_CONTRAST;
+        int first_kind = s > 0 ? dr->steps[k0].kind : -1;
+        int want_gray = !last && dr->steps[k1].kind == S_CONTRAST;
         int dst_img = cur;
         if ((first_kind == S_ROT || first_kind == S_BLUR) && !last)
             dst_img = 1 - cur;
@@ -569,8 +569,8 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         else if (first_kind == S_ROT)
             k0++;
         else if (first_kind == S_BLUR) {
-            const stk_tail_op *t = &ip->tail[dr.steps[k0].rot];
-            stk_blur_init(&blur, dr.steps[k0].f, (int)t->kx, (int)t->ky, OW, OH, brow);
+            const stk_tail_op *t = &ip->tail[dr->steps[k0].rot];
+            stk_blur_init(&blur, dr->steps[k0].f, (int)t->kx, (int)t->ky, OW, OH, brow);
             k0++;
         }
         for (int32_t y = 0; y < OH; y++) {
@@ -578,7 +578,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             if (s == 0) {
                 row = aug_img ? aug_img + (size_t)y * rowb
                               : head_row(rk, &ay, y, need_v, vsrc, vstride, rowb, rowbuf, acc,
-                                         OH, dr.vflip, dr.has_lut[1] ? dr.lut[1] : NULL);
+                                         OH, dr->vflip, dr->has_lut[1] ? dr->lut[1] : NULL);
                 if (!float_path) {
                     ck->u8_to_out(fmt, row, y, out);
                     continue;
@@ -594,7 +594,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                 if (!last)
                     for (int c = 0; c < nc; c++)
                         p[c] = img[dst_img] + c * plane + (size_t)y * OW;
-                ck->rotate_row(&rots[dr.steps[k0 - 1].rot], img[cur], nc, y, p);
+                ck->rotate_row(&rots[dr->steps[k0 - 1].rot], img[cur], nc, y, p);
             } else if (first_kind == S_BLUR) {
                 if (!last)
                     for (int c = 0; c < nc; c++)
@@ -603,10 +603,10 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             } else {
                 for (int c = 0; c < nc; c++)
                     p[c] = img[cur] + c * plane + (size_t)y * OW;
-                ck->contrast(p, OW, nc, dr.steps[k0 - 1].f, contrast_b);
+                ck->contrast(p, OW, nc, dr->steps[k0 - 1].f, contrast_b);
             }
             for (int k = k0; k < k1; k++) {
-                const stk_draw_step *st = &dr.steps[k];
+                const stk_draw_step *st = &dr->steps[k];
                 switch (st->kind) {
                 case S_BRIGHT: ck->brightness(p, OW, nc, st->f); break;
                 case S_SAT: ck->saturation(p, OW, nc, st->f, st->g); break;
@@ -630,13 +630,13 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
         cur = dst_img;
         if (want_gray) {
             float mean = (float)(gsum / (double)plane);
-            contrast_b = dr.steps[k1].g * mean;
+            contrast_b = dr->steps[k1].g * mean;
         }
     }
     ck->fence();
-    if (dr.nerase) {
-        for (int k = 0; k < dr.nerase; k++)
-            erase_out(fmt, &ip->erase[dr.erase[k][4]], dr.erase[k], rng, out);
+    if (dr->nerase) {
+        for (int k = 0; k < dr->nerase; k++)
+            erase_out(fmt, &ip->erase[dr->erase[k][4]], dr->erase[k], rng, out);
         ck->fence();
     }
     return 0;
