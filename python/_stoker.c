@@ -138,7 +138,7 @@ static volatile unsigned long fork_generation;
 static void on_fork_child(void) { fork_generation++; }
 
 /* Exception classes, by -code (see docs/python.md). */
-#define N_CODES 16
+#define N_CODES 18
 static PyObject *StokerError, *ForkError;
 static PyObject *gc_module; /* the gc module, for gc.collect() */
 static PyObject *code_exc[N_CODES];
@@ -3583,6 +3583,10 @@ PyMODINIT_FUNC PyInit__stoker(void)
         {STK_EEXHAUSTED, "PoolExhausted", PyExc_RuntimeError, "Every batch buffer is held by Python objects (STK_EEXHAUSTED): drop old batches or raise max_batches."},
         {STK_EINTR, "Interrupted", NULL, "A wait was interrupted (STK_EINTR)."},
         {STK_ETIMEDOUT, "Timeout", PyExc_TimeoutError, "A wait timed out (STK_ETIMEDOUT)."},
+        {STK_ENETWORK, "NetworkError", PyExc_ConnectionError,
+         "A remote store failed after its retries (STK_ENETWORK)."},
+        {STK_EACCESS, "AccessDenied", PyExc_PermissionError,
+         "A remote store refused the credentials (STK_EACCESS)."},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         PyObject *e = add_exc(m, table[i].name, StokerError, table[i].extra, table[i].doc);

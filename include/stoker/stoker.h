@@ -111,6 +111,8 @@ enum stk_error {
     STK_EEXHAUSTED = -13,  /* every batch buffer is lent out; release one */
     STK_EINTR = -14,       /* interrupted by the caller (stk_loader_interrupt) */
     STK_ETIMEDOUT = -15,   /* a wait with a timeout expired */
+    STK_ENETWORK = -16,    /* a remote store failed after its retries (URL, status, attempts) */
+    STK_EACCESS = -17,     /* a remote store refused the credentials (401/403) */
 };
 
 /* Static name and one-line description of a code ("STK_EFORMAT: malformed

@@ -16,7 +16,7 @@ See docs/python.md.
 """
 from . import _stoker
 from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, InvalidArgument,
-                      LimitError, NotFound, OutOfMemory, PoolExhausted, SpecError, StateError,
+                      LimitError, NetworkError, AccessDenied, NotFound, OutOfMemory, PoolExhausted, SpecError, StateError,
                       StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
                       UnsupportedError, spec_check, strerror)
 from .loader import Dataset, Loader, build_spec, concat, from_numpy, open, pack
@@ -38,5 +38,6 @@ __all__ = [
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",
+    "NetworkError", "AccessDenied",
     "NumbaOp", "PythonOp", "UserOp", "load_plugin",
 ] + [n for n in _transforms.__all__ if n != "to_spec"]

@@ -34,6 +34,8 @@ static const struct {
     {STK_EEXHAUSTED, "STK_EEXHAUSTED: every batch buffer is lent out"},
     {STK_EINTR, "STK_EINTR: interrupted"},
     {STK_ETIMEDOUT, "STK_ETIMEDOUT: timed out"},
+    {STK_ENETWORK, "STK_ENETWORK: a remote store failed"},
+    {STK_EACCESS, "STK_EACCESS: a remote store refused the credentials"},
 };
 
 const char *stk_strerror(int code)
