@@ -5,7 +5,7 @@ the command-line tool's sources cli/*.c (without their main(): the `stoker`
 console script and `python -m stoker` call it through _stoker.cli_main) into
 one extension, stoker._stoker, linked with the system libraries libstoker
 uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev
-libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, and libhdf5-dev when pkg-config finds it).
+libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, libssl-dev libexpat1-dev, and libhdf5-dev when pkg-config finds it).
 The pure-Python package is python/stoker/. Build files (and the egg-info)
 go to build-pip/ so they never mix with a CMake build/ directory.
 MANIFEST.in lists what the sdist carries: everything compiled here.
@@ -58,7 +58,8 @@ extension = Extension(
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
     libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "jansson", "xxhash", "pthread", "m", "dl"]
     + (hdf5[2] if hdf5 else [])
-    + ["webp", "webpdemux", "tiff", "gif"],  # WebP, TIFF, GIF (src/codec/)
+    + ["webp", "webpdemux", "tiff", "gif"]  # WebP, TIFF, GIF (src/codec/)
+    + ["crypto", "expat"],  # S3: SigV4's SHA-256/HMAC (libssl-dev), ListObjectsV2 XML (libexpat1-dev)
     # -ffp-contract=off as in CMakeLists.txt: no fused multiply-add, so the
     # module's output is bit-identical to the CMake build's with any compiler.
     extra_compile_args=["-std=c11", "-O3", "-fvisibility=hidden", "-ffp-contract=off",
