@@ -15,6 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist                     # the demo's data
   liblmdb-dev libhdf5-dev libblosc-dev      # readers: LMDB, HDF5 (metadata), Zarr blosc chunks
   libjansson-dev                            # reader: COCO annotation files (JSON)
+  libcurl4-openssl-dev                      # http(s):// and s3:// datasets (src/io/http.c, libcurl multi)
   python3 python3-numpy python3-pytest      # Python tests (Debian's /usr/bin/python3)
   python3-torch python3-torchvision python3-pil python3-psutil python3-xxhash
   python3-dev python3-setuptools python3-pip python3-venv python3-h5py   # extension build, benchmarks
