@@ -4,7 +4,7 @@ Compiles python/_stoker.c together with the library sources src/*/*.c and
 the command-line tool's sources cli/*.c (without their main(): the `stoker`
 console script and `python -m stoker` call it through _stoker.cli_main) into
 one extension, stoker._stoker, linked with the system libraries libstoker
-uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev
+uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev libcurl4-openssl-dev
 libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, libssl-dev libexpat1-dev, and libhdf5-dev when pkg-config finds it).
 The pure-Python package is python/stoker/. Build files (and the egg-info)
 go to build-pip/ so they never mix with a CMake build/ directory.
@@ -56,7 +56,7 @@ extension = Extension(
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
                    ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
-    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "jansson", "xxhash", "pthread", "m", "dl"]
+    libraries=["z", "jpeg", "spng", "zstd", "blosc", "lmdb", "jansson", "curl", "xxhash", "pthread", "m", "dl"]
     + (hdf5[2] if hdf5 else [])
     + ["webp", "webpdemux", "tiff", "gif"]  # WebP, TIFF, GIF (src/codec/)
     + ["crypto", "expat"],  # S3: SigV4's SHA-256/HMAC (libssl-dev), ListObjectsV2 XML (libexpat1-dev)

@@ -15,6 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist                     # the demo's data
   liblmdb-dev libhdf5-dev libblosc-dev      # readers: LMDB, HDF5 (metadata), Zarr blosc chunks
   libjansson-dev                            # reader: COCO annotation files (JSON)
+  libcurl4-openssl-dev                      # http(s):// and s3:// datasets (src/io/http.c, libcurl multi)
   libssl-dev libexpat1-dev                  # S3: SigV4 SHA-256/HMAC (libcrypto), ListObjectsV2 XML (expat)
   python3-botocore                          # S3: the reference signer the SigV4 tests compare with
   python3 python3-numpy python3-pytest      # Python tests (Debian's /usr/bin/python3)
