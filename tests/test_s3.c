@@ -451,6 +451,14 @@ static void test_error_bodies(void **state)
     r.body_size = strlen(body);
     assert_int_equal(stk_s3_fail_response(&cfg, "s3://b/k", &r), STK_ENOENT);
     assert_non_null(strstr(stk_errmsg(), "s3://b/k: HTTP 404 NoSuchBucket: m ("));
+    /* 400 with a code that refuses the credentials */
+    snprintf(body, sizeof body, "<Error><Code>ExpiredToken</Code><Message>The provided token has "
+                                "expired.</Message></Error>");
+    r.rc = STK_ENETWORK;
+    r.status = 400;
+    r.body_size = strlen(body);
+    assert_int_equal(stk_s3_fail_response(&cfg, "s3://b/k", &r), STK_EACCESS);
+    assert_non_null(strstr(stk_errmsg(), "s3://b/k: HTTP 400 ExpiredToken: The provided token"));
     /* HEAD: no body */
     r.body = NULL;
     r.body_size = 0;

@@ -867,8 +867,17 @@ int stk_s3_fail_response(const stk_s3_config *c, const char *what, const stk_htt
         redact(code, sizeof code, c->secret_key);
         redact(code, sizeof code, c->session_token);
     }
+    /* Codes that refuse the credentials whatever the status (S3 answers
+     * 400 for a bad or expired token and for a key of another region). */
+    static const char *const access_codes[] = {
+        "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+        "ExpiredToken", "TokenRefreshRequired", "AuthorizationHeaderMalformed",
+        "AllAccessDisabled", "AccountProblem", "InvalidSecurity"};
+    bool access = r->status == 401 || r->status == 403;
+    for (size_t i = 0; i < sizeof access_codes / sizeof access_codes[0]; i++)
+        access |= !strcmp(code, access_codes[i]);
     int rc;
-    if (r->status == 401 || r->status == 403)
+    if (access)
         rc = STK_EACCESS;
     else if (r->status == 404 || !strcmp(code, "NoSuchBucket") || !strcmp(code, "NoSuchKey") ||
              !strcmp(code, "NoSuchUpload"))

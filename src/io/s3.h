@@ -37,7 +37,9 @@
  *
  * Errors: a failed request's XML body (<Error><Code>..</Code><Message>..)
  * becomes "s3://b/k: HTTP 403 SignatureDoesNotMatch: The request signature
- * ...": 401/403 are STK_EACCESS, 404, NoSuchBucket, NoSuchKey and
+ * ...": 401/403 and the codes that refuse credentials whatever the status
+ * (InvalidToken, ExpiredToken, AuthorizationHeaderMalformed: a key of
+ * another region, ...) are STK_EACCESS, 404, NoSuchBucket, NoSuchKey and
  * NoSuchUpload are STK_ENOENT, a transport failure or another status after
  * the engine's retries STK_ENETWORK (the engine's wording: URL, status or
  * curl's reason, attempts, appended in parentheses).
