@@ -46,6 +46,7 @@
 #define DEFAULT_PART ((uint64_t)8 << 20)
 #define DEFAULT_MAX_KEYS ((size_t)10 * 1000 * 1000)
 #define DEFAULT_PAGE_BYTES ((size_t)16 << 20)
+#define UPLOAD_ID_CAP 700
 
 /* ---- configuration -------------------------------------------------------- */
 
@@ -369,7 +370,7 @@ struct xml_walk {
     char *text;                  /* the current element's text (malloc'd) */
     size_t text_n, text_cap;
     int rc;                      /* first error (0: none) */
-    char err[200];
+    char err[512];
     /* Called at each element's end with its path depth (1 = root), local
      * name, and text (NUL-terminated). Returns 0 or a code (message set with
      * stk_fail): parsing stops. */
@@ -1002,11 +1003,8 @@ int stk_s3_list(const stk_s3_config *c, const char *s3_url, const stk_s3_list_op
             goto done;
         stk_http_response resp;
         rc = s3_perform(c, s3_url, "GET", url, NULL, 0, max_page, &resp);
-        if (rc) {
-            if (rc == STK_ELIMIT)
-                stk_fail_prefix(rc, "a ListObjectsV2 page larger than %zu bytes", max_page);
+        if (rc) /* a page over max_page: the engine's "larger than N bytes" */
             goto done;
-        }
         out->pages++;
         snprintf(prev_token, sizeof page->next_token, "%s", page->next_token);
         rc = stk_s3_parse_list(resp.body, resp.body_size, max_keys, out, page);
@@ -1161,7 +1159,9 @@ static int upload_multipart(const stk_s3_config *c, int fd, uint64_t size, const
     uint32_t nparts = (uint32_t)nparts64;
     if (in_flight > nparts)
         in_flight = nparts;
-    char *url = malloc(URL_CAP), *upload_id = malloc(2048), *eid = NULL;
+    /* An UploadId is some 100-200 characters on AWS; 700 leaves room and
+     * keeps its encoded form (at most 3x) within the query buffers below. */
+    char *url = malloc(URL_CAP), *upload_id = malloc(UPLOAD_ID_CAP), *eid = NULL;
     char (*etags)[128] = calloc(nparts, sizeof *etags);
     part_slot *slots = calloc(in_flight, sizeof *slots);
     int rc = 0;
@@ -1186,7 +1186,7 @@ static int upload_multipart(const stk_s3_config *c, int fd, uint64_t size, const
     if ((rc = s3_perform_ct(c, s3_url, "POST", url, NULL, 0, 0, "application/octet-stream",
                             &resp)))
         goto done;
-    rc = stk_s3_parse_upload_id(resp.body, resp.body_size, upload_id, 2048);
+    rc = stk_s3_parse_upload_id(resp.body, resp.body_size, upload_id, UPLOAD_ID_CAP);
     free(resp.body);
     if (rc) {
         stk_fail_prefix(rc, "%s: CreateMultipartUpload", s3_url);
@@ -1208,7 +1208,7 @@ static int upload_multipart(const stk_s3_config *c, int fd, uint64_t size, const
             if ((rc = pread_full(fd, s->buf, len, off, path)))
                 goto done;
             stk_sha256_hex(s->buf, len, s->signer.payload_hash);
-            char query[2200];
+            char query[3 * UPLOAD_ID_CAP + 64];
             snprintf(query, sizeof query, "partNumber=%u&uploadId=%s", next, eid);
             if ((rc = stk_s3_object_url(c, loc->bucket, loc->key, query, s->url, URL_CAP)))
                 goto done;
@@ -1259,7 +1259,7 @@ static int upload_multipart(const stk_s3_config *c, int fd, uint64_t size, const
         rc = (int)xn;
         goto done;
     }
-    char query[2200];
+    char query[3 * UPLOAD_ID_CAP + 64];
     snprintf(query, sizeof query, "uploadId=%s", eid);
     if ((rc = stk_s3_object_url(c, loc->bucket, loc->key, query, url, URL_CAP))) {
         free(xml);

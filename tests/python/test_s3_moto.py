@@ -47,6 +47,7 @@ def tool(env, *args, check=True):
     e.setdefault("STOKER_HTTP_MAX_ATTEMPTS", "2")
     p = subprocess.run([TOOL, *args], capture_output=True, text=True, timeout=300, env=e)
     assert p.stdout, p.stderr
+    assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr  # ASan builds
     out = json.loads(p.stdout)
     if check:
         assert out["rc"] == 0, out

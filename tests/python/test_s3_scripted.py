@@ -114,6 +114,7 @@ def tool(stub, *args):
     env.update(AWS_ACCESS_KEY_ID="AKIDSTUB", AWS_SECRET_ACCESS_KEY="stub-secret-value",
                AWS_ENDPOINT_URL=stub.endpoint, STOKER_HTTP_QUIET="1", STOKER_HTTP_MAX_ATTEMPTS="2")
     p = subprocess.run([TOOL, *args], capture_output=True, text=True, timeout=120, env=env)
+    assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr  # ASan builds
     return json.loads(p.stdout)
 
 
