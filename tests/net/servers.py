@@ -333,15 +333,20 @@ class MotoServer:
     """A running moto S3 server (from moto_server()).
 
     endpoint         "http://127.0.0.1:PORT": where clients send requests (the counting
-                     proxy's address with proxy=True, else moto's own)
+                     proxy's address with proxy=True, else moto's own). Virtual-hosted
+                     addressing works too with http://BUCKET.localhost:PORT (libcurl and
+                     curl resolve *.localhost to loopback; moto reads the bucket from Host)
     direct_endpoint  moto's own address
     proxy            the FaultProxy in front of moto (proxy=True), else None
+    access_key, secret_key   "testing"/"testing" until require_signatures()
     env              {AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
-                     AWS_DEFAULT_REGION, AWS_ENDPOINT_URL}: moto accepts any credentials
+                     AWS_DEFAULT_REGION, AWS_ENDPOINT_URL} for a client
     region           "us-east-1"
+
+    By default moto checks that a request carries SigV4 credentials but neither the
+    key nor the signature: any signer passes. require_signatures() makes it check
+    both, as AWS does (a wrong signature: 403 SignatureDoesNotMatch).
     """
-    ACCESS_KEY = "testing"
-    SECRET_KEY = "testing"
 
     def __init__(self, prefix, region, netns):
         self.prefix, self.region, self.netns = prefix, region, netns
@@ -349,23 +354,60 @@ class MotoServer:
         self.proxy = None
         self.proc = None
         self.log_path = os.path.join(prefix, "moto.log")
+        self.access_key = self.secret_key = "testing"
+        self.signatures_checked = False
 
     @property
     def env(self):
-        return {"AWS_ACCESS_KEY_ID": self.ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                 "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
                 "AWS_ENDPOINT_URL": self.endpoint}
 
-    # moto checks that a request is authenticated but not its signature: the
-    # helpers below send this header instead of signing.
-    _AUTH = ("AWS4-HMAC-SHA256 Credential=testing/20240101/us-east-1/s3/aws4_request, "
-             "SignedHeaders=host, Signature=" + "0" * 64)
+    @staticmethod
+    def _dummy_auth(service="s3"):
+        # What the helpers send while moto does not check signatures.
+        return ("AWS4-HMAC-SHA256 Credential=testing/20240101/us-east-1/%s/aws4_request, "
+                "SignedHeaders=host, Signature=%s" % (service, "0" * 64))
 
     def _request(self, method, path, body=None, headers=None):
         # Straight to moto (never through the proxy, so never counted there).
-        h = {"Authorization": self._AUTH}
-        h.update(headers or {})
-        return _http(method, self.direct_endpoint + path, body, h, self.netns)
+        h = dict(headers or {})
+        url = self.direct_endpoint + path
+        if self.signatures_checked:
+            # Signed by botocore (Debian's python3-botocore), the reference signer.
+            from botocore.auth import S3SigV4Auth
+            from botocore.awsrequest import AWSRequest
+            from botocore.credentials import Credentials
+            req = AWSRequest(method=method, url=url, data=body or b"", headers=h)
+            S3SigV4Auth(Credentials(self.access_key, self.secret_key), "s3", self.region).add_auth(req)
+            h = dict(req.headers.items())
+        else:
+            h["Authorization"] = self._dummy_auth()
+        return _http(method, url, body, h, self.netns)
+
+    def require_signatures(self):
+        """From now on moto checks every request's SigV4 signature and key, as AWS does.
+        Creates an IAM user with an allow-all policy; its key becomes access_key /
+        secret_key / env (the old "testing" key is then refused: 403 InvalidAccessKeyId).
+        The helpers below keep working (they sign with botocore). Returns
+        (access_key, secret_key)."""
+        def iam(**kw):
+            kw["Version"] = "2010-05-08"
+            return _http("POST", self.direct_endpoint + "/", urllib.parse.urlencode(kw).encode(),
+                         {"Authorization": self._dummy_auth("iam"),
+                          "Content-Type": "application/x-www-form-urlencoded"}, self.netns).decode()
+        iam(Action="CreateUser", UserName="stoker-test")
+        r = iam(Action="CreateAccessKey", UserName="stoker-test")
+        key = re.search("<AccessKeyId>(.*?)</AccessKeyId>", r)[1]
+        secret = re.search("<SecretAccessKey>(.*?)</SecretAccessKey>", r)[1]
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam(Action="PutUserPolicy", UserName="stoker-test", PolicyName="all",
+            PolicyDocument=json.dumps(policy))
+        # moto's switch: authenticate every request after the next 0 ones
+        _http("POST", self.direct_endpoint + "/moto-api/reset-auth", b"0",
+              {"Content-Type": "text/plain"}, self.netns)
+        self.access_key, self.secret_key, self.signatures_checked = key, secret, True
+        return key, secret
 
     def create_bucket(self, name):
         """Create bucket `name` (path-style PUT /name)."""
@@ -392,8 +434,14 @@ class MotoServer:
         return sorted(keys)
 
     def reset(self):
-        """Drop every bucket and object (moto's /moto-api/reset)."""
-        self._request("POST", "/moto-api/reset")
+        """Drop every bucket and object (moto's /moto-api/reset); after
+        require_signatures(), also the IAM user: moto accepts any signature again."""
+        _http("POST", self.direct_endpoint + "/moto-api/reset", b"", None, self.netns)
+        if self.signatures_checked:
+            _http("POST", self.direct_endpoint + "/moto-api/reset-auth", b"inf",
+                  {"Content-Type": "text/plain"}, self.netns)
+            self.access_key = self.secret_key = "testing"
+            self.signatures_checked = False
 
     def requests(self):
         """The requests moto has answered, from its log: dicts with method, path (with the

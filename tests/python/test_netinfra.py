@@ -127,13 +127,13 @@ def test_nginx_http2_cleartext_and_tls(ng, www, tmp_path):
 
 # ----------------------------------------------------------------------------- moto (S3)
 
-def s3_client(endpoint, **cfg):
+def s3_client(endpoint, key="testing", secret="testing"):
     botocore_session = pytest.importorskip("botocore.session", reason="python3-botocore is not installed")
     from botocore.config import Config
     return botocore_session.get_session().create_client(
-        "s3", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 0}, **cfg))
+        "s3", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 0}))
 
 
 def test_moto_s3_with_botocore(www):
@@ -175,7 +175,8 @@ def test_moto_s3_with_botocore(www):
         assert [r["req_bytes"] for r in reqs if r["path"] == "/stoker-test/shards/data.bin"][0] == DATA_LEN
         # and moto's own log has them too (plus the helpers' requests)
         mlog = s3.requests()
-        assert sum(1 for r in mlog if r["method"] == "GET" and r["path"] == "/stoker-test/shards/data.bin") == 2
+        gets = [r for r in mlog if (r["method"], r["path"]) == ("GET", "/stoker-test/shards/data.bin")]
+        assert len(gets) == 2
         assert any(r["status"] == 206 for r in mlog)
 
         # a fault on an upload: the 503 reaches the client, the object is not written
@@ -268,9 +269,10 @@ def test_proxy_forwards_bodies_and_faults_uploads():
     with servers.moto_server() as s3:
         s3.create_bucket("upl")
         body = os.urandom(300000)
-        with servers.fault_proxy(s3.direct_endpoint, schedule={2: "reset", 4: "truncate", 5: "truncate"}) as px:
+        sched = {2: "reset", 4: "truncate", 5: "truncate"}
+        with servers.fault_proxy(s3.direct_endpoint, schedule=sched) as px:
             c = conn(px.url)
-            auth = {"Authorization": servers.MotoServer._AUTH}
+            auth = {"Authorization": servers.MotoServer._dummy_auth()}
             # 1: PUT with Expect: 100-continue, body forwarded byte-exact
             c.request("PUT", "/upl/a", body=body, headers=dict(auth, Expect="100-continue"))
             r = c.getresponse()
@@ -430,7 +432,8 @@ def test_netns_run_script():
     need_netns()
     script = os.path.join(NET, "netns_run.sh")
     p = subprocess.run([script, "--rate", "300mbit", "--delay-ms", "4", "--", "bash", "-c",
-                        "tc qdisc show dev lo; echo ns=$STOKER_NETNS latency=$STOKER_NETNS_LATENCY_MS; exit 5"],
+                        "tc qdisc show dev lo; echo ns=$STOKER_NETNS latency=$STOKER_NETNS_LATENCY_MS;"
+                        "exit 5"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 5, p.stderr
     assert "tbf" in p.stdout and "rate 300Mbit" in p.stdout
@@ -444,3 +447,39 @@ def test_netns_run_script():
                                       text=True).stdout
     p = subprocess.run([script, "--rate", "fast", "--", "true"], capture_output=True, text=True)
     assert p.returncode != 0 and "tc units" in p.stderr
+
+
+def test_moto_checks_signatures_on_request(tmp_path):
+    with servers.moto_server(proxy=True) as s3:
+        s3.create_bucket("signed")
+        s3.put_object("signed", "k", b"0123456789")
+        key, secret = s3.require_signatures()
+        assert s3.env["AWS_ACCESS_KEY_ID"] == key and s3.env["AWS_SECRET_ACCESS_KEY"] == secret
+        good = s3_client(s3.endpoint, key, secret)
+        assert good.get_object(Bucket="signed", Key="k", Range="bytes=2-4")["Body"].read() == b"234"
+        good.put_object(Bucket="signed", Key="k2", Body=b"up")
+        assert s3.get_object("signed", "k2") == b"up"          # the helpers sign with botocore now
+        # a wrong secret, and the default key, are refused as AWS refuses them
+        from botocore.exceptions import ClientError
+        bad = s3_client(s3.endpoint, key, secret + "x")
+        with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+            bad.get_object(Bucket="signed", Key="k")
+        with pytest.raises(ClientError, match="InvalidAccessKeyId"):
+            s3_client(s3.endpoint).get_object(Bucket="signed", Key="k")
+        # an independent signer (curl --aws-sigv4), virtual-hosted addressing on *.localhost
+        curl = shutil.which("curl")
+        if curl:
+            port = s3.endpoint.rsplit(":", 1)[1]
+            for user, want in (("%s:%s" % (key, secret), "200"), ("%s:wrong" % key, "403")):
+                p = subprocess.run([curl, "-sS", "-o", str(tmp_path / "o"), "-w", "%{http_code}",
+                                    "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", user,
+                                    # S3 wants the payload hash header; curl signs it when given
+                                    "-H", "x-amz-content-sha256: " + hashlib.sha256(b"").hexdigest(),
+                                    "http://signed.localhost:%s/k" % port],
+                                   capture_output=True, text=True, timeout=60)
+                assert p.stdout == want, p.stderr
+            assert (tmp_path / "o").read_bytes().startswith(b"<?xml")     # the 403's S3 error
+            assert s3.proxy.requests()[-1]["path"] == "/k"
+        s3.reset()
+        assert s3.access_key == "testing"
+        assert s3_client(s3.endpoint).list_buckets()["Buckets"] == []
