@@ -10,6 +10,10 @@ Context managers (stdlib only; usable from pytest and from bench scripts):
   shaped_netns(rate="1gbit", delay_ms=10, burst=None)   a network namespace whose loopback
                                                         is shaped with tbf (+ netem delay)
 
+Also a command line (main() below): `python3 tests/net/servers.py --nginx ROOT --moto
+--proxy nginx -- COMMAND` runs COMMAND with the servers up and their addresses in
+its environment (STOKER_TEST_HTTP_URL, STOKER_TEST_S3_ENDPOINT, ...), for C tests.
+
 Each server runs in the foreground as a child of the caller on a free port,
 with its files in a fresh temporary folder, and is stopped (and the folder
 removed) when the `with` block ends, also on an exception.
@@ -734,3 +738,67 @@ def shaped_netns(rate="1gbit", delay_ms=10, burst=None, name=None):
             except (ProcessLookupError, ValueError):
                 pass
         _ip("netns", "del", ns.name, check=False)
+
+
+# --------------------------------------------------------------------------- command line
+
+def main(argv=None):
+    """Run COMMAND with servers up, their addresses in its environment (for C tests
+    under CTest and for benchmark scripts):
+
+      python3 tests/net/servers.py [--nginx ROOT [--http2] [--tls]] [--moto [--bucket B]]
+                                   [--proxy nginx|moto] -- COMMAND [ARGS...]
+
+    Exports STOKER_TEST_HTTP_URL (nginx), STOKER_TEST_H2C_URL, STOKER_TEST_HTTPS_URL and
+    STOKER_TEST_CA_FILE (with --http2 / --tls), STOKER_TEST_S3_ENDPOINT (moto, or the
+    proxy in front of it with --proxy moto) with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_REGION and AWS_ENDPOINT_URL, and STOKER_TEST_PROXY_URL (a fault_proxy.py process
+    in front of --proxy's server, configured through its /__stoker_proxy/ endpoints).
+    Exits with COMMAND's status; 77 (CTest's SKIP_RETURN_CODE convention) when a server
+    cannot run here."""
+    import argparse
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("--nginx", metavar="ROOT")
+    ap.add_argument("--http2", action="store_true")
+    ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--moto", action="store_true")
+    ap.add_argument("--bucket", action="append", default=[], help="create this bucket (--moto)")
+    ap.add_argument("--proxy", choices=["nginx", "moto"])
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not cmd:
+        ap.error("no COMMAND given")
+    env = dict(os.environ)
+    try:
+        with contextlib.ExitStack() as stack:
+            upstream = {}
+            if a.nginx:
+                ng = stack.enter_context(nginx(a.nginx, http2=a.http2, tls=a.tls))
+                env["STOKER_TEST_HTTP_URL"] = upstream["nginx"] = ng.url
+                if ng.url_h2c:
+                    env["STOKER_TEST_H2C_URL"] = ng.url_h2c
+                if ng.url_https:
+                    env["STOKER_TEST_HTTPS_URL"], env["STOKER_TEST_CA_FILE"] = ng.url_https, ng.ca_file
+            if a.moto:
+                s3 = stack.enter_context(moto_server())
+                for b in a.bucket:
+                    s3.create_bucket(b)
+                upstream["moto"] = s3.endpoint
+                env.update(s3.env)
+                env["STOKER_TEST_S3_ENDPOINT"] = s3.endpoint
+            if a.proxy:
+                if a.proxy not in upstream:
+                    ap.error("--proxy %s needs --%s" % (a.proxy, a.proxy))
+                px = stack.enter_context(fault_proxy(upstream[a.proxy], process=True))
+                env["STOKER_TEST_PROXY_URL"] = px.url
+                if a.proxy == "moto":
+                    env["STOKER_TEST_S3_ENDPOINT"] = env["AWS_ENDPOINT_URL"] = px.url
+            return subprocess.call(cmd, env=env)
+    except Unavailable as e:
+        print("servers.py: %s" % e, file=sys.stderr)
+        return 77
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -483,3 +483,17 @@ def test_moto_checks_signatures_on_request(tmp_path):
         s3.reset()
         assert s3.access_key == "testing"
         assert s3_client(s3.endpoint).list_buckets()["Buckets"] == []
+
+
+def test_servers_command_line(www):
+    root, data = www
+    code = ("import os,sys,urllib.request;"
+            "d=urllib.request.urlopen(os.environ['STOKER_TEST_PROXY_URL']+'/data.bin').read();"
+            "s=urllib.request.urlopen(os.environ['STOKER_TEST_HTTP_URL']+'/sub/b.txt').read();"
+            "sys.exit(3 if (len(d), s) == (%d, b'hello, ranges\\n') else 1)" % DATA_LEN)
+    p = subprocess.run([servers.PYTHON, os.path.join(NET, "servers.py"), "--nginx", root, "--proxy", "nginx",
+                        "--", servers.PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    p = subprocess.run([servers.PYTHON, os.path.join(NET, "servers.py"), "--proxy", "moto", "--", "true"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--proxy moto needs --moto" in p.stderr
