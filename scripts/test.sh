@@ -22,10 +22,15 @@
 #      op values against torchvision/NumPy references; pycocotools (the
 #      coco: reader's reference, not packaged by Debian 12) is installed
 #      first into build/pycocotools with pip --target
+# The network tests' S3 server (moto[server], not packaged by Debian 12) is
+# installed at the start into build/moto-venv (tests/net/install_moto.sh).
 # Under CI (CI=true) nothing may be skipped: a missing prerequisite fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# moto's S3 server for the network tests (tests/net/servers.py). Without it
+# those tests skip, which fails them under CI (tests/python/conftest.py).
+tests/net/install_moto.sh || echo "test.sh: moto could not be installed: the S3 tests will skip" >&2
 SECONDS=0
 step() { printf '== %s (at %dm%02ds)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 
