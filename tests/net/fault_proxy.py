@@ -306,6 +306,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
         cl = resp.getheader("Content-Length")
         if no_body:
+            resp.read()                  # (b""): frees the upstream connection for the next request
             length, data = 0, b""
             if cl is not None:
                 headers.append(("Content-Length", cl))
