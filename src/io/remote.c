@@ -61,7 +61,7 @@
 /* Settings                                                                  */
 /* ------------------------------------------------------------------------ */
 
-#define DEFAULT_CHUNK ((uint32_t)1 << 20)
+#define DEFAULT_CHUNK ((uint32_t)64 << 10)
 #define DEFAULT_READAHEAD ((uint64_t)64 << 20)
 #define MAX_RUN_BYTES ((uint64_t)16 << 20) /* one request fetches at most this */
 #define WAIT_SLICE_MS 100                  /* waits poll the cancel flag this often */

@@ -32,7 +32,7 @@
  * Settings (process-wide): stk_remote_configure, else the environment:
  * STOKER_CACHE_DIR (default $XDG_CACHE_HOME/stoker, ~/.cache/stoker),
  * STOKER_CACHE_LIMIT (bytes, with an optional K/M/G/T suffix; default no
- * limit), STOKER_CHUNK_SIZE (default 4 MiB), STOKER_READAHEAD.
+ * limit), STOKER_CHUNK_SIZE (default 64 KiB: about a record, so a cold random read fetches little it does not need; runs of chunks go out as one request), STOKER_READAHEAD.
  */
 #ifndef STK_IO_REMOTE_H
 #define STK_IO_REMOTE_H

@@ -248,13 +248,16 @@ def _make_cert(d):
 
 
 @contextlib.contextmanager
-def nginx(root, http2=False, tls=False, netns=None, timeout=15.0):
+def nginx(root, http2=False, tls=False, netns=None, timeout=15.0, delay_ms=0):
     """Serve folder `root` with Debian's nginx on loopback; yields an Nginx.
 
     http2=True adds a second port, url_h2c, speaking HTTP/2 cleartext with prior
     knowledge (nginx 1.22 has no h2c upgrade and no HTTP/1.1 fallback on such a
     port). tls=True adds url_https with a fresh test CA (ca_file). netns: a
-    shaped_netns() object (or a namespace name) to run nginx inside."""
+    shaped_netns() object (or a namespace name) to run nginx inside. delay_ms:
+    every response's first byte is that late (a link's round-trip time where
+    netem is refused), from accel_delay.py in front of nginx's own file serving,
+    so the body bytes cost no Python CPU."""
     why = nginx_missing()
     if why:
         raise Unavailable(why)
@@ -263,8 +266,18 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0):
     with open(os.path.join(NET, "nginx.conf.in")) as f:
         template = f.read()
     server = Nginx(root, prefix)
+    delay_proc = None
     try:
         cert = _make_cert(prefix) if tls else None
+        delay_conf = ""
+        if delay_ms:
+            dport = free_port()
+            delay_proc = subprocess.Popen(_netns_argv(netns, [sys.executable, os.path.join(NET, "accel_delay.py"),
+                                                              "--port", str(dport), "--delay-ms", str(delay_ms)]),
+                                          stdin=subprocess.DEVNULL)
+            _wait_port(dport, delay_proc, "accel_delay.py", os.devnull, netns, timeout)
+            delay_conf = ("proxy_pass http://127.0.0.1:%d; proxy_pass_request_body off; "
+                          "proxy_set_header Content-Length \"\";" % dport)
         for attempt in range(5):
             ports = {"http": free_port()}
             if http2:
@@ -280,7 +293,8 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0):
                 listen.append("ssl_certificate_key %s;" % cert[2])
             conf = (template.replace("@PREFIX@", prefix).replace("@ROOT@", root)
                     .replace("@USER@", "user root root;" if os.geteuid() == 0 else "")
-                    .replace("@LISTEN@", "\n        ".join(listen)))
+                    .replace("@LISTEN@", "\n        ".join(listen))
+                    .replace("@DELAY@", delay_conf))
             conf_path = os.path.join(prefix, "nginx.conf")
             with open(conf_path, "w") as f:
                 f.write(conf)
@@ -309,6 +323,8 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0):
     finally:
         if server.proc is not None:
             _stop(server.proc)
+        if delay_proc is not None:
+            _stop(delay_proc)
         shutil.rmtree(prefix, ignore_errors=True)
 
 
