@@ -183,6 +183,8 @@ static int run_bench(const bench_args *a)
 
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
+    stk_io_stats io; /* a remote dataset's traffic (zero for local files) */
+    stk_io_stats_get(&io);
     stk_loader_profile prof;
     stk_loader_profile_get(l, &prof);
     stk_dataset_info info;
@@ -223,6 +225,16 @@ static int run_bench(const bench_args *a)
                (unsigned long long)st.decisions, (unsigned long long)st.memory_bytes,
                prof.data_share);
         json_string(prof.verdict);
+        if (io.reads)
+            printf(", \"remote\": {\"bytes_fetched\": %llu, \"bytes_received\": %llu, "
+                   "\"requests\": %llu, \"retries\": %llu, \"failures\": %llu, "
+                   "\"reads\": %llu, \"reads_waited\": %llu, \"cache_hit_bytes\": %llu, "
+                   "\"network_wait_s\": %.6f}",
+                   (unsigned long long)io.bytes_fetched, (unsigned long long)io.bytes_received,
+                   (unsigned long long)io.requests, (unsigned long long)io.retries,
+                   (unsigned long long)io.failures, (unsigned long long)io.reads,
+                   (unsigned long long)io.reads_waited, (unsigned long long)io.cache_hit_bytes,
+                   io.wait_s);
         if (hash)
             printf(", \"digest\": \"%s\"", digest);
         printf("}\n");
@@ -245,6 +257,16 @@ static int run_bench(const bench_args *a)
         printf("  profile:    %s\n", prof.verdict);
         if (skipped)
             printf("  skipped:    %llu corrupt samples\n", (unsigned long long)skipped);
+        if (io.reads)
+            printf("  remote:     %.1f MB fetched in %llu requests (%llu retries, %llu failed); "
+                   "cache hits %.1f%% of %llu reads; network wait %.3f s = %.0f%% of read "
+                   "time\n",
+                   (double)io.bytes_fetched / 1e6, (unsigned long long)io.requests,
+                   (unsigned long long)io.retries, (unsigned long long)io.failures,
+                   100.0 * (double)(io.reads - io.reads_waited) / (double)io.reads,
+                   (unsigned long long)io.reads, io.wait_s,
+                   st.read_s > 0 ? 100.0 * (io.wait_s < st.read_s ? io.wait_s : st.read_s) / st.read_s
+                                 : 0.0);
         printf("  peak RSS:   %.1f MB\n", rss);
         if (hash)
             printf("digest: %s\n", digest);

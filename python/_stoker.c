@@ -3475,9 +3475,62 @@ done:
 }
 #endif
 
+/* remote_configure(cache_dir=None, cache_limit=-1): stk_remote_configure. */
+static PyObject *mod_remote_configure(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = {"cache_dir", "cache_limit", NULL};
+    PyObject *dir = Py_None;
+    long long limit = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OL", names, &dir, &limit))
+        return NULL;
+    PyObject *bytes = NULL;
+    if (dir != Py_None && !PyUnicode_FSConverter(dir, &bytes))
+        return NULL;
+    int rc = stk_remote_configure(bytes ? PyBytes_AS_STRING(bytes) : NULL,
+                                  limit < 0 ? UINT64_MAX : (uint64_t)limit);
+    Py_XDECREF(bytes);
+    if (rc < 0)
+        return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+/* io_stats(reset=False): stk_io_stats as a dict. */
+static PyObject *mod_io_stats(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = {"reset", NULL};
+    int reset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", names, &reset))
+        return NULL;
+    stk_io_stats s;
+    stk_io_stats_get(&s);
+    if (reset)
+        stk_io_stats_reset();
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K}",
+                         "bytes_fetched", (unsigned long long)s.bytes_fetched,
+                         "bytes_received", (unsigned long long)s.bytes_received,
+                         "bytes_sent", (unsigned long long)s.bytes_sent,
+                         "requests", (unsigned long long)s.requests,
+                         "retries", (unsigned long long)s.retries,
+                         "failures", (unsigned long long)s.failures,
+                         "cache_hit_bytes", (unsigned long long)s.cache_hit_bytes,
+                         "cache_evicted_bytes", (unsigned long long)s.cache_evicted_bytes,
+                         "reads", (unsigned long long)s.reads,
+                         "reads_waited", (unsigned long long)s.reads_waited,
+                         "wait_s", s.wait_s,
+                         "prefetch_bytes", (unsigned long long)s.prefetch_bytes);
+}
+
 static PyMethodDef module_methods[] = {
     {"strerror", mod_strerror, METH_O,
      "strerror(code)\n--\n\nName and description of a stoker error code."},
+    {"remote_configure", (PyCFunction)(void (*)(void))mod_remote_configure,
+     METH_VARARGS | METH_KEYWORDS,
+     "remote_configure(cache_dir=None, cache_limit=-1)\n--\n\nThe local cache of remote "
+     "datasets (stk_remote_configure): None / -1 keep the current value."},
+    {"io_stats", (PyCFunction)(void (*)(void))mod_io_stats, METH_VARARGS | METH_KEYWORDS,
+     "io_stats(reset=False)\n--\n\nThe remote layer's counters (stk_io_stats) as a dict."},
     {"spec_check", mod_spec_check, METH_VARARGS,
      "spec_check(spec, height, width, channels)\n--\n\nCheck a pipeline spec against an input "
      "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},

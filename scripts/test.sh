@@ -15,17 +15,23 @@
 #   6. ThreadSanitizer build: the engine's tests (loader, sampler), the shard
 #      and dataset tests (test_stk: pack, open, verify; test_pack_stall;
 #      test_shard_faults, test_io: shards cut under a mapping; test_datasets,
-#      test_imagefolder, test_npy), and the CLI packing the photos with --jobs 4
+#      test_imagefolder, test_npy), the chunk cache (test_cache: claims raced
+#      by threads), and the CLI packing the photos with --jobs 4
 #   7. coverage build (gcov): all C tests and the CLI's Python tests, then
 #      the per-directory line coverage (scripts/coverage.sh)
 #   8. Python tests (pytest, Debian's /usr/bin/python3): CLI behaviour and
 #      op values against torchvision/NumPy references; pycocotools (the
 #      coco: reader's reference, not packaged by Debian 12) is installed
 #      first into build/pycocotools with pip --target
+# The network tests' S3 server (moto[server], not packaged by Debian 12) is
+# installed at the start into build/moto-venv (tests/net/install_moto.sh).
 # Under CI (CI=true) nothing may be skipped: a missing prerequisite fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# moto's S3 server for the network tests (tests/net/servers.py). Without it
+# those tests skip, which fails them under CI (tests/python/conftest.py).
+tests/net/install_moto.sh || echo "test.sh: moto could not be installed: the S3 tests will skip" >&2
 SECONDS=0
 step() { printf '== %s (at %dm%02ds)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 
@@ -93,7 +99,7 @@ step "ThreadSanitizer (engine, shards, datasets, readers, pack)"
 scripts/build.sh tsan
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
 ctest --test-dir build-tsan --output-on-failure -j2 \
-  -R '^(test_loader|test_loader_tune|test_user_ops|test_doctor|test_sampler|test_rng|test_stk|test_shard_writer|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy|test_wire|test_tfrecord|test_wds|test_lmdb|test_recordio|test_hdf5|test_zarr|test_coco|test_segfolder|test_callback_dataset|test_fields|test_http)$'
+  -R '^(test_loader|test_loader_tune|test_user_ops|test_doctor|test_sampler|test_rng|test_stk|test_shard_writer|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy|test_wire|test_tfrecord|test_wds|test_lmdb|test_recordio|test_hdf5|test_zarr|test_coco|test_segfolder|test_callback_dataset|test_fields|test_http|test_cache)$'
 tsan_tmp=$(mktemp -d)
 trap 'rm -rf "$tsan_tmp"' EXIT
 build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/keep" --jobs 4 --shard-size 2M -q

@@ -124,6 +124,40 @@ STK_API const char *stk_strerror(int code);
  * when no call has failed). */
 STK_API const char *stk_errmsg(void);
 
+/* ------------------------------------------------------------------------ */
+/* Remote datasets: http(s):// and s3:// (docs/remote.md)                    */
+/* ------------------------------------------------------------------------ */
+
+/* Any dataset URI may name objects in a store instead of local files
+ * ("stk:https://host/train-{000..127}.stk", "stk:s3://bucket/prefix/"). Their
+ * bytes go through a local cache; these settings are process-wide (the
+ * environment's STOKER_CACHE_DIR / STOKER_CACHE_LIMIT until this is called).
+ * cache_dir NULL keeps the directory; cache_limit UINT64_MAX keeps the limit
+ * (0: no limit). Sources already open keep the cache they opened. */
+STK_API int stk_remote_configure(const char *cache_dir, uint64_t cache_limit);
+
+/* Counters of the remote layer since the process started (or the last
+ * reset), all datasets together. */
+typedef struct stk_io_stats {
+    uint64_t bytes_fetched;   /* object bytes downloaded into the cache */
+    uint64_t bytes_received;  /* HTTP body bytes received, every attempt */
+    uint64_t bytes_sent;      /* request bodies sent (uploads) */
+    uint64_t requests;        /* HTTP requests completed */
+    uint64_t retries;         /* attempts repeated after a fault */
+    uint64_t failures;        /* requests that failed after their retries */
+    uint64_t cache_hit_bytes; /* bytes read from the local cache */
+    uint64_t cache_evicted_bytes; /* bytes the cache's LRU eviction removed */
+    uint64_t reads;           /* reads of remote objects */
+    uint64_t reads_waited;    /* reads that had to wait for the network */
+    double wait_s;            /* seconds those reads waited (summed over threads) */
+    uint64_t prefetch_bytes;  /* bytes the read-ahead asked for */
+    uint64_t reserved_[8];    /* zeroed by the library */
+} stk_io_stats;
+
+STK_API void stk_io_stats_get(stk_io_stats *out);
+STK_API void stk_io_stats_reset(void);
+
+
 /* Frees memory that a stoker function gave to the caller (its doc comment
  * says so: the buffers of stk_dataset_read_field and stk_dataset_read_alloc).
  * NULL is a no-op. Use it rather than free(): the library and the program

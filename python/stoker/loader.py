@@ -163,7 +163,26 @@ def concat(datasets):
     return ds
 
 
-def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
+def set_cache(cache_dir=None, limit=None):
+    """Where remote datasets (``http(s)://``, ``s3://`` URIs: docs/remote.md) keep
+    their local cache, and its size limit in bytes (``0``: no limit). Process-wide;
+    ``None`` keeps the current value (the defaults come from ``STOKER_CACHE_DIR``
+    and ``STOKER_CACHE_LIMIT``). Datasets already open keep the cache they opened."""
+    _stoker.remote_configure(None if cache_dir is None else os.fspath(cache_dir),
+                             -1 if limit is None else operator.index(limit))
+
+
+def io_stats(reset=False):
+    """The remote layer's counters since the process started (or the last
+    ``reset``), all datasets together: ``bytes_fetched`` (object bytes
+    downloaded into the cache), ``bytes_received`` (every HTTP body byte, retries
+    included), ``requests``, ``retries``, ``failures``, ``cache_hit_bytes``,
+    ``reads`` and ``reads_waited`` (reads of remote objects, and those that
+    waited for the network), ``wait_s`` (seconds they waited), ``prefetch_bytes``."""
+    return _stoker.io_stats(reset=bool(reset))
+
+
+def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None, cache_dir=None):
     """Open a dataset for random access (``len(ds)``, ``ds[i] -> (HWC uint8 array, label)``).
 
     ``uri`` is anything ``stk_dataset_open`` accepts: ``cifar10:DIR``,
@@ -171,6 +190,10 @@ def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
     ``?split=train|test``), ``idx:IMAGES,LABELS``, or a path whose format is
     detected (see docs/datasets.md). The limits guard against hostile files
     (defaults: 16 GiB per file, 2**40 samples, 2**28 pixels per sample).
+    Shard-based formats also read from object stores:
+    ``stk:https://host/train-{000..127}.stk``, ``stk:s3://bucket/prefix/``
+    (docs/remote.md); ``cache_dir`` sets where their bytes are cached
+    (:func:`set_cache`).
 
     Raises :class:`stoker.NotFound` (a ``FileNotFoundError``) for a missing
     path, :class:`stoker.FormatError` for a malformed file, and so on; the
@@ -184,6 +207,8 @@ def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None):
                     ("max_pixels", max_pixels)):
         if v is not None:
             kw[name] = operator.index(v)
+    if cache_dir is not None:
+        set_cache(cache_dir)
     ds = Dataset(os.fspath(uri), **kw)
     skipped = ds.skipped_inputs
     if skipped:

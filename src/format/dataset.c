@@ -53,6 +53,7 @@
 #include "codec/codec.h"
 #include "core/error.h"
 #include "core/util.h"
+#include "io/remote.h"
 #include "format/reader_util.h"
 
 #include <errno.h>
@@ -830,6 +831,32 @@ int stk_dataset_open(const char *uri, const stk_dataset_options *opts, stk_datas
         return rc;
     }
 
+    /* A URL of an object store without a format prefix: the format from the
+     * name's suffix (".stk", or an s3:// prefix ending in '/': .stk shards). */
+    if (stk_is_remote(uri)) {
+        size_t q = strcspn(uri, "?");
+        static const struct { const char *suffix, *reader; } by_suffix[] = {
+            {".stk", "stk"}, {"/", "stk"}, {".tar", "wds"}, {".tfrecord", "tfrecord"},
+            {".rec", "recordio"}};
+        for (size_t k = 0; k < sizeof by_suffix / sizeof by_suffix[0]; k++) {
+            size_t n = strlen(by_suffix[k].suffix);
+            if (q < n || strncmp(uri + q - n, by_suffix[k].suffix, n) != 0)
+                continue;
+            for (size_t i = 0; i < STK_NREADERS; i++) {
+                if (strcmp(stk_readers[i]->prefix, by_suffix[k].reader) != 0)
+                    continue;
+                copy = stk_split_query(uri, &query);
+                if (!copy)
+                    return stk_fail(STK_ENOMEM, "out of memory opening %s", uri);
+                rc = stk_readers[i]->open(uri, copy, query, opts, out);
+                free(copy);
+                return rc;
+            }
+        }
+        return stk_fail(STK_EINVAL,
+                        "%s: cannot tell the format of this remote dataset from its name: "
+                        "write it with a prefix (stk:, wds:, tfrecord:, recordio:)", uri);
+    }
     /* No known prefix: a path, unless it is neither a path nor free of a
      * scheme-like prefix. */
     if (stk_path_exists(uri))

@@ -47,6 +47,12 @@ typedef enum stk_access {
     STK_ACCESS_RANDOM = 0,     /* indices in a shuffled order (the default) */
     STK_ACCESS_SEQUENTIAL = 1, /* indices in increasing order: pack, a loader
                                   without shuffle */
+    STK_ACCESS_STOP = 2,       /* the reader is going away (a loader's
+                                  destroy): abandon transfers in flight, so
+                                  reads blocked on a slow store return (with
+                                  STK_EINTR) and so do later reads ... */
+    STK_ACCESS_RESUME = 3,     /* ... until this one (the loader's workers
+                                  have all returned) */
 } stk_access;
 
 typedef struct stk_dataset_vtable {
@@ -100,6 +106,12 @@ typedef struct stk_dataset_vtable {
      * returns; the last hint wins when several readers share a dataset.
      * Thread-safe; may be called any number of times. */
     void (*access_hint)(const stk_dataset *ds, stk_access how);
+    /* Optional: sample `index` will be read soon — start fetching its bytes
+     * (a remote dataset: the read-ahead of src/io/remote.c). Never blocks
+     * on I/O; a hint only. The loader calls it for the samples of the
+     * batches it will fill next, in the sampler's order, when the dataset
+     * says it wants it (`wants_prefetch`). Thread-safe. */
+    void (*prefetch)(const stk_dataset *ds, uint64_t index);
 } stk_dataset_vtable;
 
 struct stk_dataset {
@@ -114,6 +126,9 @@ struct stk_dataset {
                               (an image folder's unreadable directory, a symlink
                               loop), or NULL; owned: freed by stk_dataset_close */
     uint64_t nskipped;
+    uint32_t wants_prefetch; /* samples ahead the reader asks a loader to
+                                hint through vtable.prefetch (0: none; a
+                                remote dataset sets it) */
     void *impl;            /* owned by the reader */
 };
 
@@ -145,6 +160,13 @@ static inline void stk_dataset_access_hint(const stk_dataset *ds, stk_access how
 {
     if (ds->vt->access_hint)
         ds->vt->access_hint(ds, how);
+}
+
+/* vtable.prefetch, or nothing. */
+static inline void stk_dataset_prefetch(const stk_dataset *ds, uint64_t index)
+{
+    if (ds->vt->prefetch)
+        ds->vt->prefetch(ds, index);
 }
 
 /* Field `field` of sample `index` lent in *out (vtable.field_view; the

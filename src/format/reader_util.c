@@ -12,6 +12,7 @@
 #include "core/error.h"
 
 #include "core/util.h"
+#include "io/remote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -222,6 +223,9 @@ int stk_file_list(const char *path, const char *const *suffixes, const stk_file_
     int globbed = 0; /* g holds a glob's result: globfree on the way out */
     *out = NULL;
     *count = 0;
+    /* An object store: brace patterns and s3:// prefixes (io/remote.h). */
+    if (stk_is_remote(path))
+        return stk_remote_list(path, suffixes, out, count);
 #define PUSH(s)                                                                    \
     do {                                                                           \
         if (n + 2 > cap) {                                                         \

@@ -29,6 +29,7 @@
 #include "format/class_names.h"
 #include "format/reader_util.h"
 #include "format/stk_shard.h"
+#include "io/remote.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -273,6 +274,13 @@ static void shards_close(stk_dataset *ds) { stk_shardset_free(ds->impl); }
 static void shards_access_hint(const stk_dataset *ds, stk_access how)
 {
     const shardset *set = ds->impl;
+    if (how == STK_ACCESS_STOP || how == STK_ACCESS_RESUME) {
+        for (uint32_t i = 0; i < set->nshards; i++)
+            if (set->shards[i].src)
+                stk_source_advise(set->shards[i].src, NULL, 0, 0,
+                                  how == STK_ACCESS_STOP ? STK_ADVISE_CANCEL : STK_ADVISE_RESUME);
+        return;
+    }
     bool seq = how == STK_ACCESS_SEQUENTIAL;
     for (uint32_t i = 0; i < set->nshards; i++) {
         const shard *s = &set->shards[i];
@@ -293,6 +301,17 @@ static void shards_access_hint(const stk_dataset *ds, stk_access how)
     }
 }
 
+/* vtable.prefetch: a remote shard fetches the record's chunks ahead. */
+static void shards_prefetch(const stk_dataset *ds, uint64_t index)
+{
+    uint64_t r;
+    const shardset *set = ds->impl;
+    if (index >= ds->count)
+        return;
+    const shard *s = stk_shard_locate(set, index, &r);
+    stk_shard_record_prefetch(set, s, r, index);
+}
+
 static const stk_dataset_vtable shards_vt = {
     .format = "stk",
     .read = shards_read,
@@ -308,6 +327,7 @@ static const stk_dataset_vtable shards_vt = {
     .sample_name = shards_sample_name,
     .read_check = shards_read_check,
     .access_hint = shards_access_hint,
+    .prefetch = shards_prefetch,
 };
 
 /* set_problem_fn for open: keep the first message. */
@@ -396,6 +416,20 @@ int stk_shardset_open(const char *uri, char **paths, uint32_t n, const char *que
     int io, huge;
     if ((rc = parse_query(uri, query, set, &io, &huge)) < 0)
         goto fail;
+    set->remote = n > 0 && stk_is_remote(paths[0]);
+    if (set->remote) {
+        /* Objects in a store are read with pread, through the cache; their
+         * headers and index+footer come in parallel first (one or two
+         * round trips for the whole set instead of several per shard). */
+        if (io == IO_MMAP) {
+            rc = stk_fail(STK_EINVAL, "%s: io=mmap needs local files (this is a remote dataset)",
+                          uri);
+            goto fail;
+        }
+        io = IO_PREAD;
+        stk_remote_fetch_ends(paths, n, STK_HEADER_SIZE + STK_MAX_FIELDS * STK_FIELD_ENTRY_SIZE,
+                              (uint64_t)256 << 10);
+    }
     if (io == IO_AUTO) {
         /* Encoded images (~100 KB, then ~1 ms of decoding each) are read with
          * pread into the worker's scratch: the copy costs nothing next to the
@@ -482,6 +516,8 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
     ds->impl = set;
     for (uint32_t i = 0; i < set->nshards; i++)
         ds->count += set->shards[i].n;
+    if (set->remote)
+        ds->wants_prefetch = 1024; /* samples ahead of the workers (loader.c) */
     if (ds->count == 0) {
         stk_dataset_close(ds);
         return stk_fail(STK_EFORMAT, "%s: the shards hold no records", uri);

@@ -337,3 +337,14 @@ int64_t stk_shard_label_of(const shardset *set, const shard *s, uint64_t r)
         return 0;
     return (int64_t)stk_rd64(s->columns[set->label_field] + r * 8);
 }
+
+void stk_shard_record_prefetch(const shardset *set, const shard *s, uint64_t r, uint64_t global)
+{
+    uint64_t off, len, foff[STK_MAX_FIELDS];
+    uint32_t flen[STK_MAX_FIELDS];
+    char keep[STK_ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", stk_errmsg());
+    if (s->src && record_extent(set, s, r, global, &off, &len, foff, flen) == 0)
+        stk_source_advise(s->src, NULL, off, len, STK_ADVISE_WILLNEED);
+    stk_errmsg_set(keep); /* a bad entry is the read's to report */
+}

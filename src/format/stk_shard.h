@@ -78,6 +78,8 @@ typedef struct shardset {
     uint32_t nmeta;
     int verify;
     bool pread_io;
+    bool remote;                /* the shards are objects in a store (io/remote.h):
+                                   pread, and the loader's read-ahead */
     /* mmap only: the whole dataset fits in half of RAM, so a cold fault may
      * read the 2 MiB around it (MADV_HUGEPAGE) — see shard_map_advice. */
     bool huge_pages;
@@ -115,6 +117,8 @@ uint32_t stk_shard_stale_temporaries(const char *path, char *buf, size_t size, u
 
 /* --- stk_record.c: record access ----------------------------------------- */
 
+/* Start fetching record r's bytes (a remote shard's read-ahead; a hint). */
+void stk_shard_record_prefetch(const shardset *set, const shard *s, uint64_t r, uint64_t global);
 /* The shard holding global sample `index`, and the record in it. */
 const shard *stk_shard_locate(const shardset *set, uint64_t index, uint64_t *local);
 /* 0, or STK_EDATA when a truncation under the mapping took bytes record r

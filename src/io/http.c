@@ -195,6 +195,7 @@ struct stk_http_request {
     /* Guarded by eng.mu. */
     int state;
     bool cancel;
+    bool detached;          /* freed by the engine at completion */
     pthread_cond_t cv;
     stk_http_request *next; /* incoming / backoff / running list link */
     stk_http_response resp; /* filled at completion */
@@ -585,7 +586,10 @@ static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, siz
 /* The I/O thread                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* Complete r (eng.mu held): fill the response, signal, call done. */
+static void request_destroy(stk_http_request *r);
+
+/* Complete r (eng.mu held): fill the response, call done, signal (and free
+ * a detached request). */
 static void complete_locked(stk_http_request *r, int rc)
 {
     stk_http_response *o = &r->resp;
@@ -614,6 +618,8 @@ static void complete_locked(stk_http_request *r, int rc)
     }
     r->state = REQ_DONE;
     pthread_cond_broadcast(&r->cv);
+    if (r->detached)
+        request_destroy(r);
 }
 
 static bool quiet(void)
@@ -974,6 +980,16 @@ void stk_http_request_free(stk_http_request *r)
         pthread_cond_wait(&r->cv, &eng.mu);
     pthread_mutex_unlock(&eng.mu);
     request_destroy(r);
+}
+
+void stk_http_request_detach(stk_http_request *r)
+{
+    pthread_mutex_lock(&eng.mu);
+    bool done = r->state == REQ_DONE;
+    r->detached = !done;
+    pthread_mutex_unlock(&eng.mu);
+    if (done)
+        request_destroy(r);
 }
 
 int stk_http_perform(const stk_http_request_desc *d, stk_http_response *out)

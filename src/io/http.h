@@ -148,6 +148,10 @@ const stk_http_response *stk_http_result(const stk_http_request *r);
 void stk_http_cancel(stk_http_request *r);
 /* Cancel if still running, wait, free. NULL is a no-op. */
 void stk_http_request_free(stk_http_request *r);
+/* Let the engine free r once it completes (after its `done` callback), or
+ * now if it has: for fire-and-forget requests whose `done` consumes the
+ * result. r must not be used by the caller afterwards. */
+void stk_http_request_detach(stk_http_request *r);
 
 /* Submit, wait, and copy the response into *out (its body moved: free it
  * with free()). Returns out->rc (message set on failure). */

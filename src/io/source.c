@@ -35,6 +35,7 @@
 
 #include "core/error.h"
 #include "io/map_guard.h"
+#include "io/remote.h"
 #include "core/util.h"
 
 #include <errno.h>
@@ -132,7 +133,7 @@ void stk_mapping_advise(const uint8_t *data, uint64_t offset, uint64_t len, stk_
                                MADV_NORMAL};
     long page = sysconf(_SC_PAGESIZE);
     uint64_t start = page > 0 ? offset / (uint64_t)page * (uint64_t)page : offset;
-    if (!data)
+    if (!data || advice >= STK_ADVISE_CANCEL)
         return;
     (void)madvise((void *)(data + start), (size_t)(offset + len - start), madv[advice]);
 }
@@ -147,7 +148,7 @@ static void file_advise(const stk_source *s, const uint8_t *data, uint64_t offse
     }
     static const int fadv[] = {POSIX_FADV_WILLNEED, POSIX_FADV_SEQUENTIAL, POSIX_FADV_RANDOM,
                                POSIX_FADV_NORMAL, POSIX_FADV_NORMAL};
-    if (advice == STK_ADVISE_HUGEPAGE) /* only means something for a mapping */
+    if (advice == STK_ADVISE_HUGEPAGE || advice >= STK_ADVISE_CANCEL) /* mappings; remote sources */
         return;
     (void)posix_fadvise(f->fd, (off_t)offset, (off_t)len, fadv[advice]);
 }
@@ -225,6 +226,18 @@ int stk_source_open_file_at(int dirfd, const char *rel, const char *name, stk_so
     int rc;
 
     *out = NULL;
+    if (stk_is_remote(rel)) {
+        /* An object store (remote.c): its messages name the URL; the
+         * caller's prefix names it again, so give the reason alone. */
+        if ((rc = stk_remote_open(rel, UINT64_MAX, out)) < 0) {
+            char msg[STK_ERRMSG_MAX];
+            const char *m = stk_errmsg();
+            size_t k = strlen(rel);
+            snprintf(msg, sizeof msg, "%s", strncmp(m, rel, k) == 0 && m[k] == ':' ? m + k + 2 : m);
+            stk_errmsg_set(msg);
+        }
+        return rc;
+    }
     if (!(f = file_new(name ? name : rel)))
         return STK_ENOMEM;
     if ((rc = file_open_at(f, dirfd, rel)) < 0) {
@@ -256,6 +269,8 @@ int stk_source_open_file(const char *path, uint64_t max_bytes, stk_source **out)
     int rc;
 
     *out = NULL;
+    if (stk_is_remote(path))
+        return stk_remote_open(path, max_bytes, out); /* an object store (remote.c) */
     if (!(f = file_new(path)))
         return STK_ENOMEM;
     f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -348,8 +363,28 @@ int stk_map_file(const char *path, uint64_t max_bytes, stk_mapped_file *out)
     out->data = NULL;
     out->size = 0;
     out->guard = NULL;
+    out->heap = 0;
     if ((rc = stk_source_open_file(path, max_bytes, &s)) < 0)
         return rc;
+    if (stk_is_remote(path)) {
+        /* An object cannot be mapped: read it whole into memory (through
+         * the cache), which stk_unmap_file frees. */
+        uint8_t *buf = s->size ? malloc((size_t)s->size) : NULL;
+        if (s->size && !buf)
+            rc = stk_fail(STK_ENOMEM, "%s: out of memory for %llu bytes", path,
+                          (unsigned long long)s->size);
+        else if (s->size)
+            rc = stk_source_pread(s, buf, (size_t)s->size, 0);
+        if (rc == 0) {
+            out->data = buf;
+            out->size = (size_t)s->size;
+            out->heap = 1;
+        } else {
+            free(buf);
+        }
+        stk_source_close(s);
+        return rc;
+    }
     rc = stk_source_map(s, 0, &data, &out->guard);
     if (rc == 0 && data) {
         stk_source_advise(s, data, 0, s->size, STK_ADVISE_WILLNEED);
@@ -371,7 +406,11 @@ int stk_mapped_file_intact(const stk_mapped_file *m, uint64_t offset, uint64_t l
 
 void stk_unmap_file(stk_mapped_file *m)
 {
-    stk_source_unmap(m->data, m->size, m->guard);
+    if (m->heap)
+        free((void *)m->data);
+    else
+        stk_source_unmap(m->data, m->size, m->guard);
+    m->heap = 0;
     m->guard = NULL;
     m->data = NULL;
     m->size = 0;

@@ -58,6 +58,10 @@ typedef enum stk_advice {
     STK_ADVISE_RANDOM,     /* read in no order: no readahead around a read */
     STK_ADVISE_HUGEPAGE,   /* mapped: back the mapping with 2 MiB pages */
     STK_ADVISE_NORMAL,     /* back to the default readahead */
+    STK_ADVISE_CANCEL,     /* the reader stops: abandon transfers in flight
+                              (remote sources; reads waiting on them, and
+                              later reads, fail with STK_EINTR) ... */
+    STK_ADVISE_RESUME,     /* ... until this hint: read again */
 } stk_advice;
 
 /* map flags. Without STK_MAP_SHARED a mapping is MAP_PRIVATE. Read-only
@@ -194,6 +198,8 @@ typedef struct stk_mapped_file {
     size_t size;         /* file size in bytes at open */
     struct stk_map_guard *guard; /* owned SIGBUS-guard registration
                                     (io/map_guard.h), or NULL when empty */
+    int heap;            /* data is a malloc'd copy (a remote object, remote.h),
+                            not a mapping */
 } stk_mapped_file;
 
 /* Open `path` as a source, map it whole (private, so registered with the

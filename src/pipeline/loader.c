@@ -137,6 +137,13 @@ typedef struct slot {
 
 /* Per-worker counters, written only by their worker (relaxed atomics so
  * stats readers on other threads are race-free), one cache line each. */
+/* A batch whose samples the read-ahead hints (ra_take, ra_give). */
+typedef struct ra_batch {
+    uint64_t epoch, pos, start;
+    uint32_t rows;
+} ra_batch;
+#define RA_MAX_BATCHES 64
+
 typedef struct worker {
     _Alignas(STK_ALIGN) stk_loader *loader;
     uint32_t index;      /* 0-based; claims work only while index < loader->active */
@@ -144,6 +151,7 @@ typedef struct worker {
     bool started;
     stk_scratch scratch; /* owned by the worker thread: dataset reads */
     stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
+    ra_batch ra[RA_MAX_BATCHES]; /* owned by the worker thread: its read-ahead */
     stk_worker_fields *fields; /* owned by the worker thread (NULL: image, label) */
     _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
     _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
@@ -198,6 +206,9 @@ struct stk_loader {
     uint64_t part_batches;      /* its batches (may be 0) */
     uint64_t fill_seq;          /* next seq to assign */
     uint64_t deliver_seq;       /* next seq to lend */
+    uint64_t ra_seq;            /* read-ahead: batches below it were hinted */
+    uint32_t ra_batches;        /* read-ahead depth in batches (0: the dataset
+                                   wants no hints; set at create) */
     uint64_t cons_epoch, cons_pos; /* the consumer's place (state) */
     bool stopping;
     bool failed;
@@ -343,6 +354,7 @@ static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos, uint64_t s
     l->part_rank = start ? stk_sampler_length_from(l->sampler, start) : 0;
     l->part_batches = (l->part_rank + l->opt.batch_size - 1) / l->opt.batch_size;
     l->fill_seq = l->deliver_seq = 0;
+    l->ra_seq = 0;
     l->cons_epoch = epoch;
     l->cons_pos = pos;
     l->failed = false;
@@ -368,10 +380,51 @@ static void fail_locked(stk_loader *l, int code)
 /* Workers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Find work: a chunk of the oldest FILLING slot, or a new batch in a FREE
- * slot. Caller holds mu. Returns the slot or NULL. */
-static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
+/* Read-ahead (a remote dataset: vtable.prefetch): when batch `seq` starts
+ * filling, the samples of the batches up to seq + ra_batches are hinted,
+ * each batch once, in the sampler's order, so their bytes are on the way
+ * before a worker asks. The places are taken under mu (ra_take), the hints
+ * given without it (ra_give). */
+
+/* Caller holds mu. How many batches to hint now, into out. */
+static uint32_t ra_take(stk_loader *l, uint64_t seq, ra_batch *out)
 {
+    if (!l->ra_batches)
+        return 0;
+    uint64_t from = l->ra_seq > seq ? l->ra_seq : seq, to = seq + l->ra_batches + 1;
+    uint32_t n = 0;
+    for (uint64_t q = from; q < to && n < RA_MAX_BATCHES; q++, n++) {
+        seq_place(l, q, &out[n].epoch, &out[n].pos, &out[n].start);
+        uint64_t first = out[n].pos * l->opt.batch_size;
+        uint64_t left = (out[n].start ? l->part_rank : l->per_rank) - first;
+        out[n].rows = (uint32_t)(left < l->opt.batch_size ? left : l->opt.batch_size);
+    }
+    if (to > l->ra_seq)
+        l->ra_seq = to;
+    return n;
+}
+
+static void ra_give(stk_loader *l, const ra_batch *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        stk_epoch_key key;
+        stk_sampler_epoch_key(l->sampler, b[i].epoch, &key);
+        uint64_t first = b[i].pos * l->opt.batch_size;
+        for (uint32_t row = 0; row < b[i].rows; row++) {
+            stk_sampler_place place;
+            stk_sampler_place_from(l->sampler, &key, b[i].start, first + row, &place);
+            stk_dataset_prefetch(l->ds, place.index);
+        }
+    }
+}
+
+/* Find work: a chunk of the oldest FILLING slot, or a new batch in a FREE
+ * slot. Caller holds mu. Returns the slot or NULL; a new batch's read-ahead
+ * goes into ra (*nra batches). */
+static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1, ra_batch *ra,
+                          uint32_t *nra)
+{
+    *nra = 0;
     slot *best = NULL;
     for (uint32_t i = 0; i < l->nslots; i++) {
         slot *s = &l->slots[i];
@@ -399,6 +452,8 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1)
             s->cancelled = false;
             l->pending++;
             best = s;
+            if (ra)
+                *nra = ra_take(l, s->seq, ra);
             break;
         }
     }
@@ -548,8 +603,8 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&l->park_cv, &l->mu);
             continue;
         }
-        uint32_t row0 = 0, row1 = 0;
-        slot *s = l->failed ? NULL : claim_locked(l, &row0, &row1);
+        uint32_t row0 = 0, row1 = 0, nra = 0;
+        slot *s = l->failed ? NULL : claim_locked(l, &row0, &row1, w->ra, &nra);
         if (!s) {
             double t0 = stk_now();
             pthread_cond_wait(&l->work_cv, &l->mu);
@@ -560,6 +615,8 @@ static void *worker_main(void *arg)
         }
         uint64_t epoch = s->epoch, pos = s->position, start = s->start;
         pthread_mutex_unlock(&l->mu);
+        if (nra)
+            ra_give(l, w->ra, nra);
 
         uint64_t busy0 = stk_ticks();
         uint32_t skipped = 0;
@@ -886,6 +943,10 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     stk_dataset_access_hint(ds, l->opt.shuffle == STK_SHUFFLE_NONE ? STK_ACCESS_SEQUENTIAL
                                                                    : STK_ACCESS_RANDOM);
     l->per_rank = stk_sampler_length(l->sampler);
+    if (ds->wants_prefetch) {
+        uint64_t b = (ds->wants_prefetch + l->opt.batch_size - 1) / l->opt.batch_size;
+        l->ra_batches = (uint32_t)(b < 2 ? 2 : b > RA_MAX_BATCHES - 1 ? RA_MAX_BATCHES - 1 : b);
+    }
     l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
 
     /* Datasets of encoded or variously sized images compile a variable-input
@@ -1007,7 +1068,13 @@ void stk_loader_destroy(stk_loader *l)
     pthread_cond_broadcast(&l->work_cv);
     pthread_cond_broadcast(&l->ready_cv);
     pthread_cond_broadcast(&l->park_cv);
+    bool started = l->started;
     pthread_mutex_unlock(&l->mu);
+    /* Workers blocked on a remote store return at once (their reads fail
+     * with STK_EINTR, which nobody sees now); the dataset reads again
+     * afterwards (it is the caller's, and may serve another loader). */
+    if (started && l->ds->wants_prefetch)
+        stk_dataset_access_hint(l->ds, STK_ACCESS_STOP);
     for (uint32_t i = 0; i < l->threads_max; i++) {
         if (l->workers[i].started)
             pthread_join(l->workers[i].thread, NULL);
@@ -1018,6 +1085,8 @@ void stk_loader_destroy(stk_loader *l)
             free(l->workers[i].fields);
         }
     }
+    if (started && l->ds->wants_prefetch)
+        stk_dataset_access_hint(l->ds, STK_ACCESS_RESUME);
     for (uint32_t i = 0; i < l->nslots; i++)
         slot_free_buffers(l, &l->slots[i]);
     pthread_cond_destroy(&l->work_cv);

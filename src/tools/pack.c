@@ -47,6 +47,8 @@
 #include "format/dataset.h"
 #include "format/stk_format.h"
 #include "format/stk_writer.h"
+#include "io/remote.h"
+#include "tools/pack_upload.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -497,6 +499,8 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     int rc;
     if (!src || !dest)
         return stk_fail(STK_EINVAL, "stk_pack: NULL source or destination");
+    if (stk_is_remote(dest)) /* s3://bucket/prefix/: pack_upload.c */
+        return stk_pack_remote(src, dest, opts, result);
     if ((rc = stk_reserved_check(o->reserved_, sizeof o->reserved_ / sizeof o->reserved_[0], "stk_pack_options")) < 0)
         return rc;
     if (o->mode != STK_PACK_KEEP && o->mode != STK_PACK_RAW && o->mode != STK_PACK_REENCODE)

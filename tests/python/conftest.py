@@ -4,9 +4,16 @@ photos set, and the CI rule that a missing prerequisite fails.
 Under CI (CI=true) a test that would be skipped fails instead: every
 prerequisite (tools built with the library, Debian's torchvision and
 dataset-fashion-mnist, the photos set that scripts/test.sh generates) must
-be there, so that a green run means every test ran."""
+be there, so that a green run means every test ran. One exception: a skip
+whose reason starts with "kernel refuses: " (tests/net/servers.py's
+KERNEL_REFUSES: no permission for a network namespace, no tc qdisc), which
+issue 14 allows where the kernel refuses.
+
+tests/net/ (servers.py: nginx, moto, the fault proxy, shaped namespaces) is
+on sys.path: `import servers`."""
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +26,10 @@ CI = os.environ.get("CI") == "true"
 # (shared/datasets/make_photos.sh). scripts/test.sh generates a small one
 # (10 classes x (20 + 2), 20 corrupt files) and sets STOKER_PHOTOS.
 PHOTOS = os.environ.get("STOKER_PHOTOS", "/work/data/photos")
+NET = os.path.join(ROOT, "tests", "net")
+if NET not in sys.path:
+    sys.path.insert(0, NET)
+KERNEL_REFUSES = "kernel refuses: "
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -28,6 +39,9 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        # "Skipped: kernel refuses: ..." or "servers.Unavailable: kernel refuses: ..."
+        if reason.startswith(KERNEL_REFUSES) or reason.split(": ", 1)[-1].startswith(KERNEL_REFUSES):
+            return
         report.outcome = "failed"
         report.longrepr = "skipped under CI=true, where every prerequisite must be present: " + reason
 

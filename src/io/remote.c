@@ -1,0 +1,1067 @@
+/*
+ * remote.c — remote objects as byte sources: chunks, the cache, read-ahead.
+ *
+ * A remote source (remote_source) is an object of known size and identity
+ * (its ETag, or its size and Last-Modified) read in aligned chunks of
+ * cfg.chunk_size bytes. Every byte a reader gets has been through the cache
+ * (cache.h): a read claims the chunks it covers, fetches those it claimed
+ * (runs of consecutive chunks as one range GET), waits for those another
+ * thread or process is fetching, and then reads the cache. So a chunk is
+ * downloaded once per machine however many threads, workers and ranks want
+ * it, and a warm epoch never touches the network.
+ *
+ * Read-ahead. STK_ADVISE_WILLNEED on a range claims its missing chunks and
+ * fetches them in the background: each fetch is a detached request whose
+ * `done` callback (on the HTTP engine's I/O thread) writes the chunks into
+ * the cache, or abandons them on failure so that a reader claims and
+ * fetches them itself — and reports the error, naming the URL, if it
+ * persists. Background fetches hold at most cfg.readahead bytes in flight
+ * (process-wide); hints past that wait in a FIFO (`ra.queue`) that each
+ * completion drains. A hint is only a hint: a failure costs nothing but
+ * the time it took.
+ *
+ * Lifetime. A source is reference-counted: its owner holds one reference,
+ * each background fetch another. Closing it cancels its transfers (as
+ * STK_ADVISE_CANCEL does) and drops the owner's reference; the last fetch
+ * to finish frees it. STK_ADVISE_CANCEL makes every later read fail with
+ * STK_EINTR and wakes waiting ones (they poll the flag between bounded
+ * waits), so a loader can stop promptly even when a server stalls.
+ *
+ * Object identity (`info`): a listing (S3 ListObjectsV2) or a batch of
+ * HEADs (brace patterns) learns each object's size and ETag once; open
+ * takes them from this process-wide table instead of asking again. The
+ * cache key is "URL#ETAG#SIZE" (or "URL#LAST-MODIFIED#SIZE"), so an object
+ * replaced on the server is a new cache entry, never a mix of old and new
+ * chunks; a range answer with another ETag than the object was opened with
+ * fails ("the object changed while being read").
+ *
+ * Locking: cfg.mu guards the settings and the cache handle; info.mu the
+ * identity table; ra.mu the read-ahead queue and budget; each source's
+ * `mu` its list of transfers in flight. No lock is held while waiting for
+ * the network or the cache.
+ */
+#include "io/remote.h"
+
+#include "core/error.h"
+#include "core/util.h"
+#include "io/cache.h"
+#include "io/http.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Settings                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define DEFAULT_CHUNK ((uint32_t)64 << 10)
+#define DEFAULT_READAHEAD ((uint64_t)64 << 20)
+#define MAX_RUN_BYTES ((uint64_t)16 << 20) /* one request fetches at most this */
+#define WAIT_SLICE_MS 100                  /* waits poll the cancel flag this often */
+
+static struct {
+    pthread_mutex_t mu;
+    bool loaded;
+    char dir[4096];
+    uint64_t limit;
+    uint32_t chunk;
+    uint64_t readahead;
+    stk_cache *cache; /* opened on first use */
+} cfg = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static struct {
+    _Atomic uint64_t bytes_fetched, reads, reads_waited, wait_ns, prefetch_bytes;
+} rstats;
+
+/* "123", "64M", "1.5G" → bytes; false when it does not parse. */
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return false;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1048576.0; end++; break;
+    case 'G': mul = 1073741824.0; end++; break;
+    case 'T': mul = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end || v * mul > 1.8e19)
+        return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+/* Load the settings from the environment once (cfg.mu held). */
+static void settings_load_locked(void)
+{
+    if (cfg.loaded)
+        return;
+    cfg.loaded = true;
+    const char *d = getenv("STOKER_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"),
+               *h = getenv("HOME");
+    if (d && *d)
+        snprintf(cfg.dir, sizeof cfg.dir, "%s", d);
+    else if (x && *x)
+        snprintf(cfg.dir, sizeof cfg.dir, "%s/stoker", x);
+    else if (h && *h)
+        snprintf(cfg.dir, sizeof cfg.dir, "%s/.cache/stoker", h);
+    else
+        snprintf(cfg.dir, sizeof cfg.dir, "/tmp/stoker-cache-%u", (unsigned)getuid());
+    const char *l = getenv("STOKER_CACHE_LIMIT");
+    if (!(l && *l && parse_bytes(l, &cfg.limit)))
+        cfg.limit = 0;
+    uint64_t v;
+    const char *c = getenv("STOKER_CHUNK_SIZE");
+    cfg.chunk = c && *c && parse_bytes(c, &v) && v >= 4096 && v <= ((uint64_t)1 << 30)
+                    ? (uint32_t)v : DEFAULT_CHUNK;
+    const char *r = getenv("STOKER_READAHEAD");
+    cfg.readahead = r && *r && parse_bytes(r, &v) ? v : DEFAULT_READAHEAD;
+}
+
+STK_API int stk_remote_configure(const char *cache_dir, uint64_t cache_limit)
+{
+    pthread_mutex_lock(&cfg.mu);
+    settings_load_locked();
+    if (cache_dir && strlen(cache_dir) >= sizeof cfg.dir) {
+        pthread_mutex_unlock(&cfg.mu);
+        return stk_fail(STK_EINVAL, "cache_dir: longer than %zu bytes", sizeof cfg.dir - 1);
+    }
+    if (cache_dir && *cache_dir && strcmp(cache_dir, cfg.dir) != 0) {
+        snprintf(cfg.dir, sizeof cfg.dir, "%s", cache_dir);
+        /* Sources already open keep the cache they opened (refcounted). */
+        stk_cache_close(cfg.cache);
+        cfg.cache = NULL;
+    }
+    if (cache_limit != UINT64_MAX && cache_limit != cfg.limit) {
+        cfg.limit = cache_limit;
+        stk_cache_close(cfg.cache);
+        cfg.cache = NULL;
+    }
+    pthread_mutex_unlock(&cfg.mu);
+    return 0;
+}
+
+/* The cache (a new reference) and the chunk size. */
+static int settings_cache(stk_cache **cache, uint32_t *chunk)
+{
+    pthread_mutex_lock(&cfg.mu);
+    settings_load_locked();
+    int rc = 0;
+    if (!cfg.cache)
+        rc = stk_cache_open(cfg.dir, cfg.limit, &cfg.cache);
+    if (rc == 0) /* one more reference for the caller */
+        rc = stk_cache_open(cfg.dir, cfg.limit, cache);
+    *chunk = cfg.chunk;
+    pthread_mutex_unlock(&cfg.mu);
+    return rc;
+}
+
+static uint64_t settings_readahead(void)
+{
+    pthread_mutex_lock(&cfg.mu);
+    settings_load_locked();
+    uint64_t r = cfg.readahead;
+    pthread_mutex_unlock(&cfg.mu);
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* URLs                                                                      */
+/* ------------------------------------------------------------------------ */
+
+bool stk_is_remote(const char *path)
+{
+    return path && (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0 ||
+                    strncmp(path, "s3://", 5) == 0);
+}
+
+static bool is_s3(const char *url) { return strncmp(url, "s3://", 5) == 0; }
+
+/* How to reach `url`: the HTTP URL of the object and its signer. */
+typedef struct target {
+    char *http_url;        /* owned */
+    stk_http_sign_fn sign; /* NULL: unsigned */
+    void *sign_ctx;        /* process-wide (the S3 configuration) */
+} target;
+
+static int target_of(const char *url, target *t)
+{
+    memset(t, 0, sizeof *t);
+    if (is_s3(url))
+        return stk_fail(STK_EUNSUPPORTED, "%s: s3:// is not available in this build", url);
+    if (!(t->http_url = stk_strdup(url)))
+        return STK_ENOMEM;
+    return 0;
+}
+
+static void target_free(target *t)
+{
+    free(t->http_url);
+    t->http_url = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Object identity table                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct info {
+    char *url;
+    uint64_t size;
+    char etag[128];
+    struct info *next;
+} info;
+
+static struct {
+    pthread_mutex_t mu;
+    info *head;
+} infos = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void info_put(const char *url, uint64_t size, const char *etag)
+{
+    pthread_mutex_lock(&infos.mu);
+    info *e = infos.head;
+    while (e && strcmp(e->url, url) != 0)
+        e = e->next;
+    if (!e && (e = calloc(1, sizeof *e))) {
+        if ((e->url = stk_strdup(url))) {
+            e->next = infos.head;
+            infos.head = e;
+        } else {
+            free(e);
+            e = NULL;
+        }
+    }
+    if (e) { /* (out of memory: the open asks the server again) */
+        e->size = size;
+        snprintf(e->etag, sizeof e->etag, "%s", etag ? etag : "");
+    }
+    pthread_mutex_unlock(&infos.mu);
+}
+
+static bool info_get(const char *url, uint64_t *size, char *etag, size_t cap)
+{
+    pthread_mutex_lock(&infos.mu);
+    info *e = infos.head;
+    while (e && strcmp(e->url, url) != 0)
+        e = e->next;
+    if (e) {
+        *size = e->size;
+        snprintf(etag, cap, "%s", e->etag);
+    }
+    pthread_mutex_unlock(&infos.mu);
+    return e != NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The source                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fetch fetch;
+
+typedef struct remote_source {
+    stk_source base;     /* base.name: the URL as given (s3://...) */
+    target tg;
+    char etag[128];      /* the identity it was opened with ("" none) */
+    stk_cache *cache;    /* a reference */
+    stk_cache_object *obj;
+    uint32_t chunk;
+    _Atomic int refs;    /* owner + background fetches */
+    _Atomic bool cancelled;
+    pthread_mutex_t mu;  /* guards `fetches` */
+    fetch *fetches;      /* transfers in flight */
+} remote_source;
+
+/* One range GET of chunks [c0, c1) of a source. */
+struct fetch {
+    remote_source *src;
+    uint64_t c0, c1;
+    uint8_t *buf;
+    size_t len;
+    stk_http_request *req;
+    bool background;     /* read-ahead: the done callback finishes it */
+    fetch *prev, *next;  /* src->fetches (src->mu) */
+};
+
+static void source_unref(remote_source *s);
+
+static uint64_t chunk_start(const remote_source *s, uint64_t c) { return c * s->chunk; }
+static uint64_t chunk_len(const remote_source *s, uint64_t c)
+{
+    uint64_t a = c * s->chunk, b = a + s->chunk;
+    return (b > s->base.size ? s->base.size : b) - a;
+}
+
+static void fetch_link(remote_source *s, fetch *f)
+{
+    pthread_mutex_lock(&s->mu);
+    f->next = s->fetches;
+    if (s->fetches)
+        s->fetches->prev = f;
+    s->fetches = f;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void fetch_unlink(remote_source *s, fetch *f)
+{
+    pthread_mutex_lock(&s->mu);
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        s->fetches = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The fetch's request completed with rc: put its chunks in the cache, or
+ * give them back. Returns rc, or the fill's error, or STK_EFORMAT when the
+ * object changed. */
+static int fetch_finish(fetch *f, int rc, const stk_http_response *res)
+{
+    remote_source *s = f->src;
+    if (rc == 0 && s->etag[0] && res->etag[0] && strcmp(res->etag, s->etag) != 0)
+        rc = stk_fail(STK_EFORMAT, "%s: the object changed while being read (ETag %s, was %s)",
+                      s->base.name, res->etag, s->etag);
+    uint64_t at = 0;
+    for (uint64_t c = f->c0; c < f->c1; c++) {
+        uint64_t n = chunk_len(s, c);
+        if (rc == 0)
+            rc = stk_cache_fill(s->obj, c, f->buf + at, n);
+        else
+            stk_cache_abandon(s->obj, c);
+        at += n;
+    }
+    if (rc == 0)
+        atomic_fetch_add_explicit(&rstats.bytes_fetched, f->len, memory_order_relaxed);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Read-ahead: budget and queue                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct hint {
+    remote_source *src; /* a reference */
+    uint64_t off, len;
+    struct hint *next;
+} hint;
+
+static struct {
+    pthread_mutex_t mu;
+    uint64_t in_flight; /* bytes of background fetches */
+    hint *head, *tail;  /* waiting for budget */
+    uint64_t queued;
+} ra = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void prefetch_range(remote_source *s, uint64_t off, uint64_t len);
+
+static void ra_release(uint64_t bytes)
+{
+    pthread_mutex_lock(&ra.mu);
+    ra.in_flight -= bytes;
+    pthread_mutex_unlock(&ra.mu);
+    /* Drain waiting hints while there is budget. */
+    uint64_t budget = settings_readahead();
+    for (;;) {
+        pthread_mutex_lock(&ra.mu);
+        hint *h = ra.in_flight < budget ? ra.head : NULL;
+        if (h) {
+            ra.head = h->next;
+            if (!ra.head)
+                ra.tail = NULL;
+            ra.queued--;
+        }
+        pthread_mutex_unlock(&ra.mu);
+        if (!h)
+            return;
+        if (!atomic_load(&h->src->cancelled))
+            prefetch_range(h->src, h->off, h->len);
+        source_unref(h->src);
+        free(h);
+    }
+}
+
+/* A background fetch finished (on the I/O thread). */
+static void background_done(void *ctx, stk_http_request *r)
+{
+    fetch *f = ctx;
+    remote_source *s = f->src;
+    const stk_http_response *res = stk_http_result(r);
+    char keep[STK_ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", stk_errmsg());
+    (void)fetch_finish(f, res->rc, res);
+    stk_errmsg_set(keep); /* a hint's failure is not this thread's error */
+    fetch_unlink(s, f);
+    uint64_t len = f->len;
+    free(f->buf);
+    free(f);
+    ra_release(len);
+    source_unref(s);
+}
+
+/* Submit a fetch of chunks [c0, c1) (all claimed by the caller). */
+static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool background, fetch **out)
+{
+    fetch *f = calloc(1, sizeof *f);
+    uint64_t off = chunk_start(s, c0), len = chunk_start(s, c1 - 1) + chunk_len(s, c1 - 1) - off;
+    if (f)
+        f->buf = malloc(len);
+    if (!f || !f->buf) {
+        free(f);
+        for (uint64_t c = c0; c < c1; c++)
+            stk_cache_abandon(s->obj, c);
+        return stk_fail(STK_ENOMEM, "%s: out of memory for a %" PRIu64 "-byte read", s->base.name,
+                        len);
+    }
+    f->src = s;
+    f->c0 = c0;
+    f->c1 = c1;
+    f->len = len;
+    f->background = background;
+    stk_http_request_desc d = {.method = "GET", .url = s->tg.http_url, .range_off = off,
+                               .range_len = len, .dest = f->buf, .dest_cap = len,
+                               .sign = s->tg.sign, .sign_ctx = s->tg.sign_ctx};
+    if (background) {
+        atomic_fetch_add(&s->refs, 1);
+        d.done = background_done;
+        d.done_ctx = f;
+    }
+    fetch_link(s, f);
+    int rc = stk_http_submit(&d, &f->req);
+    if (rc < 0) {
+        fetch_unlink(s, f);
+        for (uint64_t c = c0; c < c1; c++)
+            stk_cache_abandon(s->obj, c);
+        free(f->buf);
+        free(f);
+        if (background)
+            atomic_fetch_sub(&s->refs, 1);
+        return rc;
+    }
+    if (atomic_load(&s->cancelled))
+        stk_http_cancel(f->req);
+    if (background) {
+        stk_http_request_detach(f->req);
+        f = NULL; /* background_done owns it now */
+    }
+    *out = f;
+    return 0;
+}
+
+/* Claim and fetch in the background the chunks of [off, off + len). */
+static void prefetch_range(remote_source *s, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off >= s->base.size)
+        return;
+    if (len > s->base.size - off)
+        len = s->base.size - off;
+    uint64_t c = off / s->chunk, end = (off + len - 1) / s->chunk + 1;
+    uint64_t budget = settings_readahead();
+    while (c < end) {
+        if (stk_cache_has(s->obj, c) || stk_cache_claim(s->obj, c) != STK_CACHE_MINE) {
+            c++;
+            continue;
+        }
+        uint64_t c1 = c + 1;
+        while (c1 < end && (c1 - c + 1) * s->chunk <= MAX_RUN_BYTES && !stk_cache_has(s->obj, c1) &&
+               stk_cache_claim(s->obj, c1) == STK_CACHE_MINE)
+            c1++;
+        uint64_t bytes = chunk_start(s, c1 - 1) + chunk_len(s, c1 - 1) - chunk_start(s, c);
+        pthread_mutex_lock(&ra.mu);
+        bool room = ra.in_flight < budget;
+        if (room)
+            ra.in_flight += bytes;
+        pthread_mutex_unlock(&ra.mu);
+        if (!room) {
+            /* Give the claims back and queue the rest of the hint. */
+            for (uint64_t k = c; k < c1; k++)
+                stk_cache_abandon(s->obj, k);
+            hint *h = malloc(sizeof *h);
+            if (!h)
+                return;
+            atomic_fetch_add(&s->refs, 1);
+            *h = (hint){s, chunk_start(s, c), chunk_start(s, end - 1) + chunk_len(s, end - 1) -
+                                                  chunk_start(s, c), NULL};
+            pthread_mutex_lock(&ra.mu);
+            if (ra.tail)
+                ra.tail->next = h;
+            else
+                ra.head = h;
+            ra.tail = h;
+            ra.queued++;
+            pthread_mutex_unlock(&ra.mu);
+            return;
+        }
+        fetch *f;
+        char keep[STK_ERRMSG_MAX];
+        snprintf(keep, sizeof keep, "%s", stk_errmsg());
+        if (fetch_submit(s, c, c1, true, &f) < 0) {
+            stk_errmsg_set(keep);
+            pthread_mutex_lock(&ra.mu);
+            ra.in_flight -= bytes;
+            pthread_mutex_unlock(&ra.mu);
+            return;
+        }
+        atomic_fetch_add_explicit(&rstats.prefetch_bytes, bytes, memory_order_relaxed);
+        c = c1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reads                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int cancelled_error(const remote_source *s)
+{
+    return stk_fail(STK_EINTR, "%s: cancelled (the reader was stopped)", s->base.name);
+}
+
+/* Make chunks [c0, c1) present: claim, fetch what is ours, wait for the
+ * rest. 0 or the error (message set). */
+static int ensure_chunks(remote_source *s, uint64_t c0, uint64_t c1)
+{
+    enum { MAX_FETCHES = 64 };
+    for (int round = 0; round < 16; round++) {
+        fetch *mine[MAX_FETCHES];
+        uint32_t nmine = 0;
+        bool busy = false, missing = false;
+        int rc = 0;
+        uint64_t c = c0;
+        while (c < c1 && rc == 0) {
+            if (atomic_load(&s->cancelled)) {
+                rc = cancelled_error(s);
+                break;
+            }
+            int st = stk_cache_claim(s->obj, c);
+            if (st < 0) {
+                rc = st;
+                break;
+            }
+            if (st == STK_CACHE_BUSY)
+                busy = true;
+            if (st != STK_CACHE_MINE) {
+                c++;
+                continue;
+            }
+            uint64_t e = c + 1;
+            while (e < c1 && (e - c + 1) * s->chunk <= MAX_RUN_BYTES && nmine + 1 < MAX_FETCHES &&
+                   stk_cache_claim(s->obj, e) == STK_CACHE_MINE)
+                e++;
+            /* (a chunk at e that was not ours is looked at again next round) */
+            if (nmine == MAX_FETCHES) {
+                for (uint64_t k = c; k < e; k++)
+                    stk_cache_abandon(s->obj, k);
+                missing = true;
+                break;
+            }
+            rc = fetch_submit(s, c, e, false, &mine[nmine]);
+            if (rc == 0)
+                nmine++;
+            if (e < c1 && !stk_cache_has(s->obj, e))
+                missing = true;
+            c = e;
+        }
+        /* Finish our fetches (all of them, even after an error). */
+        for (uint32_t i = 0; i < nmine; i++) {
+            fetch *f = mine[i];
+            int frc = stk_http_wait(f->req);
+            frc = fetch_finish(f, frc, stk_http_result(f->req));
+            fetch_unlink(s, f);
+            stk_http_request_free(f->req);
+            free(f->buf);
+            free(f);
+            if (frc < 0 && rc == 0)
+                rc = frc;
+            if (frc == STK_EINTR && atomic_load(&s->cancelled))
+                rc = cancelled_error(s);
+        }
+        if (rc < 0)
+            return rc;
+        /* Wait for the chunks others are fetching. */
+        if (busy)
+            for (uint64_t k = c0; k < c1; k++) {
+                for (;;) {
+                    if (atomic_load(&s->cancelled))
+                        return cancelled_error(s);
+                    int w = stk_cache_wait(s->obj, k, WAIT_SLICE_MS);
+                    if (w == STK_ETIMEDOUT)
+                        continue;
+                    if (w < 0)
+                        return w;
+                    if (w == STK_CACHE_ABSENT)
+                        missing = true;
+                    break;
+                }
+            }
+        if (!missing && !busy)
+            return 0;
+        bool all = true;
+        for (uint64_t k = c0; k < c1 && all; k++)
+            all = stk_cache_has(s->obj, k);
+        if (all)
+            return 0;
+    }
+    return stk_fail(STK_ENETWORK, "%s: the chunks of a read kept disappearing from the cache",
+                    s->base.name);
+}
+
+static int remote_read_at(const stk_source *src, void *buf, size_t n, uint64_t off)
+{
+    remote_source *s = (remote_source *)src;
+    atomic_fetch_add_explicit(&rstats.reads, 1, memory_order_relaxed);
+    if (atomic_load(&s->cancelled))
+        return cancelled_error(s);
+    if (n == 0)
+        return 0;
+    uint64_t c0 = off / s->chunk, c1 = (off + n - 1) / s->chunk + 1;
+    for (int tries = 0; tries < 4; tries++) {
+        int rc = stk_cache_read(s->obj, buf, n, off);
+        if (rc != STK_ENOENT)
+            return rc;
+        atomic_fetch_add_explicit(&rstats.reads_waited, 1, memory_order_relaxed);
+        double t0 = stk_now();
+        rc = ensure_chunks(s, c0, c1);
+        atomic_fetch_add_explicit(&rstats.wait_ns, (uint64_t)((stk_now() - t0) * 1e9),
+                                  memory_order_relaxed);
+        if (rc < 0)
+            return rc;
+    }
+    return stk_fail(STK_ENETWORK, "%s: bytes %" PRIu64 "..%" PRIu64 " could not be kept in the cache",
+                    s->base.name, off, off + n);
+}
+
+static int remote_pread(const stk_source *src, void *buf, size_t n, uint64_t offset)
+{
+    if (offset > src->size || n > src->size - offset)
+        return stk_fail(STK_EFORMAT, "%s: unexpected end of file", src->name);
+    return remote_read_at(src, buf, n, offset);
+}
+
+static int64_t remote_read_part(const stk_source *src, void *buf, size_t n, uint64_t offset)
+{
+    if (offset >= src->size)
+        return 0;
+    if (n > src->size - offset)
+        n = (size_t)(src->size - offset);
+    int rc = remote_read_at(src, buf, n, offset);
+    return rc < 0 ? rc : (int64_t)n;
+}
+
+static int remote_map(stk_source *src, unsigned flags, const uint8_t **data,
+                      struct stk_map_guard **guard)
+{
+    (void)flags;
+    *data = NULL;
+    *guard = NULL;
+    return stk_fail(STK_EUNSUPPORTED, "%s: a remote object cannot be mapped (read it with pread)",
+                    src->name);
+}
+
+static void cancel_transfers(remote_source *s)
+{
+    atomic_store(&s->cancelled, true);
+    pthread_mutex_lock(&s->mu);
+    for (fetch *f = s->fetches; f; f = f->next)
+        if (f->req)
+            stk_http_cancel(f->req);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void remote_advise(const stk_source *src, const uint8_t *data, uint64_t offset,
+                          uint64_t len, stk_advice advice)
+{
+    (void)data;
+    remote_source *s = (remote_source *)src;
+    if (advice == STK_ADVISE_CANCEL)
+        cancel_transfers(s);
+    else if (advice == STK_ADVISE_RESUME)
+        atomic_store(&s->cancelled, false);
+    else if (advice == STK_ADVISE_WILLNEED && !atomic_load(&s->cancelled))
+        prefetch_range(s, offset, len);
+}
+
+static void source_unref(remote_source *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    stk_cache_object_close(s->obj);
+    stk_cache_close(s->cache);
+    target_free(&s->tg);
+    pthread_mutex_destroy(&s->mu);
+    free(s->base.name);
+    free(s);
+}
+
+static void remote_close(stk_source *src)
+{
+    remote_source *s = (remote_source *)src;
+    cancel_transfers(s);
+    source_unref(s);
+}
+
+static const stk_source_ops remote_ops = {
+    .kind = "remote",
+    .pread = remote_pread,
+    .read_part = remote_read_part,
+    .map = remote_map,
+    .advise = remote_advise,
+    .close = remote_close,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Open                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Size and ETag of url by HEAD. */
+static int head_object(const char *url, const target *t, uint64_t *size, char *etag, size_t cap,
+                       char *lastmod, size_t lcap)
+{
+    stk_http_request_desc d = {.method = "HEAD", .url = t->http_url, .sign = t->sign,
+                               .sign_ctx = t->sign_ctx};
+    stk_http_response r;
+    int rc = stk_http_perform(&d, &r);
+    free(r.body);
+    if (rc == STK_ENOENT)
+        return stk_fail(STK_ENOENT, "%s: no such object (HTTP 404)", url);
+    if (rc < 0)
+        return rc;
+    if (r.content_length == UINT64_MAX)
+        return stk_fail(STK_ENETWORK, "%s: the server gave no Content-Length for HEAD", url);
+    *size = r.content_length;
+    snprintf(etag, cap, "%s", r.etag);
+    snprintf(lastmod, lcap, "%s", r.last_modified);
+    return 0;
+}
+
+int stk_remote_open(const char *url, uint64_t max_bytes, stk_source **out)
+{
+    *out = NULL;
+    remote_source *s = calloc(1, sizeof *s);
+    if (!s)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    atomic_init(&s->refs, 1);
+    s->base.ops = &remote_ops;
+    int rc = 0;
+    if (!(s->base.name = stk_strdup(url)))
+        rc = STK_ENOMEM;
+    if (rc == 0)
+        rc = target_of(url, &s->tg);
+    uint64_t size = 0;
+    char lastmod[64] = "";
+    if (rc == 0 && !info_get(url, &size, s->etag, sizeof s->etag)) {
+        rc = head_object(url, &s->tg, &size, s->etag, sizeof s->etag, lastmod, sizeof lastmod);
+        if (rc == 0)
+            info_put(url, size, s->etag);
+    }
+    if (rc == 0 && size > max_bytes)
+        rc = stk_fail(STK_ELIMIT, "%s: %" PRIu64 " bytes, more than the limit of %" PRIu64, url,
+                      size, max_bytes);
+    s->base.size = size;
+    if (rc == 0)
+        rc = settings_cache(&s->cache, &s->chunk);
+    if (rc == 0) {
+        char *key = NULL;
+        size_t q = strcspn(url, "?");
+        if (asprintf(&key, "%.*s#%s#%" PRIu64, (int)q, url, s->etag[0] ? s->etag : lastmod,
+                     size) < 0)
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+        else
+            rc = stk_cache_object_open(s->cache, key, size, s->chunk, &s->obj);
+        free(key);
+    }
+    if (rc < 0) {
+        source_unref(s);
+        return rc;
+    }
+    *out = &s->base;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fetching the ends of many objects at once                                 */
+/* ------------------------------------------------------------------------ */
+
+void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes, uint64_t tail_bytes)
+{
+    char keep[STK_ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", stk_errmsg());
+    stk_source **srcs = calloc(n ? n : 1, sizeof *srcs);
+    if (!srcs)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        if (stk_remote_open(urls[i], UINT64_MAX, &srcs[i]) < 0)
+            srcs[i] = NULL;
+    /* Hints go out in parallel; then a read of each end waits for them. */
+    for (uint32_t i = 0; i < n; i++) {
+        if (!srcs[i])
+            continue;
+        uint64_t size = srcs[i]->size;
+        prefetch_range((remote_source *)srcs[i], 0, head_bytes < size ? head_bytes : size);
+        uint64_t t = tail_bytes < size ? tail_bytes : size;
+        prefetch_range((remote_source *)srcs[i], size - t, t);
+    }
+    uint8_t byte;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!srcs[i] || srcs[i]->size == 0)
+            continue;
+        (void)remote_read_at(srcs[i], &byte, 1, 0);
+        (void)remote_read_at(srcs[i], &byte, 1, srcs[i]->size - 1);
+        stk_source_close(srcs[i]);
+    }
+    free(srcs);
+    stk_errmsg_set(keep);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct strlist {
+    char **v;
+    uint32_t n, cap;
+} strlist;
+
+static int strlist_push(strlist *l, char *s)
+{
+    if (!s)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    if (l->n + 2 > l->cap) {
+        uint32_t cap = l->cap ? l->cap * 2 : 16;
+        char **g = realloc(l->v, cap * sizeof *g);
+        if (!g) {
+            free(s);
+            return stk_fail(STK_ENOMEM, "out of memory");
+        }
+        l->v = g;
+        l->cap = cap;
+    }
+    l->v[l->n++] = s;
+    l->v[l->n] = NULL;
+    return 0;
+}
+
+static void strlist_free(strlist *l)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+#define MAX_EXPANSION 1000000
+
+/* Expand the first {...} of `p` (recursively the rest) into out. */
+static int expand_braces(const char *pattern, const char *p, strlist *out)
+{
+    const char *open = strchr(p, '{');
+    if (!open)
+        return strlist_push(out, stk_strdup(p));
+    const char *close = strchr(open, '}');
+    if (!close)
+        return stk_fail(STK_EINVAL, "%s: a '{' without its '}'", pattern);
+    size_t pre = (size_t)(open - p);
+    const char *body = open + 1;
+    size_t blen = (size_t)(close - body);
+    char item[64];
+    /* {A..B}: a numeric range, zero-padded when A is. */
+    const char *dots = strstr(body, "..");
+    if (dots && dots < close) {
+        char *e1, *e2;
+        unsigned long long a = strtoull(body, &e1, 10), b = strtoull(dots + 2, &e2, 10);
+        if (e1 != dots || e2 != close || body == dots || dots + 2 == close)
+            return stk_fail(STK_EINVAL, "%s: {%.*s} is not a range of numbers {A..B}", pattern,
+                            (int)blen, body);
+        if (b < a || b - a >= MAX_EXPANSION)
+            return stk_fail(STK_EINVAL, "%s: {%.*s}: the range must rise and hold at most %d values",
+                            pattern, (int)blen, body, MAX_EXPANSION);
+        int width = body[0] == '0' ? (int)(dots - body) : 0;
+        for (unsigned long long v = a; v <= b; v++) {
+            snprintf(item, sizeof item, "%0*llu", width, v);
+            char *next = NULL;
+            if (asprintf(&next, "%.*s%s%s", (int)pre, p, item, close + 1) < 0)
+                return stk_fail(STK_ENOMEM, "out of memory");
+            int rc = expand_braces(pattern, next, out);
+            free(next);
+            if (rc < 0)
+                return rc;
+            if (out->n > MAX_EXPANSION)
+                return stk_fail(STK_ELIMIT, "%s: more than %d names", pattern, MAX_EXPANSION);
+        }
+        return 0;
+    }
+    /* {a,b,c}: alternatives. */
+    const char *a = body;
+    for (;;) {
+        const char *comma = memchr(a, ',', (size_t)(close - a));
+        const char *end = comma ? comma : close;
+        char *next = NULL;
+        if (asprintf(&next, "%.*s%.*s%s", (int)pre, p, (int)(end - a), a, close + 1) < 0)
+            return stk_fail(STK_ENOMEM, "out of memory");
+        int rc = expand_braces(pattern, next, out);
+        free(next);
+        if (rc < 0)
+            return rc;
+        if (!comma)
+            return 0;
+        a = comma + 1;
+    }
+}
+
+static bool has_suffix(const char *name, const char *const *suffixes)
+{
+    if (!suffixes)
+        return true;
+    size_t q = strcspn(name, "?"), n = q;
+    for (; *suffixes; suffixes++) {
+        size_t k = strlen(*suffixes);
+        if (n > k && strncmp(name + n - k, *suffixes, k) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* HEAD every URL of l in parallel; the first failure (in list order). */
+static int head_all(const strlist *l)
+{
+    stk_http_request **req = calloc(l->n ? l->n : 1, sizeof *req);
+    target *tg = calloc(l->n ? l->n : 1, sizeof *tg);
+    int rc = req && tg ? 0 : stk_fail(STK_ENOMEM, "out of memory");
+    uint32_t started = 0;
+    for (uint32_t i = 0; i < l->n && rc == 0; i++) {
+        uint64_t size;
+        char etag[128];
+        if (info_get(l->v[i], &size, etag, sizeof etag))
+            continue;
+        if ((rc = target_of(l->v[i], &tg[i])) < 0)
+            break;
+        stk_http_request_desc d = {.method = "HEAD", .url = tg[i].http_url, .sign = tg[i].sign,
+                                   .sign_ctx = tg[i].sign_ctx};
+        rc = stk_http_submit(&d, &req[i]);
+        started = i + 1;
+    }
+    for (uint32_t i = 0; i < started; i++) {
+        if (!req[i])
+            continue;
+        int r = stk_http_wait(req[i]);
+        const stk_http_response *res = stk_http_result(req[i]);
+        if (r == STK_ENOENT)
+            r = stk_fail(STK_ENOENT, "%s: no such object (HTTP 404)", l->v[i]);
+        else if (r == 0 && res->content_length == UINT64_MAX)
+            r = stk_fail(STK_ENETWORK, "%s: the server gave no Content-Length for HEAD", l->v[i]);
+        if (r == 0)
+            info_put(l->v[i], res->content_length, res->etag);
+        else if (rc == 0)
+            rc = r;
+        stk_http_request_free(req[i]);
+    }
+    if (tg)
+        for (uint32_t i = 0; i < l->n; i++)
+            target_free(&tg[i]);
+    free(req);
+    free(tg);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int stk_remote_list(const char *pattern, const char *const *suffixes, char ***out, uint32_t *count)
+{
+    *out = NULL;
+    *count = 0;
+    strlist all = {0}, kept = {0};
+    int rc = 0;
+    if (is_s3(pattern)) {
+        target t;
+        rc = target_of(pattern, &t);
+        target_free(&t);
+    } else if (pattern[strcspn(pattern, "?")] == 0 && pattern[strlen(pattern) - 1] == '/') {
+        rc = stk_fail(STK_EINVAL,
+                      "%s: an http(s) directory cannot be listed: name the objects with a brace "
+                      "range (train-{000..127}.stk) or alternatives ({a,b}.stk), or use s3://",
+                      pattern);
+    } else {
+        rc = expand_braces(pattern, pattern, &all);
+    }
+    for (uint32_t i = 0; i < all.n && rc == 0; i++)
+        if (all.n == 1 || has_suffix(all.v[i], suffixes)) {
+            rc = strlist_push(&kept, all.v[i]);
+            all.v[i] = NULL;
+        }
+    strlist_free(&all);
+    if (rc == 0 && kept.n == 0)
+        rc = stk_fail(STK_ENOENT, "%s: no object of this pattern has a suffix this reader reads",
+                      pattern);
+    if (rc == 0 && strchr(pattern, '{'))
+        rc = head_all(&kept);
+    if (rc < 0) {
+        strlist_free(&kept);
+        return rc;
+    }
+    qsort(kept.v, kept.n, sizeof *kept.v, cmp_str);
+    *out = kept.v;
+    *count = kept.n;
+    return 0;
+}
+
+void stk_remote_list_free(char **list, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Counters                                                                  */
+/* ------------------------------------------------------------------------ */
+
+STK_API void stk_io_stats_get(stk_io_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    stk_http_stats h;
+    stk_http_stats_get(&h);
+    stk_cache_stats c;
+    stk_cache_stats_get(&c);
+    out->bytes_fetched = atomic_load(&rstats.bytes_fetched);
+    out->bytes_received = h.bytes_received;
+    out->bytes_sent = h.bytes_sent;
+    out->requests = h.requests;
+    out->retries = h.retries;
+    out->failures = h.failures;
+    out->cache_hit_bytes = c.hit_bytes;
+    out->cache_evicted_bytes = c.evicted_bytes;
+    out->reads = atomic_load(&rstats.reads);
+    out->reads_waited = atomic_load(&rstats.reads_waited);
+    out->wait_s = (double)atomic_load(&rstats.wait_ns) * 1e-9;
+    out->prefetch_bytes = atomic_load(&rstats.prefetch_bytes);
+}
+
+STK_API void stk_io_stats_reset(void)
+{
+    stk_http_stats_reset();
+    stk_cache_stats_reset();
+    atomic_store(&rstats.bytes_fetched, 0);
+    atomic_store(&rstats.reads, 0);
+    atomic_store(&rstats.reads_waited, 0);
+    atomic_store(&rstats.wait_ns, 0);
+    atomic_store(&rstats.prefetch_bytes, 0);
+}
