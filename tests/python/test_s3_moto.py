@@ -12,8 +12,8 @@ and reads the results back.
   multipart ETag is S3's "-3" form and no upload is left pending.
 - Errors: a missing key or bucket is STK_ENOENT naming the s3:// URL.
 - Credentials checked for real: moto with IAM authentication on
-  (INITIAL_NO_AUTH_ACTION_COUNT) verifies every signature with its own
-  SigV4 implementation, so the successful calls prove the signing; a wrong
+  (require_signatures) verifies every signature with its own SigV4
+  implementation, so the successful calls prove the signing; a wrong
   secret is STK_EACCESS "SignatureDoesNotMatch" and an unknown key
   "InvalidAccessKeyId", both naming the URL and never printing the secret;
   temporary credentials (a session token from STS) work.
@@ -170,35 +170,23 @@ def test_uploads_read_back(moto, tmp_path):
 
 @pytest.fixture(scope="module")
 def moto_auth():
-    """moto with IAM authentication: after the 5 unauthenticated IAM calls that make a user,
-    its policy and its key, and a role it may assume (for temporary credentials), every
-    request must carry a valid signature of a key moto knows."""
-    old = os.environ.get("INITIAL_NO_AUTH_ACTION_COUNT")
-    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "5"
+    """moto checking every request's key and SigV4 signature as AWS does
+    (servers.MotoServer.require_signatures: an IAM user with an allow-all policy), and a
+    role that user may assume (for temporary credentials)."""
     allow_all = json.dumps({"Version": "2012-10-17",
                             "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
-    try:
-        with servers.moto_server() as m:
-            iam = client(m.endpoint, service="iam")
-            iam.create_user(UserName="stoker")
-            iam.put_user_policy(UserName="stoker", PolicyName="all", PolicyDocument=allow_all)
-            key = iam.create_access_key(UserName="stoker")["AccessKey"]
-            m.role_arn = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
-                                                         "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
-            iam.put_role_policy(RoleName="reader", PolicyName="all", PolicyDocument=allow_all)
-            s3 = client(m.endpoint, key["AccessKeyId"], key["SecretAccessKey"])
-            s3.create_bucket(Bucket="auth")
-            s3.put_object(Bucket="auth", Key="a b/c&d", Body=b"xyz")
-            s3.put_object(Bucket="auth", Key="pub", Body=b"public!", ACL="public-read")
-            env = dict(m.env, AWS_ACCESS_KEY_ID=key["AccessKeyId"],
-                       AWS_SECRET_ACCESS_KEY=key["SecretAccessKey"])
-            yield m, env, s3
-    finally:
-        if old is None:
-            os.environ.pop("INITIAL_NO_AUTH_ACTION_COUNT", None)
-        else:
-            os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = old
+    with servers.moto_server() as m:
+        access, secret = m.require_signatures()
+        iam = client(m.endpoint, access, secret, service="iam")
+        m.role_arn = iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                     "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+        iam.put_role_policy(RoleName="reader", PolicyName="all", PolicyDocument=allow_all)
+        s3 = client(m.endpoint, access, secret)
+        s3.create_bucket(Bucket="auth")
+        s3.put_object(Bucket="auth", Key="a b/c&d", Body=b"xyz")
+        s3.put_object(Bucket="auth", Key="pub", Body=b"public!", ACL="public-read")
+        yield m, dict(m.env), s3
 
 
 def test_signatures_verified_by_the_server(moto_auth, tmp_path):
