@@ -456,6 +456,8 @@ static int attempt_prepare(stk_http_request *r)
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L); /* prefer an HTTP/2 stream to a new connection */
+    /* The path as given: a signed S3 key may hold "." or ".." segments. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     const char *h2 = getenv("STOKER_HTTP2");
     if (h2 && strcmp(h2, "prior-knowledge") == 0)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);

@@ -46,6 +46,7 @@
 #include "core/util.h"
 #include "io/cache.h"
 #include "io/http.h"
+#include "io/s3.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -199,20 +200,62 @@ typedef struct target {
     void *sign_ctx;        /* process-wide (the S3 configuration) */
 } target;
 
+/* The S3 configuration, from the environment once (AWS_*: s3.h). */
+static struct {
+    pthread_once_t once;
+    stk_s3_config cfg;
+    int rc;
+    char msg[STK_ERRMSG_MAX];
+} s3 = {.once = PTHREAD_ONCE_INIT};
+
+static void s3_load(void)
+{
+    s3.rc = stk_s3_config_from_env(&s3.cfg);
+    if (s3.rc < 0)
+        snprintf(s3.msg, sizeof s3.msg, "%s", stk_errmsg());
+}
+
+static int s3_config(const stk_s3_config **out)
+{
+    pthread_once(&s3.once, s3_load);
+    if (s3.rc < 0)
+        return stk_fail(s3.rc, "%s", s3.msg);
+    *out = &s3.cfg;
+    return 0;
+}
+
 static int target_of(const char *url, target *t)
 {
     memset(t, 0, sizeof *t);
-    if (is_s3(url))
-        return stk_fail(STK_EUNSUPPORTED, "%s: s3:// is not available in this build", url);
-    if (!(t->http_url = stk_strdup(url)))
-        return STK_ENOMEM;
+    if (!is_s3(url))
+        return (t->http_url = stk_strdup(url)) ? 0 : STK_ENOMEM;
+    const stk_s3_config *c;
+    stk_s3_location loc;
+    char http[8192];
+    int rc = s3_config(&c);
+    if (rc == 0)
+        rc = stk_s3_parse_url(url, &loc);
+    if (rc == 0)
+        rc = stk_s3_object_url(c, loc.bucket, loc.key, NULL, http, sizeof http);
+    if (rc < 0)
+        return rc;
+    stk_s3_signer *signer = calloc(1, sizeof *signer);
+    if (!signer || !(t->http_url = stk_strdup(http))) {
+        free(signer);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
+    signer->cfg = c; /* payload_hash "": GETs and HEADs are UNSIGNED-PAYLOAD */
+    t->sign = stk_s3_sign;
+    t->sign_ctx = signer;
     return 0;
 }
 
 static void target_free(target *t)
 {
     free(t->http_url);
+    free(t->sign_ctx);
     t->http_url = NULL;
+    t->sign_ctx = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -732,6 +775,13 @@ static const stk_source_ops remote_ops = {
 static int head_object(const char *url, const target *t, uint64_t *size, char *etag, size_t cap,
                        char *lastmod, size_t lcap)
 {
+    if (is_s3(url)) {
+        const stk_s3_config *c;
+        int rc = s3_config(&c);
+        lastmod[0] = 0;
+        (void)lcap;
+        return rc < 0 ? rc : stk_s3_head(c, url, size, etag, cap);
+    }
     stk_http_request_desc d = {.method = "HEAD", .url = t->http_url, .sign = t->sign,
                                .sign_ctx = t->sign_ctx};
     stk_http_response r;
@@ -991,9 +1041,48 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
     strlist all = {0}, kept = {0};
     int rc = 0;
     if (is_s3(pattern)) {
-        target t;
-        rc = target_of(pattern, &t);
-        target_free(&t);
+        const stk_s3_config *c;
+        stk_s3_location loc;
+        stk_s3_listing l = {0};
+        rc = s3_config(&c);
+        if (rc == 0)
+            rc = stk_s3_parse_url(pattern, &loc);
+        size_t klen = strlen(loc.key);
+        if (rc == 0 && klen && loc.key[klen - 1] != '/' && !strchr(pattern, '{')) {
+            /* One object (or a prefix written without its '/': list it). */
+            uint64_t size;
+            char etag[128];
+            if (stk_s3_head(c, pattern, &size, etag, sizeof etag) == 0) {
+                info_put(pattern, size, etag);
+                rc = strlist_push(&all, stk_strdup(pattern));
+                goto listed;
+            }
+            stk_errmsg_clear();
+        }
+        if (rc == 0 && strchr(pattern, '{')) {
+            rc = expand_braces(pattern, pattern, &all);
+            goto listed;
+        }
+        if (rc == 0)
+            rc = stk_s3_list(c, pattern, NULL, &l);
+        for (size_t i = 0; rc == 0 && i < l.n; i++) {
+            char *u = NULL;
+            if (asprintf(&u, "s3://%s/%s", loc.bucket, l.objects[i].key) < 0) {
+                rc = stk_fail(STK_ENOMEM, "out of memory");
+                break;
+            }
+            if (!has_suffix(u, suffixes)) {
+                free(u);
+                continue;
+            }
+            info_put(u, l.objects[i].size, l.objects[i].etag);
+            rc = strlist_push(&all, u);
+        }
+        stk_s3_listing_free(&l);
+        if (rc == 0 && all.n == 0)
+            rc = stk_fail(STK_ENOENT, "%s: no object under this prefix has a suffix this reader "
+                                      "reads", pattern);
+    listed:;
     } else if (pattern[strcspn(pattern, "?")] == 0 && pattern[strlen(pattern) - 1] == '/') {
         rc = stk_fail(STK_EINVAL,
                       "%s: an http(s) directory cannot be listed: name the objects with a brace "
