@@ -69,6 +69,9 @@ def main():
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--rtt-ms", type=float, default=20.0)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--faults", action="store_true",
+                    help="also one cold run through the fault proxy: 5%% of requests reset, 5%% "
+                         "answered 503/500/429, 1%% truncated (digest must equal the clean run's)")
     a = ap.parse_args()
 
     shards = sorted(f for f in os.listdir(a.stk) if f.startswith("shard-") and f.endswith(".stk"))
@@ -108,10 +111,36 @@ def main():
                         shutil.rmtree(cache, ignore_errors=True)
                     results.append(row)
                     report(row, dataset_bytes, rate_bits(a.rate))
+                if a.faults:
+                    faults(a, ng, ns, nums, stoker, common, env, results[-1]["local"],
+                           dataset_bytes)
     summary(results, dataset_bytes, rate_bits(a.rate))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"dataset_bytes": dataset_bytes, "rounds": results}, f, indent=1)
+
+
+def faults(a, ng, ns, nums, stoker, common, env, local, dataset_bytes):
+    rates = {"reset": 0.05, "status": 0.05, "truncate": 0.01}
+    with servers.fault_proxy(ng.url, rates=rates, seed=14, process=True, netns=ns) as px:
+        url = "stk:%s/shard-{%s..%s}.stk" % (px.url, nums[0], nums[-1])
+        cache = tempfile.mkdtemp(prefix="stoker-remote-bench-")
+        try:
+            r = run_bench([stoker, "bench", url] + common, dict(env, STOKER_CACHE_DIR=cache), ns)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        counts = px.counts()
+        print("proxy counts: %s" % json.dumps(counts))
+    rem = r["remote"]
+    print("faults (%s): stoker: %d retries logged, %d "
+          "retries counted, %d failed requests, fetched %.3fx dataset, %.0f img/s; digest %s the "
+          "clean run's" % (
+              ", ".join("%s %.0f%%" % (k, 100 * v) for k, v in rates.items()),
+              r["retry_lines"], rem["retries"], rem["failures"],
+              rem["bytes_fetched"] / dataset_bytes, r["samples_per_s"],
+              "equals" if r["digest"] == local["digest"] else "DIFFERS FROM"))
+    if r["digest"] != local["digest"]:
+        sys.exit("digest mismatch under faults")
 
 
 def report(row, dataset_bytes, rate):
