@@ -793,6 +793,13 @@ static void *io_main(void *arg)
             on_done_locked(r, res);
             pthread_mutex_unlock(&eng.mu);
         }
+        /* (requests the loop above put into backoff are due too: without
+         * them a lone retry would wait for the 1 s poll, not its delay) */
+        pthread_mutex_lock(&eng.mu);
+        for (stk_http_request *r = eng.backoff; r; r = r->next)
+            if (!next_retry || r->retry_at < next_retry)
+                next_retry = r->retry_at;
+        pthread_mutex_unlock(&eng.mu);
         int timeout = 1000;
         if (next_retry) {
             double ms = (next_retry - stk_now()) * 1000.0;
