@@ -306,19 +306,17 @@ static uint64_t chunk_len(const remote_source *s, uint64_t c)
     return (b > s->base.size ? s->base.size : b) - a;
 }
 
-static void fetch_link(remote_source *s, fetch *f)
+/* (s->mu held) */
+static void fetch_link_locked(remote_source *s, fetch *f)
 {
-    pthread_mutex_lock(&s->mu);
     f->next = s->fetches;
     if (s->fetches)
         s->fetches->prev = f;
     s->fetches = f;
-    pthread_mutex_unlock(&s->mu);
 }
 
-static void fetch_unlink(remote_source *s, fetch *f)
+static void fetch_unlink_locked(remote_source *s, fetch *f)
 {
-    pthread_mutex_lock(&s->mu);
     if (f->prev)
         f->prev->next = f->next;
     else
@@ -326,6 +324,12 @@ static void fetch_unlink(remote_source *s, fetch *f)
     if (f->next)
         f->next->prev = f->prev;
     f->prev = f->next = NULL;
+}
+
+static void fetch_unlink(remote_source *s, fetch *f)
+{
+    pthread_mutex_lock(&s->mu);
+    fetch_unlink_locked(s, f);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -442,10 +446,18 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
         d.done = background_done;
         d.done_ctx = f;
     }
-    fetch_link(s, f);
+    /* s->mu is held from the link until a background request is detached.
+     * Its `done` (background_done, on the I/O thread) may run before
+     * stk_http_submit has even returned, and frees f; but it unlinks f
+     * under s->mu first, so f and f->req stay valid here until the unlock.
+     * And cancel_transfers, which reads f->req under s->mu, never sees it
+     * half-written. */
+    pthread_mutex_lock(&s->mu);
+    fetch_link_locked(s, f);
     int rc = stk_http_submit(&d, &f->req);
     if (rc < 0) {
-        fetch_unlink(s, f);
+        fetch_unlink_locked(s, f);
+        pthread_mutex_unlock(&s->mu);
         for (uint64_t c = c0; c < c1; c++)
             stk_cache_abandon(s->obj, c);
         free(f->buf);
@@ -460,6 +472,7 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
         stk_http_request_detach(f->req);
         f = NULL; /* background_done owns it now */
     }
+    pthread_mutex_unlock(&s->mu);
     *out = f;
     return 0;
 }
