@@ -455,9 +455,16 @@ static int attempt_prepare(stk_http_request *r)
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L); /* prefer an HTTP/2 stream to a new connection */
     const char *h2 = getenv("STOKER_HTTP2");
-    if (h2 && strcmp(h2, "prior-knowledge") == 0)
+    /* Prefer an HTTP/2 stream to a new connection, where HTTP/2 is possible:
+     * over TLS (ALPN) or with prior knowledge. Not on plain http://, which
+     * stays HTTP/1.1: there curl would hold every other transfer to the host
+     * until the first one's response (to learn whether its connection
+     * multiplexes), so one stalled request would stall them all. */
+    bool h2_prior = h2 && strcmp(h2, "prior-knowledge") == 0;
+    if (h2_prior || strncmp(r->url, "https://", 8) == 0)
+        curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    if (h2_prior)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
     else if (h2 && strcmp(h2, "off") == 0)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
