@@ -398,7 +398,7 @@ static void test_server_down(void **state)
     p.backoff_max_ms = 50;
     p.deadline_ms = 200;
     assert_int_equal(stk_http_perform(&d, &r), STK_ENETWORK);
-    assert_non_null(strstr(stk_errmsg(), "deadline reached"));
+    assert_non_null(strstr(stk_errmsg(), "deadline of 200 ms reached"));
     assert_true(r.attempts < 1000);
     free(r.body);
 }

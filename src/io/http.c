@@ -691,12 +691,18 @@ static void on_done_locked(stk_http_request *r, CURLcode res)
         delay_ms = delay_ms > r->retry_after_ms ? delay_ms
                    : (r->retry_after_ms < r->policy.backoff_max_ms ? r->retry_after_ms
                                                                    : r->policy.backoff_max_ms);
+    /* (an attempt with less than MIN_ATTEMPT_MS left would only time out, and
+     * its "timed out after 1 ms" would hide the reason that counts) */
+    enum { MIN_ATTEMPT_MS = 100 };
     bool past_deadline = r->policy.deadline_ms &&
-                         (now + delay_ms / 1000.0 - r->started) * 1000.0 >= r->policy.deadline_ms;
+                         (now + delay_ms / 1000.0 - r->started) * 1000.0 + MIN_ATTEMPT_MS >=
+                             r->policy.deadline_ms;
     if (n >= r->policy.max_attempts || past_deadline) {
+        char dl[64] = "";
+        if (past_deadline && n < r->policy.max_attempts)
+            snprintf(dl, sizeof dl, ", deadline of %u ms reached", r->policy.deadline_ms);
         snprintf(r->resp.message, sizeof r->resp.message, "%s %s: %s (%u attempt%s%s)", r->method,
-                 r->url_shown, reason, n, n == 1 ? "" : "s",
-                 past_deadline && n < r->policy.max_attempts ? ", deadline reached" : "");
+                 r->url_shown, reason, n, n == 1 ? "" : "s", dl);
         complete_locked(r, STK_ENETWORK);
         return;
     }
