@@ -956,6 +956,7 @@ static int head_all(const strlist *l)
     stk_http_request **req = calloc(l->n ? l->n : 1, sizeof *req);
     target *tg = calloc(l->n ? l->n : 1, sizeof *tg);
     int rc = req && tg ? 0 : stk_fail(STK_ENOMEM, "out of memory");
+    char first[STK_ERRMSG_MAX] = "";
     uint32_t started = 0;
     for (uint32_t i = 0; i < l->n && rc == 0; i++) {
         uint64_t size;
@@ -969,6 +970,8 @@ static int head_all(const strlist *l)
         rc = stk_http_submit(&d, &req[i]);
         started = i + 1;
     }
+    if (rc < 0)
+        snprintf(first, sizeof first, "%s", stk_errmsg());
     for (uint32_t i = 0; i < started; i++) {
         if (!req[i])
             continue;
@@ -978,12 +981,16 @@ static int head_all(const strlist *l)
             r = stk_fail(STK_ENOENT, "%s: no such object (HTTP 404)", l->v[i]);
         else if (r == 0 && res->content_length == UINT64_MAX)
             r = stk_fail(STK_ENETWORK, "%s: the server gave no Content-Length for HEAD", l->v[i]);
-        if (r == 0)
+        if (r == 0) {
             info_put(l->v[i], res->content_length, res->etag);
-        else if (rc == 0)
+        } else if (rc == 0) {
             rc = r;
+            snprintf(first, sizeof first, "%s", stk_errmsg());
+        }
         stk_http_request_free(req[i]);
     }
+    if (first[0]) /* (each failed wait set the message: the first one's is the one) */
+        stk_errmsg_set(first);
     if (tg)
         for (uint32_t i = 0; i < l->n; i++)
             target_free(&tg[i]);
