@@ -36,7 +36,7 @@ from PIL import Image
 
 import fault_proxy
 import servers
-from conftest import BUILD, STOKER
+from conftest import STOKER
 
 import stoker
 
@@ -45,6 +45,8 @@ SPEC = "random_resized_crop 32 | flip | to u8 hwc"
 BENCH = ["--pipeline", SPEC, "--batch", "16", "--threads", "2", "--seed", "3", "--digest",
          "--json"]
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# Python subprocesses import the stoker this process imported
+STOKER_PY = os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__)))
 HANG_GUARD = 120  # seconds: a subprocess still running then has hung (never a timing check)
 
 
@@ -94,7 +96,7 @@ def env_for(cache, **extra):
             del env[k]
     env.update(STOKER_CACHE_DIR=str(cache), STOKER_CHUNK_SIZE=str(CHUNK),
                STOKER_HTTP_BACKOFF_MS="10", STOKER_HTTP_BACKOFF_MAX_MS="100",
-               PYTHONPATH=os.path.join(BUILD, "python"))
+               PYTHONPATH=STOKER_PY)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
