@@ -398,7 +398,7 @@ static void test_server_down(void **state)
     p.backoff_max_ms = 50;
     p.deadline_ms = 200;
     assert_int_equal(stk_http_perform(&d, &r), STK_ENETWORK);
-    assert_non_null(strstr(stk_errmsg(), "deadline reached"));
+    assert_non_null(strstr(stk_errmsg(), "deadline of 200 ms reached"));
     assert_true(r.attempts < 1000);
     free(r.body);
 }
@@ -418,6 +418,47 @@ static void test_cancel_stalled(void **state)
     assert_int_equal(stk_http_wait(r), STK_EINTR);
     assert_non_null(strstr(stk_errmsg(), "cancelled"));
     stk_http_request_free(r);
+}
+
+/* A stalled transfer holds up no other: on plain http:// (HTTP/1.1, no
+ * multiplexing) requests submitted together each get a connection, instead
+ * of waiting for the first one's answer to learn whether its connection
+ * multiplexes (curl's PIPEWAIT would make them wait). */
+static void test_stall_holds_up_no_other(void **state)
+{
+    (void)state;
+    stk_http_shutdown(); /* a fresh engine: no idle connection to reuse */
+    script(1, STALL);    /* the first request to arrive stalls */
+    stk_http_policy p;
+    stk_http_policy_default(&p);
+    p.low_speed_time_s = 600; /* the stall lasts */
+    p.max_attempts = 1;
+    enum { N = 4 };
+    uint8_t buf[N][100];
+    stk_http_request *r[N];
+    for (int i = 0; i < N; i++) {
+        stk_http_request_desc d = {.method = "GET", .url = url("/obj"), .range_off = i * 1000u,
+                                   .range_len = 100, .dest = buf[i], .dest_cap = 100,
+                                   .policy = &p};
+        assert_int_equal(stk_http_submit(&d, &r[i]), 0);
+    }
+    /* The other N - 1 complete (the limit is a guard against a hang, not a
+     * timing test: they take milliseconds). */
+    int done = 0;
+    for (double t0 = stk_now(); done < N - 1 && stk_now() - t0 < 30; usleep(1000)) {
+        done = 0;
+        for (int i = 0; i < N; i++)
+            done += stk_http_done(r[i]);
+    }
+    assert_int_equal(done, N - 1);
+    for (int i = 0; i < N; i++) {
+        if (!stk_http_done(r[i]))
+            continue;
+        assert_int_equal(stk_http_wait(r[i]), 0);
+        assert_memory_equal(buf[i], srv.obj + i * 1000u, 100);
+    }
+    for (int i = 0; i < N; i++)
+        stk_http_request_free(r[i]); /* (cancels the stalled one) */
 }
 
 static int test_signer(void *ctx, const stk_http_sign_input *in, stk_http_headers *out)
@@ -475,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_status_codes),
         cmocka_unit_test(test_server_down),
         cmocka_unit_test(test_cancel_stalled),
+        cmocka_unit_test(test_stall_holds_up_no_other),
         cmocka_unit_test(test_sign_each_attempt_and_put),
         cmocka_unit_test(test_url_encode),
     };

@@ -455,11 +455,18 @@ static int attempt_prepare(stk_http_request *r)
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L); /* prefer an HTTP/2 stream to a new connection */
     /* The path as given: a signed S3 key may hold "." or ".." segments. */
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     const char *h2 = getenv("STOKER_HTTP2");
-    if (h2 && strcmp(h2, "prior-knowledge") == 0)
+    /* Prefer an HTTP/2 stream to a new connection, where HTTP/2 is possible:
+     * over TLS (ALPN) or with prior knowledge. Not on plain http://, which
+     * stays HTTP/1.1: there curl would hold every other transfer to the host
+     * until the first one's response (to learn whether its connection
+     * multiplexes), so one stalled request would stall them all. */
+    bool h2_prior = h2 && strcmp(h2, "prior-knowledge") == 0;
+    if (h2_prior || strncmp(r->url, "https://", 8) == 0)
+        curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    if (h2_prior)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
     else if (h2 && strcmp(h2, "off") == 0)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
@@ -686,12 +693,18 @@ static void on_done_locked(stk_http_request *r, CURLcode res)
         delay_ms = delay_ms > r->retry_after_ms ? delay_ms
                    : (r->retry_after_ms < r->policy.backoff_max_ms ? r->retry_after_ms
                                                                    : r->policy.backoff_max_ms);
+    /* (an attempt with less than MIN_ATTEMPT_MS left would only time out, and
+     * its "timed out after 1 ms" would hide the reason that counts) */
+    enum { MIN_ATTEMPT_MS = 100 };
     bool past_deadline = r->policy.deadline_ms &&
-                         (now + delay_ms / 1000.0 - r->started) * 1000.0 >= r->policy.deadline_ms;
+                         (now + delay_ms / 1000.0 - r->started) * 1000.0 + MIN_ATTEMPT_MS >=
+                             r->policy.deadline_ms;
     if (n >= r->policy.max_attempts || past_deadline) {
+        char dl[64] = "";
+        if (past_deadline && n < r->policy.max_attempts)
+            snprintf(dl, sizeof dl, ", deadline of %u ms reached", r->policy.deadline_ms);
         snprintf(r->resp.message, sizeof r->resp.message, "%s %s: %s (%u attempt%s%s)", r->method,
-                 r->url_shown, reason, n, n == 1 ? "" : "s",
-                 past_deadline && n < r->policy.max_attempts ? ", deadline reached" : "");
+                 r->url_shown, reason, n, n == 1 ? "" : "s", dl);
         complete_locked(r, STK_ENETWORK);
         return;
     }
@@ -795,6 +808,13 @@ static void *io_main(void *arg)
             on_done_locked(r, res);
             pthread_mutex_unlock(&eng.mu);
         }
+        /* (requests the loop above put into backoff are due too: without
+         * them a lone retry would wait for the 1 s poll, not its delay) */
+        pthread_mutex_lock(&eng.mu);
+        for (stk_http_request *r = eng.backoff; r; r = r->next)
+            if (!next_retry || r->retry_at < next_retry)
+                next_retry = r->retry_at;
+        pthread_mutex_unlock(&eng.mu);
         int timeout = 1000;
         if (next_retry) {
             double ms = (next_retry - stk_now()) * 1000.0;

@@ -349,19 +349,17 @@ static uint64_t chunk_len(const remote_source *s, uint64_t c)
     return (b > s->base.size ? s->base.size : b) - a;
 }
 
-static void fetch_link(remote_source *s, fetch *f)
+/* (s->mu held) */
+static void fetch_link_locked(remote_source *s, fetch *f)
 {
-    pthread_mutex_lock(&s->mu);
     f->next = s->fetches;
     if (s->fetches)
         s->fetches->prev = f;
     s->fetches = f;
-    pthread_mutex_unlock(&s->mu);
 }
 
-static void fetch_unlink(remote_source *s, fetch *f)
+static void fetch_unlink_locked(remote_source *s, fetch *f)
 {
-    pthread_mutex_lock(&s->mu);
     if (f->prev)
         f->prev->next = f->next;
     else
@@ -369,6 +367,12 @@ static void fetch_unlink(remote_source *s, fetch *f)
     if (f->next)
         f->next->prev = f->prev;
     f->prev = f->next = NULL;
+}
+
+static void fetch_unlink(remote_source *s, fetch *f)
+{
+    pthread_mutex_lock(&s->mu);
+    fetch_unlink_locked(s, f);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -485,10 +489,18 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
         d.done = background_done;
         d.done_ctx = f;
     }
-    fetch_link(s, f);
+    /* s->mu is held from the link until a background request is detached.
+     * Its `done` (background_done, on the I/O thread) may run before
+     * stk_http_submit has even returned, and frees f; but it unlinks f
+     * under s->mu first, so f and f->req stay valid here until the unlock.
+     * And cancel_transfers, which reads f->req under s->mu, never sees it
+     * half-written. */
+    pthread_mutex_lock(&s->mu);
+    fetch_link_locked(s, f);
     int rc = stk_http_submit(&d, &f->req);
     if (rc < 0) {
-        fetch_unlink(s, f);
+        fetch_unlink_locked(s, f);
+        pthread_mutex_unlock(&s->mu);
         for (uint64_t c = c0; c < c1; c++)
             stk_cache_abandon(s->obj, c);
         free(f->buf);
@@ -503,6 +515,7 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
         stk_http_request_detach(f->req);
         f = NULL; /* background_done owns it now */
     }
+    pthread_mutex_unlock(&s->mu);
     *out = f;
     return 0;
 }
@@ -993,6 +1006,7 @@ static int head_all(const strlist *l)
     stk_http_request **req = calloc(l->n ? l->n : 1, sizeof *req);
     target *tg = calloc(l->n ? l->n : 1, sizeof *tg);
     int rc = req && tg ? 0 : stk_fail(STK_ENOMEM, "out of memory");
+    char first[STK_ERRMSG_MAX] = "";
     uint32_t started = 0;
     for (uint32_t i = 0; i < l->n && rc == 0; i++) {
         uint64_t size;
@@ -1006,6 +1020,8 @@ static int head_all(const strlist *l)
         rc = stk_http_submit(&d, &req[i]);
         started = i + 1;
     }
+    if (rc < 0)
+        snprintf(first, sizeof first, "%s", stk_errmsg());
     for (uint32_t i = 0; i < started; i++) {
         if (!req[i])
             continue;
@@ -1015,12 +1031,16 @@ static int head_all(const strlist *l)
             r = stk_fail(STK_ENOENT, "%s: no such object (HTTP 404)", l->v[i]);
         else if (r == 0 && res->content_length == UINT64_MAX)
             r = stk_fail(STK_ENETWORK, "%s: the server gave no Content-Length for HEAD", l->v[i]);
-        if (r == 0)
+        if (r == 0) {
             info_put(l->v[i], res->content_length, res->etag);
-        else if (rc == 0)
+        } else if (rc == 0) {
             rc = r;
+            snprintf(first, sizeof first, "%s", stk_errmsg());
+        }
         stk_http_request_free(req[i]);
     }
+    if (first[0]) /* (each failed wait set the message: the first one's is the one) */
+        stk_errmsg_set(first);
     if (tg)
         for (uint32_t i = 0; i < l->n; i++)
             target_free(&tg[i]);

@@ -306,7 +306,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
         cl = resp.getheader("Content-Length")
         if no_body:
-            resp.read()                  # (b""): frees the upstream connection for the next request
+            # (read() of a body-less response closes it, so that the upstream
+            # connection takes the next request: HEAD, then GET, on one keep-alive
+            # connection)
+            resp.read()
             length, data = 0, b""
             if cl is not None:
                 headers.append(("Content-Length", cl))

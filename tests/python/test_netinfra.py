@@ -239,6 +239,27 @@ def test_proxy_faults_by_schedule(ng, www):
                                       "stall": 1, "stall_body": 1}}
 
 
+def test_proxy_keeps_a_connection_after_head(ng, www):
+    """HEAD, then GETs, on one keep-alive connection (what a client that opens an
+    object and then reads it does): all forwarded over the proxy's one upstream
+    connection, none answered 502."""
+    data = www[1]
+    with servers.fault_proxy(ng.url) as px:
+        c = conn(px.url)
+        r, body = get(c, "/data.bin", method="HEAD")
+        assert (r.status, body, r.getheader("Content-Length")) == (200, b"", str(DATA_LEN))
+        r, body = get(c, "/data.bin", {"Range": "bytes=5-9"})
+        assert (r.status, body) == (206, data[5:10])
+        r, body = get(c, "/sub/b.txt", method="HEAD")
+        assert r.status == 200
+        r, body = get(c, "/sub/b.txt")
+        assert (r.status, body) == (200, b"hello, ranges\n")
+        recs = px.requests()
+    assert [(r["method"], r["status"], r["fault"]) for r in recs] == [
+        ("HEAD", 200, None), ("GET", 206, None), ("HEAD", 200, None), ("GET", 200, None)]
+    assert len({r["conn"] for r in recs}) == 1
+
+
 def test_proxy_stall_and_latency_hold_back_the_response(ng, www):
     data = www[1]
     with servers.fault_proxy(ng.url, schedule={1: ("stall", 30), 2: ("stall_body", 30)},

@@ -1,0 +1,531 @@
+"""Datasets read over HTTP (issue 14, "Done when"), against real servers on
+loopback: Debian's nginx and the fault proxy (tests/net/servers.py).
+
+The data: 400 small JPEGs made here with PIL, packed by `stoker pack` into 5
+shards of ~500 KB, read in 16 KiB chunks (STOKER_CHUNK_SIZE) so that every shard
+has ~30 chunks, and more than the 256 KiB tail a remote open fetches with the
+header (so records are still fetched after the open). The reference for every digest is `stoker bench` over the same
+shards on local disk; the reference for what went over the wire is nginx's own
+access log (one JSON line per request, with its Range header) or the fault
+proxy's records, never stoker's counters alone.
+
+Covered: digest equality cold and warm (the warm run sends no ranged GET); the
+bytes fetched cold (<= 1.05x the shards, each chunk once); faults (resets, 5xx,
+429, truncated bodies) survived with the same digest and logged retries; a
+server that stays down (closed port, resets, no answer) fails naming the URL and
+the attempts, never hangs; 404 -> NotFound; a process killed mid-download
+leaves no chunk that is trusted later, and a chunk corrupted on disk is fetched
+again; 8 processes on one cold cache download each chunk once; a loader stuck on
+a stalled server is closed (close(), del, Ctrl-C) without hanging; listing
+errors (an http "directory", malformed braces).
+
+Nothing is timed: subprocess timeouts are hang guards only."""
+import collections
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fault_proxy
+import servers
+from conftest import STOKER
+
+import stoker
+
+CHUNK = 16 * 1024
+SPEC = "random_resized_crop 32 | flip | to u8 hwc"
+BENCH = ["--pipeline", SPEC, "--batch", "16", "--threads", "2", "--seed", "3", "--digest",
+         "--json"]
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# Python subprocesses import the stoker this process imported
+STOKER_PY = os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__)))
+HANG_GUARD = 120  # seconds: a subprocess still running then has hung (never a timing check)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The packed shards, their sizes and the local digest."""
+    root = tmp_path_factory.mktemp("remote")
+    imgs = root / "imgs"
+    rng = np.random.default_rng(14)
+    for c in range(5):
+        (imgs / ("c%d" % c)).mkdir(parents=True)
+        for i in range(80):
+            h, w = (int(v) for v in rng.integers(48, 96, 2))
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
+                imgs / ("c%d" % c) / ("%03d.jpg" % i), quality=90)
+    pack = root / "pack"
+    p = subprocess.run([STOKER, "pack", str(imgs), str(pack), "--shard-size", "500K", "-q"],
+                       capture_output=True, text=True, timeout=HANG_GUARD)
+    assert p.returncode == 0, p.stderr
+    names = sorted(os.listdir(pack))
+    assert 4 <= len(names) <= 8 and all(n == "shard-%05d.stk" % i for i, n in enumerate(names)), names
+    sizes = {"/" + n: os.path.getsize(pack / n) for n in names}
+    local = bench(str(pack), root / "unused-cache")
+    assert "remote" not in local     # local files: no remote traffic at all
+    return {"root": root, "pack": str(pack), "names": names, "sizes": sizes,
+            "total": sum(sizes.values()), "digest": local["digest"]}
+
+
+@pytest.fixture(scope="module")
+def ng(data):
+    with servers.nginx(data["pack"]) as s:
+        yield s
+
+
+def pattern(base, data, last=None):
+    """stk:BASE/shard-{00000..NNNNN}.stk over the packed shards (or up to `last`)."""
+    last = len(data["names"]) - 1 if last is None else last
+    return "stk:%s/shard-{00000..%05d}.stk" % (base, last)
+
+
+def env_for(cache, **extra):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("STOKER_HTTP_") or k in ("STOKER_READAHEAD", "STOKER_CACHE_LIMIT"):
+            del env[k]
+    env.update(STOKER_CACHE_DIR=str(cache), STOKER_CHUNK_SIZE=str(CHUNK),
+               STOKER_HTTP_BACKOFF_MS="10", STOKER_HTTP_BACKOFF_MAX_MS="100",
+               PYTHONPATH=STOKER_PY)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def bench_proc(uri, cache, check=True, **env):
+    p = subprocess.run([STOKER, "bench", uri, *BENCH], capture_output=True, text=True,
+                       env=env_for(cache, **env), timeout=HANG_GUARD)
+    if check and p.returncode != 0:
+        raise AssertionError("stoker bench %s failed (%d): %s" % (uri, p.returncode, p.stderr))
+    return p
+
+
+def bench(uri, cache, **env):
+    """`stoker bench --json --digest` over uri with its own cache dir: the JSON."""
+    out = json.loads(bench_proc(uri, cache, **env).stdout)
+    assert len(out["digest"]) == 32
+    return out
+
+
+def ranged_gets(log):
+    """(uri, first, last) of every ranged GET in an nginx access log."""
+    out = []
+    for r in log:
+        if r["method"] == "GET":
+            assert r["range"].startswith("bytes="), r  # stoker never GETs a whole object
+            a, b = r["range"][6:].split("-")
+            out.append((r["uri"], int(a), int(b)))
+    return out
+
+
+def chunks_of(gets, sizes):
+    """The (uri, chunk) pairs the GETs carried; each GET covers whole aligned chunks."""
+    out = []
+    for uri, a, b in gets:
+        assert a % CHUNK == 0 and ((b + 1) % CHUNK == 0 or b + 1 == sizes[uri]), (uri, a, b)
+        out += [(uri, k) for k in range(a // CHUNK, b // CHUNK + 1)]
+    return out
+
+
+def all_chunks(sizes):
+    return {(uri, k) for uri, n in sizes.items() for k in range((n + CHUNK - 1) // CHUNK)}
+
+
+def cache_maps(cache):
+    """{key: (map path, data path, object size, chunk size, [present chunk numbers])}
+    parsed from the cache's .map files (docs/remote.md, "The local cache")."""
+    out = {}
+    for dirpath, _, files in os.walk(os.path.join(cache, "objects")):
+        for f in files:
+            if not f.endswith(".map"):
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            if len(raw) < 40 or raw[:8] != b"STKCACHE":
+                continue  # being created, or torn by a kill: nothing in it is trusted
+            version, header_size, size, chunk, key_len = struct.unpack_from("<IIQII", raw, 8)
+            assert version == 1 and chunk == CHUNK, (path, version, chunk)
+            key = raw[40:40 + key_len].decode()
+            n = (size + chunk - 1) // chunk
+            present = [k for k in range(n)
+                       if len(raw) >= header_size + 8 * k + 8 and raw[header_size + 8 * k + 4] == 1]
+            out[key] = (path, path[:-4] + ".data", size, chunk, present)
+    return out
+
+
+def chunk_bytes(size, k):
+    return min(CHUNK, size - k * CHUNK)
+
+
+def run_python(code, env, timeout=HANG_GUARD):
+    return subprocess.run([PYTHON, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- 1, 2: digests, bytes
+
+def test_digest_cold_then_warm_equals_local(data, ng, tmp_path):
+    uri = pattern(ng.url, data)
+    ng.clear_log()
+    cold = bench(uri, tmp_path / "cache")
+    assert cold["digest"] == data["digest"]
+    assert cold["remote"]["bytes_fetched"] > 0 and cold["remote"]["failures"] == 0
+    assert ranged_gets(ng.access_log(wait_for=len(data["names"]) + 1))
+
+    ng.clear_log()
+    warm = bench(uri, tmp_path / "cache")
+    assert warm["digest"] == data["digest"]
+    assert warm["remote"]["bytes_fetched"] == 0
+    assert warm["remote"]["reads_waited"] == 0
+    assert warm["remote"]["cache_hit_bytes"] > 0
+    # nginx saw the warm run: its HEADs (object identity), and no GET at all.
+    log = ng.access_log(wait_for=len(data["names"]))
+    assert log and all(r["method"] == "HEAD" and r["range"] == "" for r in log), log
+
+
+def test_python_open_reads_the_same_samples(data, ng, tmp_path):
+    code = """
+        import sys, numpy as np, stoker
+        local, remote = stoker.open(sys.argv[1]), stoker.open(sys.argv[2])
+        assert len(local) == len(remote) == 400, (len(local), len(remote))
+        for i in (0, 1, 20, 77, 150, 399):
+            a, la = local[i]
+            b, lb = remote[i]
+            assert la == lb and a.shape == b.shape and np.array_equal(a, b), i
+        s = stoker.io_stats()
+        assert s["bytes_fetched"] > 0 and s["reads"] > 0, s
+        print("ok", s["bytes_fetched"])
+    """
+    p = subprocess.run([PYTHON, "-c", textwrap.dedent(code), data["pack"], pattern(ng.url, data)],
+                       capture_output=True, text=True, env=env_for(tmp_path / "cache"),
+                       timeout=HANG_GUARD)
+    assert p.returncode == 0 and p.stdout.startswith("ok"), p.stdout + p.stderr
+
+
+def test_cold_fetches_each_chunk_once(data, ng, tmp_path):
+    ng.clear_log()
+    cold = bench(pattern(ng.url, data), tmp_path / "cache")
+    assert cold["digest"] == data["digest"]
+    fetched = cold["remote"]["bytes_fetched"]
+    assert fetched <= 1.05 * data["total"], (fetched, data["total"])
+    log = ng.access_log(wait_for=len(data["names"]) + 2 * len(data["names"]))
+    gets = ranged_gets(log)
+    assert all(r["status"] == 206 for r in log if r["method"] == "GET"), log
+    counts = collections.Counter(gets)
+    assert max(counts.values()) == 1, [g for g, n in counts.items() if n > 1]
+    chunks = collections.Counter(chunks_of(gets, data["sizes"]))
+    assert max(chunks.values()) == 1, [c for c, n in chunks.items() if n > 1]
+    # every chunk is needed (every record is read) and came in exactly once
+    assert set(chunks) == all_chunks(data["sizes"])
+    # the counter agrees with the server's own count of body bytes
+    assert fetched == sum(r["body_bytes"] for r in log if r["method"] == "GET") == data["total"]
+
+
+# --------------------------------------------------------------------------- 3: faults
+
+def test_faults_same_digest_and_logged_retries(data, ng, tmp_path):
+    # The draw for a first HEAD depends only on (seed, path), so this seed faults
+    # some of the run's HEADs whatever the timing (a reset, 503s): retries are
+    # certain, not likely. The GETs' faults vary with how chunks were grouped.
+    with servers.fault_proxy(ng.url, rates={"reset": .05, "status": .05, "truncate": .01},
+                             seed=37) as px:
+        p = bench_proc(pattern(px.url, data), tmp_path / "cache")
+        faults = px.counts()["faults"]
+    out = json.loads(p.stdout)
+    assert out["digest"] == data["digest"]
+    assert "reset" in faults and "503" in faults and "upstream_error" not in faults, faults
+    assert out["remote"]["retries"] > 0 and out["remote"]["failures"] == 0, out["remote"]
+    assert "stoker: retrying" in p.stderr
+    assert px.url in p.stderr
+    # faulted attempts are not counted as fetched: still each byte once
+    assert out["remote"]["bytes_fetched"] == data["total"]
+
+
+def test_truncated_bodies_are_fetched_again(data, ng, tmp_path):
+    # Requests 1..n are the n HEADs; the GETs that follow are cut in half.
+    n = len(data["names"])
+    cut = {n + 1: "truncate", n + 2: "truncate", n + 4: "truncate", n + 7: "truncate"}
+    with servers.fault_proxy(ng.url, schedule=cut) as px:
+        p = bench_proc(pattern(px.url, data), tmp_path / "cache")
+        recs = px.requests()
+    out = json.loads(p.stdout)
+    assert out["digest"] == data["digest"]
+    truncated = [r for r in recs if r["fault"] == "truncate"]
+    assert len(truncated) == 4 and all(r["method"] == "GET" for r in truncated), truncated
+    retried = [l for l in p.stderr.splitlines() if l.startswith("stoker: retrying GET ")]
+    assert len(retried) == 4, p.stderr
+    assert out["remote"]["retries"] == 4
+    assert out["remote"]["bytes_fetched"] == data["total"]
+    # the halves received count as received, not as fetched
+    assert out["remote"]["bytes_received"] > data["total"]
+
+
+@pytest.mark.parametrize("how", ["closed-port", "reset", "hang"])
+def test_server_down_fails_naming_url_and_attempts(data, ng, tmp_path, how):
+    env = dict(STOKER_HTTP_MAX_ATTEMPTS=3, STOKER_HTTP_DEADLINE_MS=3000,
+               STOKER_HTTP_CONNECT_TIMEOUT_MS=1000, STOKER_HTTP_LOW_SPEED_TIME_S=2)
+    if how == "closed-port":
+        base = "http://127.0.0.1:%d" % servers.free_port()
+        p = bench_proc(pattern(base, data), tmp_path / "cache", check=False, **env)
+    else:
+        with servers.fault_proxy(ng.url, down=True if how == "reset" else "hang") as px:
+            base = px.url
+            p = bench_proc(pattern(base, data), tmp_path / "cache", check=False, **env)
+    assert p.returncode != 0
+    err = p.stderr.strip().splitlines()[-1]   # the error (the lines before: retries)
+    # the first object of the pattern that failed, and how many attempts it had
+    assert err.startswith("stoker: HEAD %s/shard-00000.stk: " % base) and " attempt" in err, err
+    if how == "hang":   # nothing answers: the deadline ends it, and says so
+        assert "deadline of 3000 ms reached" in err, err
+
+
+def test_server_down_mid_read_names_url(data, ng, tmp_path):
+    """Opened while the server was up; then every request is reset: a read of an
+    uncached record fails with NetworkError naming the object and the attempts."""
+    code = """
+        import sys, stoker
+        ds = stoker.open(sys.argv[1])
+        print("opened", flush=True)
+        sys.stdin.readline()
+        try:
+            ds[20]      # mid-shard: not among the bytes the open fetched
+        except stoker.NetworkError as e:
+            assert isinstance(e, ConnectionError)
+            print("error:", e, flush=True)
+        else:
+            print("no error", flush=True)
+    """
+    with servers.fault_proxy(ng.url) as px:
+        proc = subprocess.Popen([PYTHON, "-c", textwrap.dedent(code), pattern(px.url, data)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=env_for(tmp_path / "cache", STOKER_HTTP_MAX_ATTEMPTS=3))
+        try:
+            line = proc.stdout.readline()
+            assert line == "opened\n", line + proc.stderr.read()
+            px.configure(down=True)
+            out, err = proc.communicate("go\n", timeout=HANG_GUARD)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, out + err
+    assert out.startswith("error: ") and px.url + "/shard-" in out and "3 attempts" in out, out + err
+    assert err.count("stoker: retrying GET") >= 2, err
+
+
+def test_missing_shard_is_not_found(data, ng):
+    n = len(data["names"])
+    missing = "%s/shard-%05d.stk" % (ng.url, n)
+    with pytest.raises(stoker.NotFound) as e:
+        stoker.open(pattern(ng.url, data, last=n))
+    assert isinstance(e.value, FileNotFoundError)
+    assert missing in str(e.value) and "404" in str(e.value), str(e.value)
+    p = subprocess.run([STOKER, "bench", pattern(ng.url, data, last=n), *BENCH],
+                       capture_output=True, text=True, timeout=HANG_GUARD)
+    assert p.returncode != 0 and missing in p.stderr, p.stderr
+
+
+# --------------------------------------------------------------------------- 4: crashes, corruption
+
+def test_kill_mid_download_never_trusts_a_partial_chunk(data, ng, tmp_path):
+    cache = tmp_path / "cache"
+    n = len(data["names"])
+    # The HEADs and the first few GETs go through; every later request sends its
+    # headers and half its body, then stalls (a download in progress).
+    stalls = {k: ("stall_body", 60) for k in range(n + 4, n + 400)}
+    with fault_proxy.FaultProxy(ng.url, schedule=stalls) as px:
+        url, port = px.url, px.port
+        proc = subprocess.Popen([STOKER, "bench", pattern(url, data), *BENCH],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env_for(cache))
+        try:
+            deadline = time.monotonic() + HANG_GUARD
+            while True:   # until a download stalls and the first ones are in the cache
+                recs = px.requests(settle=0)
+                stalled = [r for r in recs if r["fault"] == "stall_body" and r["bytes"] > 0]
+                filled = os.path.isdir(cache / "objects") and any(
+                    ks for _, _, _, _, ks in cache_maps(cache).values())
+                if (stalled and filled) or proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            assert proc.poll() is None, "bench ended before a download stalled: %r" % (
+                proc.communicate()[1],)
+            assert stalled, recs
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(HANG_GUARD)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # Some chunks were completed before the kill, none of the stalled ones.
+    maps = cache_maps(cache)
+    present = {(ng_path(key), k) for key, (_, _, _, _, ks) in maps.items() for k in ks}
+    present_bytes = sum(chunk_bytes(size, k) for _, _, size, _, ks in maps.values() for k in ks)
+    assert 0 < present_bytes < data["total"], present_bytes
+    # Again, through a clean proxy at the same address (the cache key is the URL;
+    # a new proxy, so that no request of the killed process is counted).
+    with fault_proxy.FaultProxy(ng.url, port=port) as px:
+        assert px.url == url
+        out = bench(pattern(url, data), cache)
+        recs = px.requests()
+    assert out["digest"] == data["digest"]
+    # exactly the chunks that were not complete are fetched again, each once
+    assert out["remote"]["bytes_fetched"] == data["total"] - present_bytes
+    gets = [(r["path"], *map(int, r["range"][6:].split("-"))) for r in recs if r["method"] == "GET"]
+    chunks = chunks_of(gets, data["sizes"])
+    assert len(chunks) == len(set(chunks))
+    assert set(chunks) == all_chunks(data["sizes"]) - present
+
+
+def ng_path(key):
+    """The path of the object a cache key names ("http://host:port/PATH#etag#size")."""
+    return "/" + key.split("#", 1)[0].split("/", 3)[3]
+
+
+def test_corrupted_cache_chunk_is_fetched_again(data, ng, tmp_path):
+    cache = tmp_path / "cache"
+    assert bench(pattern(ng.url, data), cache)["digest"] == data["digest"]
+    shard0 = ng.url + "/shard-00000.stk"
+    (mpath, dpath, size, _, present), = [v for k, v in cache_maps(cache).items()
+                                         if k.startswith(shard0 + "#")]
+    assert 1 in present and size > 2 * CHUNK
+    with open(dpath, "r+b") as f:            # flip bytes in the middle of chunk 1
+        f.seek(CHUNK + 100)
+        old = f.read(64)
+        f.seek(CHUNK + 100)
+        f.write(bytes(b ^ 0x5A for b in old))
+    ng.clear_log()
+    out = bench(pattern(ng.url, data), cache)
+    assert out["digest"] == data["digest"]
+    assert out["remote"]["bytes_fetched"] == CHUNK
+    log = ng.access_log(wait_for=len(data["names"]) + 1)
+    assert ranged_gets(log) == [("/shard-00000.stk", CHUNK, 2 * CHUNK - 1)], log
+
+
+# --------------------------------------------------------------------------- 5: shared cache
+
+def test_eight_processes_share_one_cold_cache(data, ng, tmp_path):
+    cache = tmp_path / "cache"
+    ng.clear_log()
+    env = env_for(cache)
+    args = [STOKER, "bench", pattern(ng.url, data), *BENCH]
+    args[args.index("--threads") + 1] = "1"
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(8)]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=HANG_GUARD)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [o["digest"] for o in outs] == [data["digest"]] * 8
+    log = ng.access_log(wait_for=8 * len(data["names"]) + len(data["names"]))
+    gets = ranged_gets(log)
+    assert max(collections.Counter(gets).values()) == 1
+    chunks = collections.Counter(chunks_of(gets, data["sizes"]))
+    assert max(chunks.values()) == 1, [c for c, n in chunks.items() if n > 1]
+    assert set(chunks) == all_chunks(data["sizes"])
+    assert sum(o["remote"]["bytes_fetched"] for o in outs) == data["total"]
+
+
+# --------------------------------------------------------------------------- 6: cancel
+
+CANCEL_SCRIPT = """
+import gc, signal, sys, stoker
+how, SPEC = sys.argv[2], sys.argv[3]
+# (a shell without job control starts background jobs with SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+ds = stoker.open(sys.argv[1])
+print("opened", flush=True)
+sys.stdin.readline()            # the server stalls from now on
+loader = stoker.Loader(ds, batch_size=16, shuffle=True, num_threads=2, prefetch=2,
+                       pipeline=SPEC, output="numpy", eager=True)
+if how == "sigint":
+    it = iter(loader)
+    try:
+        print("waiting", flush=True)
+        next(it)
+        print("got a batch", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    loader.close()
+else:
+    print("waiting", flush=True)
+    sys.stdin.readline()        # a transfer is stalled now
+    if how == "close":
+        loader.close()
+    else:
+        del loader
+        gc.collect()
+print("closed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["close", "del", "sigint"])
+def test_loader_close_cancels_stalled_transfers(data, ng, tmp_path, how):
+    with servers.fault_proxy(ng.url) as px:
+        proc = subprocess.Popen([PYTHON, "-c", CANCEL_SCRIPT, pattern(px.url, data), how, SPEC],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=env_for(tmp_path / "cache"))
+        try:
+            assert proc.stdout.readline() == "opened\n", proc.stderr.read()
+            opened = len(px.requests(settle=0))
+            px.configure(down="hang")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "waiting\n", proc.stderr.read()
+            deadline = time.monotonic() + HANG_GUARD
+            while not any(r["method"] == "GET" and not r["done"]
+                          for r in px.requests(settle=0)[opened:]):
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.02)
+            if how == "sigint":
+                proc.send_signal(signal.SIGINT)
+                out, err = proc.communicate(timeout=HANG_GUARD)
+            else:
+                out, err = proc.communicate("now\n", timeout=HANG_GUARD)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, out + err
+    assert out.endswith("closed\n"), out + err
+    if how == "sigint":
+        assert out.startswith("interrupted\n"), out + err
+
+
+# --------------------------------------------------------------------------- 7: listing errors
+
+def test_http_directory_cannot_be_listed(ng):
+    with pytest.raises(stoker.InvalidArgument) as e:
+        stoker.open("stk:%s/" % ng.url)
+    msg = str(e.value)
+    assert ng.url + "/" in msg and "brace range" in msg and "s3://" in msg, msg
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("shard-{00000..00005.stk", "without its '}'"),
+    ("shard-{a..b}.stk", "not a range of numbers"),
+    ("shard-{00005..00000}.stk", "must rise"),
+])
+def test_malformed_brace_is_invalid_argument(ng, bad, says):
+    with pytest.raises(stoker.InvalidArgument) as e:
+        stoker.open("stk:%s/%s" % (ng.url, bad))
+    assert bad in str(e.value) and says in str(e.value), str(e.value)
