@@ -472,6 +472,15 @@ static int attempt_prepare(stk_http_request *r)
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     else
         curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    /* A CA bundle of the user's (a private store's CA): the variables curl's
+     * own tool and OpenSSL read, which the library does not. */
+    const char *ca = getenv("STOKER_CA_FILE");
+    if (!ca || !*ca)
+        ca = getenv("CURL_CA_BUNDLE");
+    if (!ca || !*ca)
+        ca = getenv("SSL_CERT_FILE");
+    if (ca && *ca)
+        curl_easy_setopt(e, CURLOPT_CAINFO, ca);
     const char *insecure = getenv("STOKER_HTTP_INSECURE");
     if (insecure && strcmp(insecure, "1") == 0) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);

@@ -529,3 +529,22 @@ def test_malformed_brace_is_invalid_argument(ng, bad, says):
     with pytest.raises(stoker.InvalidArgument) as e:
         stoker.open("stk:%s/%s" % (ng.url, bad))
     assert bad in str(e.value) and says in str(e.value), str(e.value)
+
+
+# --------------------------------------------------------------------------- TLS and HTTP/2
+
+def test_https_verified_and_http2(data, tmp_path):
+    """https:// with the peer verified (a test CA given by STOKER_CA_FILE), over HTTP/2
+    (ALPN) and HTTP/1.1: the same digest; without the CA, verification fails the run
+    naming the URL (TLS verification is on by default)."""
+    with servers.nginx(data["pack"], tls=True, http2=True) as tls:
+        uri = pattern(tls.url_https, data)
+        h2 = bench(uri, tmp_path / "h2", STOKER_CA_FILE=tls.ca_file)
+        assert h2["digest"] == data["digest"]
+        log = tls.access_log(wait_for=1)
+        assert any(r["protocol"] == "HTTP/2.0" for r in log), log
+        h1 = bench(uri, tmp_path / "h1", STOKER_CA_FILE=tls.ca_file, STOKER_HTTP2="off")
+        assert h1["digest"] == data["digest"]
+        p = bench_proc(uri, tmp_path / "noca", check=False, STOKER_HTTP_MAX_ATTEMPTS="1")
+        assert p.returncode != 0
+        assert tls.url_https in p.stderr and "certificate" in p.stderr.lower(), p.stderr
