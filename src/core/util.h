@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define STK_ALIGN 64 /* cache line; batch buffers and scratch are aligned to it */
 
@@ -62,5 +63,16 @@ int stk_memdup(const void *src, size_t n, void **out);
 
 /* strdup that reports ENOMEM through stk_fail (returns NULL). */
 char *stk_strdup(const char *s);
+
+/* A growable NUL-terminated string for building request bodies and
+ * canonical forms (io/sigv4.c, io/s3.c). Out of memory is sticky: `oom`
+ * is set, later appends do nothing, and the caller checks it once. */
+typedef struct stk_textbuf {
+    char *p;      /* malloc'd (free it), NUL-terminated while !oom */
+    size_t n, cap;
+    bool oom;
+} stk_textbuf;
+void stk_textbuf_put(stk_textbuf *b, const char *s, size_t n);
+static inline void stk_textbuf_str(stk_textbuf *b, const char *s) { stk_textbuf_put(b, s, strlen(s)); }
 
 #endif

@@ -82,6 +82,7 @@
  * the next attempt waits a second.
  */
 #include "io/cache.h"
+#include "io/source.h"
 
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -186,24 +187,6 @@ static void put_le64(uint8_t *p, uint64_t v)
 static uint32_t get_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* Up to n bytes at off (short only at the end of the file), or -1/errno. */
-static ssize_t pread_upto(int fd, void *buf, size_t n, uint64_t off)
-{
-    uint8_t *p = buf;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = pread(fd, p + done, n - done, (off_t)(off + done));
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        if (k == 0)
-            break;
-        done += (size_t)k;
-    }
-    return (ssize_t)done;
 }
 
 /* All n bytes at off: 0, or -1 with errno set. */
@@ -578,7 +561,7 @@ static int header_check(const stk_cache_object *o, int fd, uint64_t st_size)
         goto out;
     }
     header_build(o, want);
-    ssize_t k = pread_upto(fd, got, o->header_size, 0);
+    ssize_t k = stk_pread_upto(fd, got, o->header_size, 0);
     if (k < 0) {
         rc = stk_fail(STK_EIO, "%s: read failed: %s", o->map_path,
                       errtext(errno, ebuf, sizeof ebuf));
@@ -893,7 +876,7 @@ static int entry_read(const stk_cache_object *o, uint64_t k, entry *e)
 {
     char ebuf[128];
     uint8_t b[ENTRY_SIZE];
-    ssize_t n = pread_upto(o->map_fd, b, sizeof b, entry_off(o, k));
+    ssize_t n = stk_pread_upto(o->map_fd, b, sizeof b, entry_off(o, k));
     if (n < 0)
         return stk_fail(STK_EIO, "%s: read failed: %s", o->map_path,
                         errtext(errno, ebuf, sizeof ebuf));
@@ -928,7 +911,7 @@ static int chunk_verify(const stk_cache_object *o, uint64_t k, uint32_t crc)
     int rc = 1;
     for (size_t done = 0; done < len;) {
         size_t n = len - done < piece ? len - done : piece;
-        ssize_t r = pread_upto(o->data_fd, buf, n, off + done);
+        ssize_t r = stk_pread_upto(o->data_fd, buf, n, off + done);
         if (r < 0) {
             rc = stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
                           errtext(errno, ebuf, sizeof ebuf));
@@ -1295,7 +1278,7 @@ int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
         if (rc == 0)
             return STK_ENOENT;
     }
-    ssize_t got = pread_upto(o->data_fd, buf, n, off);
+    ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
     if (got < 0)
         return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
                         errtext(errno, ebuf, sizeof ebuf));

@@ -27,6 +27,7 @@
 #include "io/s3.h"
 
 #include "core/error.h"
+#include "core/util.h"
 #include "io/sigv4.h"
 
 #include <errno.h>
@@ -770,35 +771,11 @@ int stk_s3_parse_upload_id(const char *xml, size_t n, char *out, size_t cap)
     return parse_leaf(xml, n, "InitiateMultipartUploadResult", "UploadId", out, cap);
 }
 
-/* A growing text buffer for the request bodies built here. */
-typedef struct tbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} tbuf;
+/* The request bodies built here grow in a stk_textbuf (core/util.h). */
+typedef stk_textbuf tbuf;
+#define tb_put stk_textbuf_put
+#define tb_str stk_textbuf_str
 
-static void tb_put(tbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void tb_str(tbuf *b, const char *s) { tb_put(b, s, strlen(s)); }
 
 /* s with &, <, > as entities (an ETag is "quoted hex", but this is XML). */
 static void tb_escaped(tbuf *b, const char *s)

@@ -15,6 +15,7 @@
 #include "io/sigv4.h"
 
 #include "core/error.h"
+#include "core/util.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -57,32 +58,9 @@ void stk_hmac_sha256(const void *key, size_t key_len, const void *msg, size_t n,
 
 /* ---- a growable string -------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;      /* malloc'd, NUL-terminated while !oom */
-    size_t n, cap;
-    bool oom;
-} sbuf;
+typedef stk_textbuf sbuf; /* core/util.h */
+#define sb_put stk_textbuf_put
 
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
 static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 static void sb_chr(sbuf *b, char c) { sb_put(b, &c, 1); }
 

@@ -60,8 +60,9 @@ static const char *errno_text(int e, char *buf, size_t n)
 
 /* Up to n bytes at offset: the count (short only at the end of the file),
  * or -1 with errno set. EINTR and short reads retried. */
-static ssize_t read_upto(int fd, uint8_t *p, size_t n, uint64_t offset)
+ssize_t stk_pread_upto(int fd, void *buf, size_t n, uint64_t offset)
 {
+    uint8_t *p = buf;
     size_t done = 0;
     while (done < n) {
         ssize_t k = pread(fd, p + done, n - done, (off_t)(offset + done));
@@ -80,7 +81,7 @@ static int file_pread(const stk_source *s, void *buf, size_t n, uint64_t offset)
 {
     const file_source *f = (const file_source *)s;
     char ebuf[128];
-    ssize_t k = read_upto(f->fd, buf, n, offset);
+    ssize_t k = stk_pread_upto(f->fd, buf, n, offset);
     if (k < 0)
         return stk_fail(STK_EIO, "%s: read failed: %s", s->name,
                         errno_text(errno, ebuf, sizeof ebuf));
@@ -93,7 +94,7 @@ static int64_t file_read_part(const stk_source *s, void *buf, size_t n, uint64_t
 {
     const file_source *f = (const file_source *)s;
     char ebuf[128];
-    ssize_t k = read_upto(f->fd, buf, n, offset);
+    ssize_t k = stk_pread_upto(f->fd, buf, n, offset);
     if (k < 0)
         return stk_fail(STK_EIO, "read error: %s", errno_text(errno, ebuf, sizeof ebuf));
     return (int64_t)k;

@@ -48,6 +48,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct stk_source stk_source;
 
@@ -159,6 +160,11 @@ static inline void stk_source_advise(const stk_source *s, const uint8_t *data, u
 }
 /* NULL is a no-op. */
 void stk_source_close(stk_source *s);
+
+/* Up to n bytes at `offset` of descriptor fd: the count (short only at the
+ * end of the file), or -1 with errno set; EINTR and short reads retried.
+ * The one pread loop of src/io (the file source, the cache). */
+ssize_t stk_pread_upto(int fd, void *buf, size_t n, uint64_t offset);
 
 /* A hint for [offset, offset + len) of a mapping from map, whether or not
  * its source is still open (offset is rounded down to a page). Advisory:
