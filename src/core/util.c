@@ -161,3 +161,30 @@ void stk_textbuf_put(stk_textbuf *b, const char *s, size_t n)
     b->n += n;
     b->p[b->n] = 0;
 }
+
+int stk_strlist_push(stk_strlist *l, char *s)
+{
+    if (!s)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    if (l->n + 2 > l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **g = realloc(l->v, cap * sizeof *g);
+        if (!g) {
+            free(s);
+            return stk_fail(STK_ENOMEM, "out of memory");
+        }
+        l->v = g;
+        l->cap = cap;
+    }
+    l->v[l->n++] = s;
+    l->v[l->n] = NULL;
+    return 0;
+}
+
+void stk_strlist_free(stk_strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}

@@ -75,4 +75,17 @@ typedef struct stk_textbuf {
 void stk_textbuf_put(stk_textbuf *b, const char *s, size_t n);
 static inline void stk_textbuf_str(stk_textbuf *b, const char *s) { stk_textbuf_put(b, s, strlen(s)); }
 
+/* A list of owned strings, kept NULL-terminated (v[n] == NULL once one
+ * was pushed): file names a reader collects (format/wds.c), URLs a
+ * pattern expands to (io/remote.c). */
+typedef struct stk_strlist {
+    char **v;
+    size_t n, cap;
+} stk_strlist;
+/* Append s, taken over (NULL: out of memory, reported). 0 or STK_ENOMEM
+ * (s freed). */
+int stk_strlist_push(stk_strlist *l, char *s);
+/* Free every string and the array; *l becomes empty. */
+void stk_strlist_free(stk_strlist *l);
+
 #endif

@@ -927,37 +927,9 @@ static int wds_parse_query(const char *uri, const char *prefix, const char *quer
 }
 
 /* A growing list of malloc'd strings. */
-typedef struct wds_names {
-    char **v;
-    size_t n, cap;
-} wds_names;
-
-static void wds_names_free(wds_names *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    memset(l, 0, sizeof *l);
-}
-
-/* Append `s` (taken over; NULL means out of memory). */
-static int wds_names_push(wds_names *l, char *s)
-{
-    if (!s)
-        return stk_fail(STK_ENOMEM, "out of memory");
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **g = realloc(l->v, cap * sizeof *g);
-        if (!g) {
-            free(s);
-            return stk_fail(STK_ENOMEM, "out of memory");
-        }
-        l->v = g;
-        l->cap = cap;
-    }
-    l->v[l->n++] = s;
-    return 0;
-}
+typedef stk_strlist wds_names; /* core/util.h */
+#define wds_names_free stk_strlist_free
+#define wds_names_push stk_strlist_push
 
 /* A decimal integer of at most 18 digits: its value, or -1. */
 static int64_t wds_decimal(const char *s, size_t n)

@@ -896,37 +896,9 @@ void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes, u
 /* Listing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-typedef struct strlist {
-    char **v;
-    uint32_t n, cap;
-} strlist;
-
-static int strlist_push(strlist *l, char *s)
-{
-    if (!s)
-        return stk_fail(STK_ENOMEM, "out of memory");
-    if (l->n + 2 > l->cap) {
-        uint32_t cap = l->cap ? l->cap * 2 : 16;
-        char **g = realloc(l->v, cap * sizeof *g);
-        if (!g) {
-            free(s);
-            return stk_fail(STK_ENOMEM, "out of memory");
-        }
-        l->v = g;
-        l->cap = cap;
-    }
-    l->v[l->n++] = s;
-    l->v[l->n] = NULL;
-    return 0;
-}
-
-static void strlist_free(strlist *l)
-{
-    for (uint32_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    memset(l, 0, sizeof *l);
-}
+typedef stk_strlist strlist; /* core/util.h */
+#define strlist_push stk_strlist_push
+#define strlist_free stk_strlist_free
 
 #define MAX_EXPANSION 1000000
 
@@ -1128,7 +1100,7 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
     }
     qsort(kept.v, kept.n, sizeof *kept.v, cmp_str);
     *out = kept.v;
-    *count = kept.n;
+    *count = (uint32_t)kept.n;
     return 0;
 }
 
