@@ -490,21 +490,22 @@ static int attempt_prepare(stk_http_request *r)
         double left_ms = r->policy.deadline_ms - (stk_now() - r->started) * 1000.0;
         curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(left_ms > 1 ? left_ms : 1));
     }
+    bool put = strcmp(r->method, "PUT") == 0, post = strcmp(r->method, "POST") == 0;
+    if (put || post) {
+        /* The body goes out through on_upload, rewound by on_seek when
+         * libcurl re-sends it on a fresh connection. */
+        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upload);
+        curl_easy_setopt(e, CURLOPT_READDATA, r);
+        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(e, CURLOPT_SEEKDATA, r);
+    }
     if (strcmp(r->method, "HEAD") == 0) {
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    } else if (strcmp(r->method, "PUT") == 0) {
+    } else if (put) {
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upload);
-        curl_easy_setopt(e, CURLOPT_READDATA, r);
-        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
-        curl_easy_setopt(e, CURLOPT_SEEKDATA, r);
         curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_size);
-    } else if (strcmp(r->method, "POST") == 0) {
+    } else if (post) {
         curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_READFUNCTION, on_upload);
-        curl_easy_setopt(e, CURLOPT_READDATA, r);
-        curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, on_seek);
-        curl_easy_setopt(e, CURLOPT_SEEKDATA, r);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_size);
     } else if (strcmp(r->method, "GET") != 0) {
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);

@@ -107,8 +107,6 @@ def test_digest_cold_and_warm(world, tmp_path):
 
 
 def test_open_samples_equal(world, tmp_path):
-    import stoker
-    env_keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL")
     code = ("import stoker, sys, numpy as np\n"
             "stoker.set_cache(sys.argv[3])\n"
             "r = stoker.open(sys.argv[1]); l = stoker.open(sys.argv[2])\n"
@@ -128,8 +126,6 @@ def test_open_samples_equal(world, tmp_path):
     for uri in ("s3://data/train/shard-00000.stk", os.path.join(world["local"], "shard-00000.stk")):
         p = run(["inspect", uri], dict(env, STOKER_CACHE_DIR=str(tmp_path / "c")), check=False)
         assert p.returncode != 0 and "missing shards 1-%d" % last in p.stderr, p.stderr
-    assert all(k in world["env"] for k in env_keys)
-    assert stoker.NetworkError is not None
 
 
 def test_wrong_secret_is_access_denied(world, tmp_path):
