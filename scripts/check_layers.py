@@ -39,8 +39,9 @@ LAYERS = {
     "codec": ["core"],
     "format": ["core", "io", "codec"],
     "ops": ["core", "codec"],
-    "pipeline": ["core", "io", "codec", "format", "ops"],
-    "tools": ["core", "io", "codec", "format", "ops", "pipeline"],
+    "gpu": ["core", "codec", "ops"],
+    "pipeline": ["core", "io", "codec", "format", "ops", "gpu"],
+    "tools": ["core", "io", "codec", "format", "ops", "gpu", "pipeline"],
 }
 PUBLIC = "stoker"  # include/stoker/: the public API, usable everywhere
 

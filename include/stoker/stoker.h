@@ -954,11 +954,53 @@ typedef struct stk_loader_options {
      * Read with stk_loader_field_count / stk_loader_field. Borrowed: copied
      * at create. Carved out of the reserved words. */
     const char *fields;
-    /* Must be zero (ABI: see the top of this file). The GPU backend's
-     * placement (device ordinal, CUDA stream, CPU/GPU split) will be carved
-     * out of this space, zero meaning "batches in host memory" as today. */
-    uint64_t reserved_[1];
+    /* Where batches are delivered and where the augmentation runs (the
+     * CUDA backend, docs/gpu.md): NULL means host memory, as before.
+     * Borrowed: copied at create. Carved out of the reserved words. */
+    const struct stk_device_options *device;
 } stk_loader_options;
+
+/*
+ * The CUDA backend (docs/gpu.md). The library links no CUDA library: it
+ * loads the driver (libcuda.so.1) with dlopen when a loader first asks for
+ * a device, so one build runs with and without a GPU; a machine without a
+ * driver, or a build made without nvcc, gets STK_EUNSUPPORTED from
+ * stk_loader_create with a message saying which.
+ *
+ * Placement chooses what the CPU does and what the GPU does:
+ *   STK_PLACE_GPU   the CPU reads and decodes (the JPEG region the crop
+ *                   needs, DCT-scaled), the GPU does the rest: resample,
+ *                   flips, point-op tables, colour jitter, normalize,
+ *                   dtype and layout. create fails (STK_EINVAL, naming the
+ *                   op) when the spec has an op the GPU backend lacks.
+ *   STK_PLACE_CPU   the CPU runs the spec; when its last stage is uint8
+ *                   (no colour jitter, rotation or erasing) uint8 HWC
+ *                   crosses the bus and the GPU does normalize/dtype/layout
+ *                   (4x fewer bytes than float32); otherwise the finished
+ *                   batch is copied as is.
+ *   STK_PLACE_AUTO  GPU when the spec allows it, else CPU.
+ * The batch is the same in every placement (bit for bit in emulation;
+ * within docs/gpu.md's stated tolerance on a device).
+ */
+typedef enum stk_placement {
+    STK_PLACE_AUTO = 0,
+    STK_PLACE_CPU = 1,
+    STK_PLACE_GPU = 2,
+} stk_placement;
+
+typedef struct stk_device_options {
+    /* "cuda:N" (N: the CUDA device ordinal; "cuda" is "cuda:0"); NULL, ""
+     * or "cpu": host memory (the rest of this struct is then ignored). */
+    const char *device;
+    stk_placement placement;
+    uint32_t flags;        /* must be zero */
+    uint64_t reserved_[6]; /* must be zero (ABI: see the top of this file) */
+} stk_device_options;
+
+/* Where a lent batch's `data` lives (stk_batch.device_type); the values are
+ * DLPack's DLDeviceType codes. */
+#define STK_DEVICE_HOST 1 /* kDLCPU (0 in a batch from an older library reads as host too) */
+#define STK_DEVICE_CUDA 2 /* kDLCUDA: data is a CUdeviceptr on device_id */
 
 #define STK_LOADER_AUG_SEED 1u /* aug_seed is set (else the order's seed) */
 #define STK_LOADER_EAGER 2u    /* start the workers and the pool at create */
@@ -1004,10 +1046,17 @@ typedef struct stk_batch {
      * buffer, and which lending of it, so a second release is caught). Copy
      * it with the struct; never compute or change it. */
     uint64_t handle;
-    /* Zeroed by the library. Where the data lives will be carved out of
-     * this space for the GPU backend (device type and ordinal, the stream the
-     * batch is ready on); all zero means host memory, as today. */
-    uint64_t reserved_[4];
+    /* Where `data` lives (the labels and indices are always host memory):
+     * 0 or STK_DEVICE_HOST, or STK_DEVICE_CUDA with the CUDA ordinal in
+     * device_id. A CUDA batch is ready once `event` (a CUevent) has
+     * completed: make the stream that reads it wait first
+     * (stk_loader_batch_wait, or cuStreamWaitEvent), or read it on
+     * `stream` (the CUstream its copy and kernels ran on). */
+    int32_t device_type;
+    int32_t device_id;
+    uint64_t stream;
+    uint64_t event;
+    uint64_t reserved_[1]; /* zeroed by the library */
 } stk_batch;
 
 /* What a batch field is for (stk_batch_field.role; docs/fields.md). */
@@ -1083,6 +1132,13 @@ STK_API int stk_loader_next(stk_loader *l, stk_batch *batch);
  * STK_ETIMEDOUT (the loader is unchanged; call again). timeout_ms < 0 waits
  * forever. Lets a binding poll for signals (Ctrl-C) while it waits. */
 STK_API int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms);
+
+/* Make the CUDA stream `stream` (a CUstream; 0: the legacy default
+ * stream) wait, on the device, for lent batch b: work queued on `stream`
+ * after this call sees the whole batch. A no-op for a host batch. Returns
+ * 0, STK_EINVAL (not a batch lent by this loader), or STK_EUNSUPPORTED
+ * with the driver's message. Any thread. */
+STK_API int stk_loader_batch_wait(const stk_loader *l, const stk_batch *b, uint64_t stream);
 
 /* Give a lent batch back. May be called from any thread. Releasing the same
  * batch twice is detected and ignored (returns STK_ESTATE). */

@@ -30,7 +30,15 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t stk_f32_to_f16(float f)
+/* Callable from CUDA device code too (src/gpu/kernels.h includes this file
+ * under nvcc). */
+#ifdef __CUDACC__
+#define STK_HALF_FN __host__ __device__ static inline
+#else
+#define STK_HALF_FN static inline
+#endif
+
+STK_HALF_FN uint16_t stk_f32_to_f16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
@@ -66,7 +74,7 @@ static inline uint16_t stk_f32_to_f16(float f)
  * ties to even (as torch's c10::BFloat16 round_to_nearest_even: NaN becomes
  * the quiet NaN 0x7fc0; a finite value that rounds past the largest
  * bfloat16 becomes infinity). */
-static inline uint16_t stk_f32_to_bf16(float f)
+STK_HALF_FN uint16_t stk_f32_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
@@ -77,7 +85,7 @@ static inline uint16_t stk_f32_to_bf16(float f)
 }
 
 /* bfloat16 -> float, exact. */
-static inline float stk_bf16_to_f32(uint16_t h)
+STK_HALF_FN float stk_bf16_to_f32(uint16_t h)
 {
     uint32_t x = (uint32_t)h << 16;
     float f;
@@ -85,7 +93,7 @@ static inline float stk_bf16_to_f32(uint16_t h)
     return f;
 }
 
-static inline float stk_f16_to_f32(uint16_t h)
+STK_HALF_FN float stk_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x03ffu, x;
