@@ -92,7 +92,7 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_sampling, reserved_), 88);
     /* 4 x u32, seed, no_shuffle, drop_last, rank, world_size, on_error (+4),
      * then in the 8 words once reserved: block_size, shuffle + shuffle_window,
-     * sampling, aug_seed, views + flags, memory_limit, fields, 1 reserved */
+     * sampling, aug_seed, views + flags, memory_limit, fields, device */
     assert_int_equal(sizeof(stk_loader_options), 16 + 8 + 24 + 64);
     assert_int_equal(offsetof(stk_loader_options, block_size), 48);
     assert_int_equal(offsetof(stk_loader_options, shuffle), 56);
@@ -103,7 +103,9 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_options, flags), 84);
     assert_int_equal(offsetof(stk_loader_options, memory_limit), 88);
     assert_int_equal(offsetof(stk_loader_options, fields), 96);
-    assert_int_equal(offsetof(stk_loader_options, reserved_), 104);
+    assert_int_equal(offsetof(stk_loader_options, device), 104);
+    /* device, placement + flags, 6 reserved */
+    assert_int_equal(sizeof(stk_device_options), 8 + 8 + 48);
     /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
      * shape[5], 2 reserved */
     assert_int_equal(sizeof(stk_batch_field), 8 + 8 + 8 + 8 + 8 + 8 + 8 + 40 + 16);
@@ -195,11 +197,13 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_dataset *ds = small_dataset();
 
     stk_loader_options lo = {0};
-    lo.reserved_[NWORDS(lo.reserved_) - 1] = 1;
+    stk_device_options dev = {0};
+    dev.reserved_[NWORDS(dev.reserved_) - 1] = 1;
+    lo.device = &dev;
     stk_loader *l = NULL;
-    expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_loader_options");
+    expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_device_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[0]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[5]"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;
@@ -251,7 +255,7 @@ static void test_caller_structs_refuse_reserved_words(void **state)
                           "stk_doctor_options");
 
     /* state_set: a valid state from state_get, then one reserved word set */
-    lo.reserved_[NWORDS(lo.reserved_) - 1] = 0;
+    lo.device = NULL;
     lo.batch_size = 8;
     assert_int_equal(stk_loader_create(ds, "to u8 hwc", &lo, &l), 0);
     stk_loader_state st;

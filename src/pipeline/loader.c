@@ -692,9 +692,11 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
     memset(o, 0, sizeof *o);
     if (in)
         *o = *in;
-    int rc = stk_reserved_check(o->reserved_, sizeof o->reserved_ / sizeof o->reserved_[0],
-                                "stk_loader_options");
-    if (rc < 0)
+    int rc = 0;
+    if (o->device && (rc = stk_reserved_check(o->device->reserved_,
+                                              sizeof o->device->reserved_ /
+                                                  sizeof o->device->reserved_[0],
+                                              "stk_device_options")) < 0)
         return rc;
     if (!o->batch_size)
         o->batch_size = DEFAULT_BATCH_SIZE;
