@@ -1,10 +1,11 @@
 /*
  * fatbin_none.c — the kernels' fat binary of a build made without nvcc
- * (STK_CUDA=OFF, or AUTO on a machine without it; setup.py likewise): none.
+ * (CMake: STK_CUDA=OFF, or AUTO on a machine without it): none.
  *
- * A build with nvcc compiles a generated fatbin.c instead
- * (scripts/embed_fatbin.py), never both: CMakeLists.txt and setup.py leave
- * this file out of their src/gpu/*.c by name. With stk_gpu_fatbin_size 0,
+ * A CMake build with nvcc compiles a generated fatbin.c instead
+ * (scripts/embed_fatbin.py), never both: CMakeLists.txt leaves this file
+ * out of its src/gpu/*.c by name. setup.py never compiles it: it always
+ * generates fatbin.c, empty without nvcc or with STOKER_CUDA=0. With stk_gpu_fatbin_size 0,
  * stk_gpu_open refuses a real device with STK_EUNSUPPORTED ("built without
  * CUDA kernels"); the emulated device (STOKER_CUDA_EMULATE=1) needs no
  * kernels and works in every build.
