@@ -255,9 +255,11 @@ static int open_real(stk_gpu *g)
         if (count == 0)
             return stk_fail(STK_EUNSUPPORTED, "cuda:%d: no such device: the CUDA driver sees "
                             "no CUDA device", n);
+        if (count == 1)
+            return stk_fail(STK_EUNSUPPORTED, "cuda:%d: no such device: the CUDA driver sees "
+                            "1 device (cuda:0)", n);
         return stk_fail(STK_EUNSUPPORTED, "cuda:%d: no such device: the CUDA driver sees %d "
-                        "device%s (cuda:0 to cuda:%d)", n, count, count == 1 ? "" : "s",
-                        count - 1);
+                        "devices (cuda:0 to cuda:%d)", n, count, count - 1);
     }
     CUresult r = cu.DeviceGet(&g->dev, n);
     if (r != CUDA_SUCCESS)
