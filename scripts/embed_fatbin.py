@@ -85,7 +85,7 @@ def embed(data, out, keep_same=False):
         with open(out) as f:
             if f.read() == text:
                 return
-    tmp = out + ".tmp"
+    tmp = "%s.%d.tmp" % (out, os.getpid())
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, out)  # a build stopped half-way leaves no truncated file

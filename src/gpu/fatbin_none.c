@@ -4,7 +4,7 @@
  *
  * A CMake build with nvcc compiles a generated fatbin.c instead
  * (scripts/embed_fatbin.py), never both: CMakeLists.txt leaves this file
- * out of its src/gpu/*.c by name. setup.py never compiles it: it always
+ * out of the src/gpu sources it globs, by name. setup.py never compiles it: it always
  * generates fatbin.c, empty without nvcc or with STOKER_CUDA=0. With stk_gpu_fatbin_size 0,
  * stk_gpu_open refuses a real device with STK_EUNSUPPORTED ("built without
  * CUDA kernels"); the emulated device (STOKER_CUDA_EMULATE=1) needs no
