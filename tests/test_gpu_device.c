@@ -1,9 +1,9 @@
 /*
  * test_gpu_device.c — the CUDA device layer (src/gpu/device.c): device
- * names, the error a machine without a driver gives, and the emulated
- * device (STOKER_CUDA_EMULATE=1): memory round trips, streams and events,
- * and a launch of STK_K_OUT on a hand-built batch checked against values
- * computed by hand.
+ * names, the error a machine without a driver gives, and on the emulated
+ * device (STOKER_CUDA_EMULATE=1), and on a real one where there is one:
+ * memory round trips, streams and events, and launches of STK_K_OUT on a
+ * hand-built batch checked against values computed by hand.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +16,33 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The tests of memory and launches run twice: on the emulated device
+ * (always), and on the real cuda:0 when the driver and a GPU are there
+ * (tests/gpu/run.sh's machines); without them the real run returns at
+ * once (test_real_device_or_clear_error checks that case's error). */
+static int real_device = 1;
+#define ON_BOTH(t)                                                                         \
+    cmocka_unit_test_prestate(t, NULL), cmocka_unit_test_prestate(t, &real_device)
+
+/* Open the device a test runs on; 0 when the real one is not there. */
+static int open_test_gpu(void **state, stk_gpu **g)
+{
+    *g = NULL;
+    if (*state) {
+        unsetenv("STOKER_CUDA_EMULATE");
+        if (stk_gpu_open("cuda:0", g) < 0) {
+            print_message("no real CUDA device: %s\n", stk_errmsg());
+            return 0;
+        }
+        print_message("real device: %s\n", stk_gpu_name(*g));
+        return 1;
+    }
+    setenv("STOKER_CUDA_EMULATE", "1", 1);
+    assert_int_equal(stk_gpu_open("cuda:0", g), 0);
+    assert_true(stk_gpu_emulated(*g));
+    return 1;
+}
 
 static void test_malformed_names(void **state)
 {
@@ -84,12 +111,11 @@ static void test_emulated_open(void **state)
     unsetenv("STOKER_CUDA_EMULATE");
 }
 
-static void test_emulated_memory(void **state)
+static void test_memory(void **state)
 {
-    (void)state;
-    setenv("STOKER_CUDA_EMULATE", "1", 1);
     stk_gpu *g = NULL;
-    assert_int_equal(stk_gpu_open("cuda:0", &g), 0);
+    if (!open_test_gpu(state, &g))
+        return;
     enum { N = 1000 };
     uint8_t *host = NULL, back[N];
     uint64_t dev = 0;
@@ -97,10 +123,12 @@ static void test_emulated_memory(void **state)
     assert_non_null(host);
     assert_int_equal(stk_gpu_dev_alloc(g, N, &dev), 0);
     assert_true(dev != 0);
-    /* fresh device memory is not zero (it is not on a GPU either) */
-    assert_int_equal(stk_gpu_copy_d2h(g, back, dev, N, 0), 0);
-    for (int i = 0; i < N; i++)
-        assert_int_equal(back[i], 0xA5);
+    if (stk_gpu_emulated(g)) {
+        /* fresh device memory is not zero (it is not on a GPU either) */
+        assert_int_equal(stk_gpu_copy_d2h(g, back, dev, N, 0), 0);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(back[i], 0xA5);
+    }
     for (int i = 0; i < N; i++)
         host[i] = (uint8_t)(i * 7 + 3);
     uint64_t s = 0;
@@ -120,9 +148,11 @@ static void test_emulated_memory(void **state)
     assert_int_equal(stk_gpu_dev_alloc(g, 0, &dnone), 0);
     assert_true(dnone == 0);
     assert_int_equal(stk_gpu_copy_h2d(g, 0, NULL, 0, s), 0);
-    /* a copy to NULL, or on something that is not a stream */
-    assert_int_equal(stk_gpu_copy_h2d(g, 0, host, 4, s), STK_EINVAL);
-    assert_int_equal(stk_gpu_copy_h2d(g, dev, host, 4, dev), STK_EINVAL);
+    if (stk_gpu_emulated(g)) {
+        /* a copy to NULL, or on something that is not a stream */
+        assert_int_equal(stk_gpu_copy_h2d(g, 0, host, 4, s), STK_EINVAL);
+        assert_int_equal(stk_gpu_copy_h2d(g, dev, host, 4, dev), STK_EINVAL);
+    }
     stk_gpu_stream_destroy(g, s);
     stk_gpu_dev_free(g, dev);
     stk_gpu_host_free(g, host);
@@ -132,12 +162,11 @@ static void test_emulated_memory(void **state)
     unsetenv("STOKER_CUDA_EMULATE");
 }
 
-static void test_emulated_streams_events(void **state)
+static void test_streams_events(void **state)
 {
-    (void)state;
-    setenv("STOKER_CUDA_EMULATE", "1", 1);
     stk_gpu *g = NULL;
-    assert_int_equal(stk_gpu_open("cuda:1", &g), 0);
+    if (!open_test_gpu(state, &g))
+        return;
     uint64_t s1 = 0, s2 = 0, e = 0;
     assert_int_equal(stk_gpu_stream_create(g, &s1), 0);
     assert_int_equal(stk_gpu_stream_create(g, &s2), 0);
@@ -150,13 +179,15 @@ static void test_emulated_streams_events(void **state)
     assert_int_equal(stk_gpu_stream_sync(g, s1), 0);
     assert_int_equal(stk_gpu_stream_sync(g, s2), 0);
     assert_int_equal(stk_gpu_stream_sync(g, 0), 0);
-    /* handles of the wrong kind */
-    assert_int_equal(stk_gpu_event_record(g, s1, s2), STK_EINVAL);
-    assert_int_equal(stk_gpu_event_record(g, e, e), STK_EINVAL);
-    assert_int_equal(stk_gpu_event_record(g, 0, s1), STK_EINVAL);
-    assert_int_equal(stk_gpu_stream_wait_event(g, e, e), STK_EINVAL);
-    assert_int_equal(stk_gpu_event_sync(g, s1), STK_EINVAL);
-    assert_int_equal(stk_gpu_stream_sync(g, e), STK_EINVAL);
+    if (stk_gpu_emulated(g)) {
+        /* handles of the wrong kind (a driver's behaviour there is undefined) */
+        assert_int_equal(stk_gpu_event_record(g, s1, s2), STK_EINVAL);
+        assert_int_equal(stk_gpu_event_record(g, e, e), STK_EINVAL);
+        assert_int_equal(stk_gpu_event_record(g, 0, s1), STK_EINVAL);
+        assert_int_equal(stk_gpu_stream_wait_event(g, e, e), STK_EINVAL);
+        assert_int_equal(stk_gpu_event_sync(g, s1), STK_EINVAL);
+        assert_int_equal(stk_gpu_stream_sync(g, e), STK_EINVAL);
+    }
     stk_gpu_event_destroy(g, e);
     stk_gpu_stream_destroy(g, s2);
     stk_gpu_stream_destroy(g, s1);
@@ -183,11 +214,12 @@ typedef struct launch_fixture {
     size_t sample_bytes;
 } launch_fixture;
 
-static void fixture_open(launch_fixture *f, int dtype, int layout, size_t elem)
+/* 0 when the test's device is not there (the real one on this machine). */
+static int fixture_open(void **state, launch_fixture *f, int dtype, int layout, size_t elem)
 {
     memset(f, 0, sizeof *f);
-    setenv("STOKER_CUDA_EMULATE", "1", 1);
-    assert_int_equal(stk_gpu_open("cuda:0", &f->g), 0);
+    if (!open_test_gpu(state, &f->g))
+        return 0;
     assert_int_equal(stk_gpu_stream_create(f->g, &f->stream), 0);
     /* the stage: 64 bytes of something else, then the head */
     uint8_t stage[64 + sizeof head_px];
@@ -222,6 +254,8 @@ static void fixture_open(launch_fixture *f, int dtype, int layout, size_t elem)
         a->fmt.fscale[c] = 2.0f;                /* x * 2 - 1 */
         a->fmt.fbias[c] = -1.0f;
     }
+    assert_int_equal(stk_gpu_stream_sync(f->g, f->stream), 0); /* stage[] goes out of scope */
+    return 1;
 }
 
 static void fixture_launch(launch_fixture *f)
@@ -235,6 +269,13 @@ static void fixture_launch(launch_fixture *f)
                      0);
 }
 
+/* The whole output (both rows) back on the host. */
+static void fixture_read(launch_fixture *f, void *out, size_t bytes)
+{
+    assert_int_equal(stk_gpu_copy_d2h(f->g, out, f->out, bytes, f->stream), 0);
+    assert_int_equal(stk_gpu_stream_sync(f->g, f->stream), 0);
+}
+
 static void fixture_close(launch_fixture *f)
 {
     stk_gpu_dev_free(f->g, f->samples);
@@ -242,7 +283,6 @@ static void fixture_close(launch_fixture *f)
     stk_gpu_dev_free(f->g, f->stage);
     stk_gpu_stream_destroy(f->g, f->stream);
     stk_gpu_close(f->g);
-    unsetenv("STOKER_CUDA_EMULATE");
 }
 
 /* Row 0 (skipped) keeps the 0x77 the output was filled with. */
@@ -253,15 +293,14 @@ static void check_row0_untouched(const uint8_t *out, size_t sample_bytes)
 }
 
 /* No colour steps, float32 CHW: out[c][y][x] = v * scale[c] + bias[c]. */
-static void test_emulated_launch_out_f32_chw(void **state)
+static void test_launch_out_f32_chw(void **state)
 {
-    (void)state;
     launch_fixture f;
-    fixture_open(&f, STK_GD_F32, STK_GL_CHW, sizeof(float));
+    if (!fixture_open(state, &f, STK_GD_F32, STK_GL_CHW, sizeof(float)))
+        return;
     fixture_launch(&f);
     uint8_t out[2 * OH * OW * NC * sizeof(float)];
-    assert_int_equal(stk_gpu_copy_d2h(f.g, out, f.out, sizeof out, f.stream), 0);
-    assert_int_equal(stk_gpu_stream_sync(f.g, f.stream), 0);
+    fixture_read(&f, out, sizeof out);
     check_row0_untouched(out, f.sample_bytes);
     float got[OH * OW * NC];
     memcpy(got, out + f.sample_bytes, sizeof got);
@@ -280,25 +319,25 @@ static void test_emulated_launch_out_f32_chw(void **state)
 }
 
 /* No colour steps, uint8 HWC: the head itself. */
-static void test_emulated_launch_out_u8_hwc(void **state)
+static void test_launch_out_u8_hwc(void **state)
 {
-    (void)state;
     launch_fixture f;
-    fixture_open(&f, STK_GD_U8, STK_GL_HWC, 1);
+    if (!fixture_open(state, &f, STK_GD_U8, STK_GL_HWC, 1))
+        return;
     fixture_launch(&f);
     uint8_t out[2 * OH * OW * NC];
-    assert_int_equal(stk_gpu_copy_d2h(f.g, out, f.out, sizeof out, f.stream), 0);
+    fixture_read(&f, out, sizeof out);
     check_row0_untouched(out, f.sample_bytes);
     assert_memory_equal(out + f.sample_bytes, head_px, sizeof head_px);
     fixture_close(&f);
 }
 
 /* One brightness step (factor 0.5), float32 HWC: out = clamp(v/255 * 0.5) * 2 - 1. */
-static void test_emulated_launch_out_brightness(void **state)
+static void test_launch_out_brightness(void **state)
 {
-    (void)state;
     launch_fixture f;
-    fixture_open(&f, STK_GD_F32, STK_GL_HWC, sizeof(float));
+    if (!fixture_open(state, &f, STK_GD_F32, STK_GL_HWC, sizeof(float)))
+        return;
     f.sm[1].nsteps = 1;
     f.sm[1].nseg = 1;
     f.sm[1].seg[0] = 0;
@@ -308,7 +347,7 @@ static void test_emulated_launch_out_brightness(void **state)
     f.sm[1].steps[0].g = 0.5f;
     fixture_launch(&f);
     uint8_t out[2 * OH * OW * NC * sizeof(float)];
-    assert_int_equal(stk_gpu_copy_d2h(f.g, out, f.out, sizeof out, f.stream), 0);
+    fixture_read(&f, out, sizeof out);
     check_row0_untouched(out, f.sample_bytes);
     float got[OH * OW * NC];
     memcpy(got, out + f.sample_bytes, sizeof got);
@@ -322,11 +361,11 @@ static void test_emulated_launch_out_brightness(void **state)
 }
 
 /* What a launch refuses, in emulation as on a device. */
-static void test_emulated_launch_refusals(void **state)
+static void test_launch_refusals(void **state)
 {
-    (void)state;
     launch_fixture f;
-    fixture_open(&f, STK_GD_F32, STK_GL_CHW, sizeof(float));
+    if (!fixture_open(state, &f, STK_GD_F32, STK_GL_CHW, sizeof(float)))
+        return;
     uint32_t grid[3] = {1, OH, 2}, block[3] = {STK_GPU_BLOCK, 1, 1};
     assert_int_equal(stk_gpu_launch(f.g, STK_K_OUT, grid, block, &f.a, sizeof f.a - 8, 0),
                      STK_EINVAL);
@@ -344,7 +383,7 @@ static void test_emulated_launch_refusals(void **state)
     assert_int_equal(stk_gpu_launch(f.g, STK_K_OUT, gy, block, &f.a, sizeof f.a, 0), STK_EINVAL);
     /* the output was not written by any of them */
     uint8_t out[2 * OH * OW * NC * sizeof(float)];
-    assert_int_equal(stk_gpu_copy_d2h(f.g, out, f.out, sizeof out, 0), 0);
+    fixture_read(&f, out, sizeof out);
     check_row0_untouched(out, sizeof out);
     fixture_close(&f);
 }
@@ -355,12 +394,12 @@ int main(void)
         cmocka_unit_test(test_malformed_names),
         cmocka_unit_test(test_real_device_or_clear_error),
         cmocka_unit_test(test_emulated_open),
-        cmocka_unit_test(test_emulated_memory),
-        cmocka_unit_test(test_emulated_streams_events),
-        cmocka_unit_test(test_emulated_launch_out_f32_chw),
-        cmocka_unit_test(test_emulated_launch_out_u8_hwc),
-        cmocka_unit_test(test_emulated_launch_out_brightness),
-        cmocka_unit_test(test_emulated_launch_refusals),
+        ON_BOTH(test_memory),
+        ON_BOTH(test_streams_events),
+        ON_BOTH(test_launch_out_f32_chw),
+        ON_BOTH(test_launch_out_u8_hwc),
+        ON_BOTH(test_launch_out_brightness),
+        ON_BOTH(test_launch_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
