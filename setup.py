@@ -6,7 +6,10 @@ console script and `python -m stoker` call it through _stoker.cli_main) into
 one extension, stoker._stoker, linked with the system libraries libstoker
 uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev libcurl4-openssl-dev
 libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, libssl-dev libexpat1-dev, and libhdf5-dev when pkg-config finds it).
-The pure-Python package is python/stoker/. Build files (and the egg-info)
+The CUDA kernels (src/gpu/kernels.cu) are compiled with nvcc when it is
+found, and embedded as a fat binary (STOKER_CUDA=0 builds without them,
+STOKER_CUDA=1 requires them; docs/gpu.md, "Building"); no CUDA library is
+linked. The pure-Python package is python/stoker/. Build files (and the egg-info)
 go to build-pip/ so they never mix with a CMake build/ directory.
 MANIFEST.in lists what the sdist carries: everything compiled here.
 
@@ -21,13 +24,67 @@ import os
 import subprocess
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # the paths below are relative to the repository root
 # egg_base (below) must exist: a fresh clone or an unpacked sdist has no build-pip/
 os.makedirs("build-pip", exist_ok=True)
 
-sources = ["python/_stoker.c", "python/_stoker_ops.c"] + sorted(glob.glob("src/*/*.c")) + sorted(glob.glob("cli/*.c"))
+# CMake's src/gpu/fatbin_none.c is not compiled here: BuildExt adds a generated fatbin.c.
+sources = (["python/_stoker.c", "python/_stoker_ops.c"]
+           + sorted(f for f in glob.glob("src/*/*.c") if f != os.path.join("src", "gpu", "fatbin_none.c"))
+           + sorted(glob.glob("cli/*.c")))
+
+
+def cuda_kernels(build_temp):
+    """The C file holding the CUDA kernels' fat binary (docs/gpu.md, "Building"):
+    build_temp/gpu/fatbin.c, written by scripts/embed_fatbin.py (never into
+    the source tree).
+
+    STOKER_CUDA=0: no kernels (stk_gpu_fatbin_size 0, as CMake's
+    src/gpu/fatbin_none.c); =1: nvcc must be found and succeed; unset (auto):
+    the kernels are built when nvcc is found ($CUDACXX, PATH,
+    /usr/local/cuda/bin/nvcc), and a failing nvcc gives a build without them
+    (a warning). nvcc runs with the flags CMake uses. The file is rewritten
+    only when its text changes, so a rerun (or a switch of STOKER_CUDA)
+    rebuilds the module exactly when needed. No CUDA library is linked: the
+    module loads the driver at run time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("embed_fatbin", os.path.join("scripts", "embed_fatbin.py"))
+    embed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(embed)
+    out = os.path.join(build_temp, "gpu", "fatbin.c")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    want = os.environ.get("STOKER_CUDA", "").strip().lower()
+    required = want in ("1", "on", "yes", "true")
+    nvcc = None if want in ("0", "off", "no", "false") else embed.find_nvcc()
+    if nvcc:
+        try:
+            embed.build(nvcc, HERE, os.path.join(build_temp, "gpu", "kernels.fatbin"), out, keep_same=True)
+            return out
+        except Exception as e:  # nvcc failed (its messages went to stderr)
+            if required:
+                raise SystemExit("setup.py: STOKER_CUDA=1 but nvcc failed: %s" % e)
+            print("setup.py: WARNING: nvcc failed (%s): stoker is built without CUDA kernels" % e)
+    elif required:
+        raise SystemExit("setup.py: STOKER_CUDA=1 but nvcc was not found (CUDACXX, PATH, /usr/local/cuda/bin)")
+    else:
+        print("setup.py: %s: stoker is built without CUDA kernels (the emulated device only)"
+              % ("STOKER_CUDA=0" if want else "nvcc not found"))
+    embed.embed(b"", out, keep_same=True)
+    return out
+
+
+class BuildExt(build_ext):
+    """build_ext that adds the kernels' C file (only when compiling: an sdist
+    or egg_info step runs no nvcc)."""
+
+    def build_extension(self, ext):
+        if ext.name == "stoker._stoker":
+            ext.sources = list(ext.sources) + [cuda_kernels(self.build_temp)]
+        super().build_extension(ext)
 
 
 def pkg_config(name):
@@ -52,7 +109,8 @@ extension = Extension(
     include_dirs=["include", "src"] + (hdf5[0] if hdf5 else []),
     library_dirs=hdf5[1] if hdf5 else [],
     # a changed header rebuilds the module too (setuptools compares times)
-    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("cli/*.h")),
+    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("cli/*.h")
+                   + ["src/gpu/kernels.cu", "scripts/embed_fatbin.py"]),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
                    ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]
     + ([("STK_HAVE_HDF5", None)] if hdf5 else []),
@@ -71,6 +129,7 @@ setup(
     package_dir={"": "python"},
     package_data={"stoker": ["*.pyi", "py.typed"]},
     ext_modules=[extension],
+    cmdclass={"build_ext": BuildExt},
     # build files and the egg-info metadata both go to build-pip/, so
     # `pip install .` leaves the source tree as it was
     options={"build": {"build_base": "build-pip"}, "egg_info": {"egg_base": "build-pip"}},

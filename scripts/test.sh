@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install all dependencies, then build and run every test:
-#   1. release build (gcc, -Werror under CI): all C tests + CLI smoke test (CTest)
-#   2. clang release build (-Werror under CI): all C tests
+#   1. release build (gcc, -Werror under CI, the CUDA kernels built by nvcc
+#      with -Werror when nvcc is found, and required under CI): all C tests +
+#      CLI smoke test (CTest); neither libstoker.so nor the Python module
+#      links a CUDA library (they load the driver with dlopen)
+#   2. clang release build (-Werror under CI), CPU-only (STK_CUDA=OFF): all C tests
 #   3. the photos set: a small one generated with shared/datasets/make_photos.sh
 #      (or $STOKER_PHOTOS when set), for the digest comparison and Python tests
 #   4. GCC, clang and `pip install .` builds: identical digests on the CIFAR,
@@ -38,6 +41,12 @@ step() { printf '== %s (at %dm%02ds)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60))
 step "release build + tests"
 scripts/build.sh release
 ctest --test-dir build --output-on-failure -j2
+# No CUDA library is linked: one build runs with and without a GPU (docs/gpu.md).
+for so in build/libstoker.so build/python/stoker/_stoker*.so; do
+  if ldd "$so" | grep -E 'libcuda|libcudart|libnvjpeg'; then
+    echo "test.sh: $so links a CUDA library (it must load the driver with dlopen)" >&2; exit 1
+  fi
+done
 
 step "clang build + tests"
 scripts/build.sh clang
@@ -77,13 +86,22 @@ step "GCC, clang and pip builds give the same digests"
 # build-pip/ keeps setuptools' objects, so a rerun only reinstalls.
 /usr/bin/python3 -m venv --system-site-packages build-pip/venv
 git_before=$(git status --porcelain --untracked-files=all 2>/dev/null || true)
-build-pip/venv/bin/pip install -q --no-build-isolation --no-deps --no-index . > build-pip/install.log 2>&1 \
-  || { cat build-pip/install.log; exit 1; }
+# Under CI the module must embed the CUDA kernels where nvcc is (STOKER_CUDA=1).
+pip_cuda=${STOKER_CUDA:-}
+if [ "${CI:-}" = true ] && { [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null \
+                             || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  pip_cuda=1
+fi
+STOKER_CUDA=$pip_cuda build-pip/venv/bin/pip install -q --no-build-isolation --no-deps --no-index . \
+  > build-pip/install.log 2>&1 || { cat build-pip/install.log; exit 1; }
 # build products (egg-info, objects) go to build-pip/, never into the tree
 if [ "$(git status --porcelain --untracked-files=all 2>/dev/null || true)" != "$git_before" ]; then
   echo "test.sh: pip install . changed git status:" >&2; git status --short >&2; exit 1
 fi
 site=$(build-pip/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if ldd "$site"/stoker/_stoker*.so | grep -E 'libcuda|libcudart|libnvjpeg'; then
+  echo "test.sh: the pip-built module links a CUDA library" >&2; exit 1
+fi
 /usr/bin/python3 tests/compare_builds.py --cli build/stoker --cli build-clang/stoker \
   --python-site "$site" --photos "$STOKER_PHOTOS"
 

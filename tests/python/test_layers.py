@@ -94,9 +94,9 @@ def test_a_violation_is_named_and_fails(tree, capsys, rel, line, expect):
 
 
 def test_a_directory_outside_the_table_fails(tree):
-    write(tree, "src/gpu/kernel.c", '#include "core/error.h"\n')
+    write(tree, "src/dsp/kernel.c", '#include "core/error.h"\n')
     assert check_layers.check_includes(tree) == [
-        "src/gpu/kernel.c: directory src/gpu is not in the layer table (docs/layers.md, "
+        "src/dsp/kernel.c: directory src/dsp is not in the layer table (docs/layers.md, "
         "scripts/check_layers.py)"]
 
 
