@@ -72,6 +72,12 @@ def torch_device(cfg):
     return torch.device(cfg["device"])
 
 
+def check_epoch(loader, cfg):
+    if len(loader) == 0:
+        sys.exit("bench/gpu.py: %s has fewer images than a batch (%d; drop_last): pass a "
+                 "smaller --batch" % (cfg["dataset"], cfg["batch"]))
+
+
 def sync(dev):
     import torch
     if dev.type == "cuda":
@@ -87,6 +93,7 @@ def child_throughput(cfg):
                            pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
                            drop_last=True, output="torch", device=cfg["device"],
                            placement=cfg["placement"])
+    check_epoch(loader, cfg)
     it = iter(loader)
     images, _ = next(it)  # warm-up: threads, pool, device, first fill
     sync(dev)
@@ -137,6 +144,7 @@ def child_train(cfg):
                            drop_last=True, output="torch",
                            device=cfg["device"] if device_delivery else None,
                            placement=cfg["placement"] if device_delivery else "auto")
+    check_epoch(loader, cfg)
     it = iter(loader)
     next(it)  # warm-up
     wait = copy = step = 0.0

@@ -130,12 +130,55 @@ DATASETS = ["photos", "synthetic"]
 
 # --------------------------------------------------------------------------- fetching batches
 
+NP_DTYPE = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32,
+            "bfloat16": np.uint16}
+
+
+def cuda_torch():
+    """torch, when it has CUDA (a Debian torch is CPU-only), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+_driver = {}
+
+
+def driver_copy(images):
+    """A device batch copied to the host with the CUDA driver (ctypes), for
+    a Python without a CUDA torch: __dlpack__(stream=None) makes the legacy
+    default stream wait for the batch, and cuMemcpyDtoH (synchronous, on
+    that stream) is ordered after it."""
+    import ctypes
+    if "cu" not in _driver:
+        cu = ctypes.CDLL("libcuda.so.1")
+        dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+        n = int(images.device.split(":")[1])
+        for rc in (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(dev), n),
+                   cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+                   cu.cuCtxSetCurrent(ctx)):
+            assert rc == 0, "CUDA driver call failed: %d" % rc
+        cu.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        _driver["cu"] = cu
+    images.__dlpack__(stream=None)  # the capsule is dropped; the wait stays queued
+    out = np.empty(images.shape, NP_DTYPE[images.dtype])
+    rc = _driver["cu"].cuMemcpyDtoH_v2(out.ctypes.data, images.data_ptr(), out.nbytes)
+    assert rc == 0, "cuMemcpyDtoH failed: %d" % rc
+    return out
+
+
 def host_array(images):
     """A batch's image as a host NumPy array (a copy): raw element bits
-    (bfloat16 as uint16). A Batch in CUDA memory is fetched with torch."""
+    (bfloat16 as uint16). A Batch in CUDA memory is fetched with torch
+    (torch.from_dlpack: torch's current stream waits for it) when torch has
+    CUDA, else with the driver."""
     if getattr(images, "device", "cpu") == "cpu":
         return np.array(images)
-    import torch
+    torch = cuda_torch()
+    if torch is None:
+        return driver_copy(images)
     t = torch.from_dlpack(images)  # __dlpack__(stream=torch's current stream)
     assert t.is_cuda
     t = t.cpu()
@@ -266,6 +309,8 @@ def test_torch_and_numpy_outputs(synthetic):
     ref = reference(synthetic, spec)
     want = [w[0] for w in ref[:len(ref) // EPOCHS]]  # epoch 0
     torch = pytest.importorskip("torch")
+    if REAL and cuda_torch() is None:
+        pytest.skip("this torch has no CUDA (tests/gpu/run.sh: STOKER_GPU_PYTHON)")
     loader = stoker.Loader(synthetic, batch_size=BATCH, shuffle=True, seed=11, pipeline=spec,
                            num_threads=2, output="torch", device=DEVICE, placement="gpu")
     got = []
@@ -407,7 +452,9 @@ def test_batch_device_and_dlpack(synthetic):
         images.__dlpack__(stream=-1, dl_device=(1, 0))
     images.__dlpack__(stream=-1)
     images.__dlpack__(stream=None, dl_device=(2, n), max_version=(1, 0))
-    import torch
+    torch = cuda_torch()
+    if torch is None:
+        pytest.skip("this torch has no CUDA (tests/gpu/run.sh: STOKER_GPU_PYTHON)")
     s = torch.cuda.Stream(device=n)
     with torch.cuda.stream(s):
         t = torch.from_dlpack(images)  # __dlpack__(stream=s): s waits for the batch
