@@ -135,7 +135,6 @@ def calibrate_step(dev, step_ms):
 
 def child_train(cfg):
     stoker = import_stoker()
-    import torch
     dev = torch_device(cfg)
     a, k = calibrate_step(dev, cfg["step_ms"])
     device_delivery = cfg["way"] == "device"
