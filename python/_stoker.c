@@ -1927,11 +1927,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     /* The device options: borrowed by stk_loader_create, which copies them
      * (and the device string) before returning. */
     stk_device_options dev = {0};
-    if (device && *device) {
-        if (placement < STK_PLACE_AUTO || placement > STK_PLACE_GPU) {
-            PyErr_SetString(PyExc_ValueError, "placement must be 0 (auto), 1 (cpu) or 2 (gpu)");
-            return NULL;
-        }
+    if (device && *device) { /* placement is checked in loader_make */
         dev.device = device;
         dev.placement = (stk_placement)placement;
         o.device = &dev;
@@ -1995,6 +1991,10 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         o.flags |= STK_LOADER_EAGER;
     if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
+        return NULL;
+    }
+    if (o.device && (o.device->placement < STK_PLACE_AUTO || o.device->placement > STK_PLACE_GPU)) {
+        PyErr_SetString(PyExc_ValueError, "placement must be 0 (auto), 1 (cpu) or 2 (gpu)");
         return NULL;
     }
     if (convert_device != Py_None && !PyCallable_Check(convert_device)) {

@@ -360,6 +360,9 @@ def test_malformed_device_is_a_value_error(synthetic):
                       placement="fast")
     with pytest.raises(TypeError):
         stoker.Loader(synthetic, batch_size=BATCH, pipeline="imagenet-val", device=0)
+    with pytest.raises(ValueError, match="placement"):  # the extension checks it too
+        stoker._stoker._Loader(stoker.open(synthetic), "imagenet-val", device=DEVICE,
+                               placement=7)
     p = run_stoker("bench", synthetic, "--pipeline", "imagenet-val", "--device", "cuda:x",
                    check=False)
     assert p.returncode == 2, p.stderr
