@@ -330,6 +330,33 @@ def test_torch_and_numpy_outputs(synthetic):
         assert all(np.array_equal(g, w) for g, w in zip(got, want))
 
 
+@pytest.mark.parametrize("mode", ["batch", "elem"])
+def test_mixup_on_device_batches(synthetic, mode):
+    """stoker.Mixup on device batches (its per-row factors follow the
+    images to the GPU) equals Mixup on the host batches; soft labels stay
+    on the host."""
+    torch = pytest.importorskip("torch")
+    if REAL and cuda_torch() is None:
+        pytest.skip("this torch has no CUDA (tests/gpu/run.sh: STOKER_GPU_PYTHON)")
+    spec = "random_resized_crop 32 | flip 0.5 | normalize imagenet | to f32 chw"
+
+    def run(device):
+        mix = stoker.Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, mode=mode, num_classes=2)
+        loader = stoker.Loader(synthetic, batch_size=BATCH, shuffle=True, seed=5, pipeline=spec,
+                               num_threads=2, output="torch", device=device,
+                               batch_transform=mix)
+        return [(x.cpu().numpy().copy(), y.numpy().copy(), y.device.type) for x, y in loader]
+
+    want, got = run(None), run(DEVICE)
+    assert len(got) == len(want)
+    for (gx, gy, gdev), (wx, wy, _) in zip(got, want):
+        assert gdev == "cpu" and np.array_equal(gy, wy)
+        if REAL:
+            assert np.abs(gx - wx).max(initial=0.0) <= 1e-6
+        else:
+            assert np.array_equal(gx, wx)
+
+
 def test_cli_digest_equals_host(synthetic):
     """stoker bench --device: an emulated device's digest is the host
     loader's; on a real device --digest is refused (it reads host memory)."""
