@@ -1239,7 +1239,10 @@ typedef struct stk_loader_stats {
     uint32_t max_batches;    /* the cap on batch buffers, as resolved (defaults,
                                 memory_limit) */
     uint32_t reserved32_;    /* zeroed by the library */
-    uint64_t reserved_[1];   /* zeroed by the library */
+    /* CUDA backend, placement gpu (docs/gpu.md): rows whose decoded region
+     * did not fit the slot's staging memory, resampled on the CPU instead
+     * (the GPU did the rest). */
+    uint64_t gpu_head_rows;
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);

@@ -41,6 +41,10 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
 int stk_imgplan_run_spatial(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
                             void *out, stk_scratch *scratch, stk_spatial *sp, stk_scratch *work);
 
+/* The image plan of a compiled plan (plan.c), or NULL for a fixed-shape
+ * one (the GPU image pipeline, src/gpu/stage.c, reads it). */
+const stk_imgplan *stk_plan_image(const stk_plan *p);
+
 /* plan.c: compile the first `nops` ops of a parsed spec as a fixed-shape
  * plan writing uint8 HWC (the part of an image spec before its last pad). */
 int stk_plan_compile_prefix(const char *text, const stk_spec *spec, int nops, uint32_t in_h,

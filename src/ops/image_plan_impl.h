@@ -195,6 +195,25 @@ typedef struct stk_draws {
 int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
                      const float *boxes, uint32_t nboxes, stk_draws *d, stk_plan_trace *tr);
 
+/* The CPU half of the GPU image pipeline (src/gpu/stage.c): what a run
+ * does before its resample. Filled by stk_imgplan_prepare. */
+typedef struct stk_img_prepared {
+    stk_image_view view;     /* the region the windows touch (rows x cols x
+                                nc, in the scratch), the point-op table of
+                                the ops before the resize applied */
+    size_t ws_off;           /* scratch bytes in use (the view's and slack) */
+    stk_rs_params xp, yp;    /* both axes, in decoded pixels */
+    int32_t xf, yf;          /* the region's first index on each axis, relative
+                                to the axis' domain: stk_rs_build's base */
+    int need_h, need_v;      /* the passes to run (else the region is the
+                                head, rows mirrored when vflip) */
+} stk_img_prepared;
+
+/* Steps 1-6 of a run (image_run.c): size, draw (into *dr), choose the DCT
+ * scale, decode or copy the region, apply the first point-op table. */
+int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                        stk_scratch *scratch, stk_draws *dr, stk_img_prepared *pr);
+
 /* random_bbox_crop's draw (op_bbox_crop.c): torchvision.transforms.v2's
  * RandomIoUCrop on a W x H view with `nboxes` XYXY boxes. Fills the kept
  * rectangle, or the whole view when the drawn option is "no crop". */

@@ -194,21 +194,34 @@ int stk_imgplan_run_draws(const stk_imgplan *ip, const stk_plan_input *in, stk_r
     return run_impl(ip, in, rng, out, scratch, NULL, 1, dr);
 }
 
-static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
-                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
-                    stk_draws *dr_out)
+/* What steps 1-4 of a run found: where the pixels come from, the DCT
+ * scale, both axes in decoded pixels and the region they touch. */
+enum { SRC_ENC, SRC_RAW, SRC_PREFIX };
+typedef struct img_geo {
+    int kind;
+    stk_image_info info;
+    int64_t W, H;
+    unsigned d;
+    axis_plan xa, ya;
+    int64_t rx0, rx1, ry0, ry1;
+    int32_t cols, rows;
+} img_geo;
+
+/* Steps 1-4: size the input (running the prefix plan into the scratch),
+ * draw, choose the DCT scale, set up both axes; fill the trace. */
+static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                        stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
+                        stk_draws *dr, img_geo *g)
 {
-    enum { SRC_ENC, SRC_RAW, SRC_PREFIX } kind;
+    int kind;
     stk_image_info info;
     int64_t W, H;
     int rc, nc = ip->nc;
-    /* The draws: the caller's (stk_imgplan_run_draws hands them on to
-     * spatial.c), else this frame's. */
-    stk_draws own, *dr = dr_out ? dr_out : &own;
 
     if (trace)
         memset(trace, 0, sizeof *trace);
-    if (!in || !scratch || (decode_pixels && !out))
+    (void)decode_pixels;
+    if (!in || !scratch)
         return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL argument");
     if (!rng)
         return stk_fail(STK_EINVAL, "stk_plan_run_input: rng is NULL");
@@ -331,53 +344,36 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             t->aug_mag[k] = dr->aug[k].mag;
         }
     }
-    if (!decode_pixels)
-        return 0;
+    g->kind = kind;
+    g->info = info;
+    g->W = W;
+    g->H = H;
+    g->d = d;
+    g->xa = xa;
+    g->ya = ya;
+    g->rx0 = rx0;
+    g->rx1 = rx1;
+    g->ry0 = ry0;
+    g->ry1 = ry1;
+    g->cols = cols;
+    g->rows = rows;
+    return 0;
+}
 
-    /* 5. Workspace sizes. OW x OH x nc is the head's output here; after the
-     * uint8 stage (user ops may resize) it becomes the plan's output. */
-    const stk_rs_kernels *rk = ip->rk;
-    const stk_color_kernels *ck = ip->ck;
-    int group = nc == 3 ? rk->group : 0;
-    int32_t OW = (int32_t)ip->head_w, OH = (int32_t)ip->head_h;
-    int need_h = !xa.identity || dr->hflip, need_v = !ya.identity;
-    int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
-    size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
-    if (!bx || !by)
-        return stk_fail(STK_EDATA, "image geometry out of range");
-    size_t rowb = (size_t)OW * nc, tstride = al64(rowb + 64);
-    size_t tmp_bytes = (need_h || need_v) ? tstride * ((size_t)rows + (size_t)ky + 1) : 0;
-    size_t fplane = al64((size_t)ip->out_w * 4),
-           fimg = (size_t)ip->out_w * ip->out_h * 4 * (size_t)ip->fmt.nc;
-
-    /* Segments of the float tail: boundaries before contrast, rotation and
-     * blur (the last two read other rows of the image). */
-    int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
-    segb[0] = 0;
-    for (int k = 0; k < dr->nsteps; k++)
-        if (dr->steps[k].kind == S_CONTRAST || dr->steps[k].kind == S_ROT ||
-            dr->steps[k].kind == S_BLUR)
-            segb[nseg++] = k;
-    segb[nseg] = dr->nsteps;
-    int float_path = dr->nsteps > 0;
-    if (nseg > 1)
-        nimg = 1;
-    for (int s = 1; s < nseg - 1; s++)
-        if (dr->steps[segb[s]].kind == S_ROT || dr->steps[segb[s]].kind == S_BLUR)
-            nimg = 2;
-    /* Every term is below 2^50 (sides < 2^30, region under the pixel
-     * limit); refuse a sum no machine could hold rather than wrap. */
-    size_t aug_bytes = dr->naug || dr->nuser ? al64(ip->u8_bytes) : 0;
-    uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
-                    2 * (uint64_t)aug_bytes +
-                    (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
-    if (ws64 > SIZE_MAX / 4)
-        return stk_fail(STK_EDATA, "image too large for this pipeline (%llu bytes of buffers)",
-                        (unsigned long long)ws64);
-    size_t ws = (size_t)ws64;
+/* Step 6: the source pixels at the start of the scratch, with `ws` bytes
+ * of workspace after them at *ws_off (64-aligned, past the resample
+ * slack of `kx` taps, zeroed up to it); then the point-op table of the ops
+ * before the resize, applied to them. */
+static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scratch *scratch,
+                      const img_geo *g, const stk_draws *dr, size_t ws, int32_t kx,
+                      stk_image_view *view_out, size_t *ws_off_out)
+{
+    int rc, nc = ip->nc;
+    int kind = g->kind;
+    unsigned d = g->d;
+    int64_t W = g->W, rx0 = g->rx0, rx1 = g->rx1, ry0 = g->ry0, ry1 = g->ry1;
+    int32_t cols = g->cols, rows = g->rows;
     size_t slack = STK_RS_SLACK(kx, nc) + 64;
-
-    /* 6. The source pixels at the start of the scratch. */
     stk_image_view view;
     size_t src_end;
     if (kind == SRC_ENC) {
@@ -440,6 +436,96 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
             for (size_t i = 0; i < (size_t)cols * (size_t)nc; i++)
                 px[i] = dr->lut[0][px[i]];
         }
+    *view_out = view;
+    *ws_off_out = ws_off;
+    return 0;
+}
+
+int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                        stk_scratch *scratch, stk_draws *dr, stk_img_prepared *pr)
+{
+    img_geo g;
+    int rc;
+    if ((rc = img_geometry(ip, in, rng, scratch, NULL, 1, dr, &g)) < 0)
+        return rc;
+    int32_t kx = stk_rs_ksize(g.xa.p.scale, g.xa.p.filter);
+    if ((rc = img_source(ip, in, scratch, &g, dr, 0, kx, &pr->view, &pr->ws_off)) < 0)
+        return rc;
+    pr->xp = g.xa.p;
+    pr->yp = g.ya.p;
+    pr->xf = g.xa.f;
+    pr->yf = g.ya.f;
+    pr->need_h = !g.xa.identity || dr->hflip;
+    pr->need_v = !g.ya.identity;
+    return 0;
+}
+
+static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
+                    stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
+                    stk_draws *dr_out)
+{
+    int rc, nc = ip->nc;
+    /* The draws: the caller's (stk_imgplan_run_draws hands them on to
+     * spatial.c), else this frame's. */
+    stk_draws own, *dr = dr_out ? dr_out : &own;
+    img_geo g;
+    if (decode_pixels && !out)
+        return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL argument");
+    if ((rc = img_geometry(ip, in, rng, scratch, trace, decode_pixels, dr, &g)) < 0)
+        return rc;
+    if (!decode_pixels)
+        return 0;
+    axis_plan xa = g.xa, ya = g.ya;
+    int32_t rows = g.rows;
+
+    /* 5. Workspace sizes. OW x OH x nc is the head's output here; after the
+     * uint8 stage (user ops may resize) it becomes the plan's output. */
+    const stk_rs_kernels *rk = ip->rk;
+    const stk_color_kernels *ck = ip->ck;
+    int group = nc == 3 ? rk->group : 0;
+    int32_t OW = (int32_t)ip->head_w, OH = (int32_t)ip->head_h;
+    int need_h = !xa.identity || dr->hflip, need_v = !ya.identity;
+    int32_t ky = stk_rs_ksize(ya.p.scale, ya.p.filter), kx = stk_rs_ksize(xa.p.scale, xa.p.filter);
+    size_t bx = stk_rs_axis_bytes(&xa.p, group), by = stk_rs_axis_bytes(&ya.p, 0);
+    if (!bx || !by)
+        return stk_fail(STK_EDATA, "image geometry out of range");
+    size_t rowb = (size_t)OW * nc, tstride = al64(rowb + 64);
+    size_t tmp_bytes = (need_h || need_v) ? tstride * ((size_t)rows + (size_t)ky + 1) : 0;
+    size_t fplane = al64((size_t)ip->out_w * 4),
+           fimg = (size_t)ip->out_w * ip->out_h * 4 * (size_t)ip->fmt.nc;
+
+    /* Segments of the float tail: boundaries before contrast, rotation and
+     * blur (the last two read other rows of the image). */
+    int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
+    segb[0] = 0;
+    for (int k = 0; k < dr->nsteps; k++)
+        if (dr->steps[k].kind == S_CONTRAST || dr->steps[k].kind == S_ROT ||
+            dr->steps[k].kind == S_BLUR)
+            segb[nseg++] = k;
+    segb[nseg] = dr->nsteps;
+    int float_path = dr->nsteps > 0;
+    if (nseg > 1)
+        nimg = 1;
+    for (int s = 1; s < nseg - 1; s++)
+        if (dr->steps[segb[s]].kind == S_ROT || dr->steps[segb[s]].kind == S_BLUR)
+            nimg = 2;
+    /* Every term is below 2^50 (sides < 2^30, region under the pixel
+     * limit); refuse a sum no machine could hold rather than wrap. */
+    size_t aug_bytes = dr->naug || dr->nuser ? al64(ip->u8_bytes) : 0;
+    uint64_t ws64 = (uint64_t)bx + by + tmp_bytes + al64(rowb + 64) + al64(rowb * 4) +
+                    2 * (uint64_t)aug_bytes +
+                    (float_path ? 4 * (uint64_t)fplane + (uint64_t)nimg * al64(fimg) : 0) + 256;
+    if (ws64 > SIZE_MAX / 4)
+        return stk_fail(STK_EDATA, "image too large for this pipeline (%llu bytes of buffers)",
+                        (unsigned long long)ws64);
+    size_t ws = (size_t)ws64;
+
+    /* 6. The source pixels at the start of the scratch, the workspace after. */
+    stk_image_view view;
+    size_t ws_off;
+    if ((rc = img_source(ip, in, scratch, &g, dr, ws, kx, &view, &ws_off)) < 0)
+        return rc;
+    uint8_t *base = scratch->data;
 
     /* 7. Tables and buffers. */
     uint8_t *m = base + ws_off;

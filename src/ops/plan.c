@@ -689,6 +689,8 @@ int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void
     return 0;
 }
 
+const stk_imgplan *stk_plan_image(const stk_plan *p) { return p ? p->img : NULL; }
+
 int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng, void *out,
                        stk_scratch *scratch)
 {

@@ -70,6 +70,8 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "format/dataset.h"
+#include "gpu/device.h"
+#include "gpu/stage.h"
 #include "ops/plan.h"
 #include "pipeline/fields.h"
 #include "pipeline/sampler.h"
@@ -120,6 +122,10 @@ typedef struct slot {
     uint64_t *indices;  /* batch_size dataset indices */
     uint8_t *row_ok;    /* batch_size: 0 = skipped under the skip policy */
     stk_slot_fields *fields; /* the other fields' buffers (NULL: image, label) */
+    /* With a device (gpu/stage.h): the pinned staging, the device buffers,
+     * the slot's stream and events. COPY mode: data is gb.host. Its
+     * consumer_* and release_pending fields are guarded by loader->mu. */
+    stk_gpu_batch gb;
 
     /* Everything below is guarded by loader->mu. */
     slot_state state;
@@ -190,6 +196,12 @@ struct stk_loader {
     uint64_t aug_seed;          /* seed of the augmentation draws */
     uint64_t list_size;         /* entries in an epoch's list (the sampler's M) */
     worker *workers;            /* threads_max, owned */
+    /* The CUDA backend (NULL without a device): the device and the
+     * pipeline split (gpu/stage.h), owned. */
+    stk_gpu *gpu;
+    stk_gpu_pipe *gpipe;
+    stk_gpu_mode gmode;
+    _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* workers: something to fill, or stop */
@@ -271,7 +283,10 @@ struct stk_loader {
 static void slot_free_buffers(const stk_loader *l, slot *s)
 {
     stk_slot_fields_free(l->lf, s->fields);
-    stk_aligned_free(s->data);
+    if (l->gpipe)
+        stk_gpu_batch_free(l->gpipe, &s->gb); /* data was gb.host or NULL */
+    else
+        stk_aligned_free(s->data);
     free(s->labels);
     free(s->indices);
     free(s->row_ok);
@@ -286,18 +301,28 @@ static int slot_alloc(stk_loader *l, slot *s)
         return stk_fail(STK_ELIMIT, "loader: a batch of %u samples of %zu bytes is too large", b,
                         l->sample_bytes);
     memset(s, 0, sizeof *s);
-    s->data = stk_aligned_alloc((size_t)bytes);
+    if (l->gpipe) {
+        int rc = stk_gpu_batch_init(l->gpipe, &s->gb);
+        if (rc < 0) {
+            memset(s, 0, sizeof *s);
+            return rc;
+        }
+        /* COPY: rows are written into the pinned batch; else staged. */
+        s->data = l->gmode == STK_GPU_COPY ? s->gb.host : NULL;
+    } else {
+        s->data = stk_aligned_alloc((size_t)bytes);
+    }
     s->labels = calloc(b, sizeof *s->labels);
     s->indices = calloc(b, sizeof *s->indices);
     s->row_ok = calloc(l->opt.batch_size, 1);
-    if (s->data && l->lf->extra) {
+    if ((s->data || l->gpipe) && l->lf->extra) {
         int rc = stk_slot_fields_alloc(l->lf, b, &s->fields);
         if (rc < 0) {
             slot_free_buffers(l, s);
             return rc;
         }
     }
-    if (!s->data || !s->labels || !s->indices || !s->row_ok) {
+    if ((!s->data && !l->gpipe) || !s->labels || !s->indices || !s->row_ok) {
         slot_free_buffers(l, s);
         return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
                         (unsigned long long)bytes);
@@ -437,6 +462,13 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1, ra_batc
             slot *s = &l->slots[i];
             if (s->state != SLOT_FREE)
                 continue;
+            /* The slot's previous batch: its copy must have read the
+             * staging memory (normally long done: it was consumed). */
+            int grc = l->gpipe ? stk_gpu_batch_begin(l->gpipe, &s->gb) : 0;
+            if (grc < 0) {
+                fail_locked(l, grc);
+                return NULL;
+            }
             uint64_t epoch, pos, start;
             seq_place(l, l->fill_seq, &epoch, &pos, &start);
             uint64_t first = pos * l->opt.batch_size;
@@ -476,8 +508,9 @@ static void compact_rows(stk_loader *l, worker *w, slot *s)
         if (!s->row_ok[i])
             continue;
         if (out != i) {
-            memmove(s->data + (size_t)out * k * l->sample_bytes,
-                    s->data + (size_t)i * k * l->sample_bytes, (size_t)k * l->sample_bytes);
+            if (s->data) /* (staged GPU rows are placed at submit) */
+                memmove(s->data + (size_t)out * k * l->sample_bytes,
+                        s->data + (size_t)i * k * l->sample_bytes, (size_t)k * l->sample_bytes);
             memmove(s->labels + (size_t)out * k, s->labels + (size_t)i * k, k * sizeof *s->labels);
             memmove(s->indices + (size_t)out * k, s->indices + (size_t)i * k,
                     k * sizeof *s->indices);
@@ -543,9 +576,13 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
                 stk_rng rng;
                 stk_rng_init(&rng, l->aug_seed, place.draw_domain, epoch,
                              place.draw | (uint64_t)v << 56);
-                rc = stk_plan_run_input(l->plan, &in, &rng,
-                                        s->data + ((size_t)row * k + v) * l->sample_bytes,
-                                        &w->plan_scratch);
+                if (!s->data) /* a GPU pipeline stages the row (gpu/stage.c) */
+                    rc = stk_gpu_stage_row(l->gpipe, &s->gb, row * k + v, &in, &rng,
+                                           &w->plan_scratch);
+                else
+                    rc = stk_plan_run_input(l->plan, &in, &rng,
+                                            s->data + ((size_t)row * k + v) * l->sample_bytes,
+                                            &w->plan_scratch);
             }
             /* A zero-copy view whose file shrank under it (mapped shards)
              * read zeros: fail the row with that reason, naming the record. */
@@ -568,6 +605,9 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
             s->indices[(size_t)row * k + v] = index;
         }
         s->row_ok[row] = rc == 0;
+        if (rc < 0 && !s->data && l->gpipe)
+            for (uint32_t v = 0; v < k; v++)
+                stk_gpu_stage_skip(l->gpipe, &s->gb, row * k + v);
         if (rc == STK_EDATA && l->opt.on_error == STK_ON_ERROR_SKIP) {
             (*skipped)++;
             rc = 0;
@@ -645,7 +685,7 @@ static void *worker_main(void *arg)
             continue;
         }
         if (s->done_rows == s->rows && s->active == 0) {
-            if (s->skipped || (s->fields && l->lf->nvar)) {
+            if (s->skipped || (s->fields && l->lf->nvar) || l->gpipe) {
                 /* Compact and collate unlocked; staying "active" keeps a
                  * concurrent reset from freeing the slot under us. */
                 s->active++;
@@ -658,6 +698,16 @@ static void *worker_main(void *arg)
                     uint64_t t0 = stk_ticks();
                     crc = stk_slot_fields_collate(l->lf, s->fields,
                                                   (s->rows - s->skipped) * l->views);
+                    atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0,
+                                              memory_order_relaxed);
+                }
+                if (crc == 0 && l->gpipe) { /* copy and kernels, queued on the slot's stream */
+                    uint64_t t0 = stk_ticks();
+                    stk_gpu_batch *gb = &s->gb;
+                    crc = stk_gpu_batch_submit(l->gpipe, gb, s->rows * l->views,
+                                               (s->rows - s->skipped) * l->views);
+                    atomic_fetch_add_explicit(&l->gpu_head_rows, gb->fallbacks,
+                                              memory_order_relaxed);
                     atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0,
                                               memory_order_relaxed);
                 }
@@ -888,6 +938,28 @@ static int plan_knobs(stk_loader *l)
     return 0;
 }
 
+/* The CUDA backend (docs/gpu.md): open opt.device, if any, and choose the
+ * split of the work for this spec (gpu/stage.h). */
+static int open_device(stk_loader *l, const char *spec)
+{
+    const stk_device_options *d = l->opt.device;
+    l->opt.device = NULL; /* the caller's; copied here */
+    if (!d || !d->device || !d->device[0] || !strcmp(d->device, "cpu"))
+        return 0;
+    if (d->flags)
+        return stk_fail(STK_EINVAL, "stk_device_options: flags 0x%x: no flags are defined",
+                        d->flags);
+    int rc = stk_gpu_open(d->device, &l->gpu);
+    if (rc < 0)
+        return rc;
+    rc = stk_gpu_pipe_create(l->gpu, l->plan, spec, d->placement, l->lf->extra,
+                             l->opt.batch_size * l->views, &l->gpipe);
+    if (rc < 0)
+        return rc;
+    l->gmode = stk_gpu_pipe_mode(l->gpipe);
+    return 0;
+}
+
 int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
                       stk_loader **out)
 {
@@ -971,6 +1043,8 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
                               l->layout == STK_CHW ? l->sample_shape[2] : l->sample_shape[1]);
     if ((rc = plan_knobs(l)) < 0)
         goto fail_early;
+    if ((rc = open_device(l, spec)) < 0)
+        goto fail_early;
 
     /* Chunks: a few per thread per batch, so all threads share one batch
      * without locking per sample. */
@@ -1016,6 +1090,8 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
 fail_early:
     for (uint32_t i = 0; i < l->nslots; i++)
         slot_free_buffers(l, &l->slots[i]);
+    stk_gpu_pipe_free(l->gpipe);
+    stk_gpu_close(l->gpu);
     free(l->slots);
     free(l->workers);
     free(l->events);
@@ -1091,6 +1167,8 @@ void stk_loader_destroy(stk_loader *l)
         stk_dataset_access_hint(l->ds, STK_ACCESS_RESUME);
     for (uint32_t i = 0; i < l->nslots; i++)
         slot_free_buffers(l, &l->slots[i]);
+    stk_gpu_pipe_free(l->gpipe);
+    stk_gpu_close(l->gpu);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
     pthread_cond_destroy(&l->park_cv);
@@ -1463,6 +1541,20 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     b->position = s->position;
     b->skipped = s->skipped;
     b->handle = batch_handle(s->ticket, (uint32_t)(s - l->slots));
+    if (l->gpipe) {
+        b->data = (void *)(uintptr_t)s->gb.d_out;
+        b->device_type = stk_gpu_emulated(l->gpu) ? STK_DEVICE_HOST : STK_DEVICE_CUDA;
+        b->device_id = stk_gpu_ordinal(l->gpu);
+        b->stream = s->gb.stream;
+        b->event = s->gb.event;
+        s->gb.consumer_known = 0;
+    }
+}
+
+/* What a lent batch of slot s has in `data`. */
+static const void *slot_lent_data(const stk_loader *l, const slot *s)
+{
+    return l->gpipe ? (const void *)(uintptr_t)s->gb.d_out : (const void *)s->data;
 }
 
 int stk_loader_next(stk_loader *l, stk_batch *batch)
@@ -1565,15 +1657,43 @@ int stk_loader_release(stk_loader *l, stk_batch *b)
     uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
     slot *s = index < l->nslots ? &l->slots[index] : NULL;
     if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
-        s->data != b->data) {
+        slot_lent_data(l, s) != b->data) {
         rc = stk_fail(STK_ESTATE, "stk_loader_release: this batch is not lent (released twice?)");
     } else {
+        /* The device buffer is rewritten only after the consumer's stream
+         * passes this point (stk_gpu_batch_submit waits for it there). */
+        if (l->gpipe && s->gb.consumer_known &&
+            stk_gpu_event_record(l->gpu, s->gb.release_event, s->gb.consumer_stream) == 0)
+            s->gb.release_pending = 1;
         s->state = SLOT_FREE;
         pthread_cond_broadcast(&l->work_cv);
         pthread_cond_broadcast(&l->ready_cv);
     }
     pthread_mutex_unlock(&l->mu);
     b->data = NULL;
+    return rc;
+}
+
+int stk_loader_batch_wait(const stk_loader *l, const stk_batch *b, uint64_t stream)
+{
+    if (!l || !b)
+        return stk_fail(STK_EINVAL, "stk_loader_batch_wait: NULL argument");
+    stk_loader *ml = (stk_loader *)l; /* the lock and the slot's consumer stream */
+    int rc = 0;
+    pthread_mutex_lock(&ml->mu);
+    uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
+    slot *s = index < ml->nslots ? &ml->slots[index] : NULL;
+    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
+        slot_lent_data(ml, s) != b->data) {
+        rc = stk_fail(STK_EINVAL, "stk_loader_batch_wait: this batch is not lent by this loader");
+    } else if (ml->gpipe) {
+        rc = stk_gpu_stream_wait_event(ml->gpu, stream, s->gb.event);
+        if (rc == 0) {
+            s->gb.consumer_stream = stream;
+            s->gb.consumer_known = 1;
+        }
+    }
+    pthread_mutex_unlock(&ml->mu);
     return rc;
 }
 
@@ -1596,7 +1716,7 @@ int stk_loader_field(const stk_loader *l, const stk_batch *b, uint32_t i, stk_ba
         uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
         s = index < l->nslots ? &l->slots[index] : NULL;
         if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
-            s->data != b->data)
+            slot_lent_data(l, s) != b->data)
             s = NULL;
         pthread_mutex_unlock(&ml->mu);
         if (!s)
@@ -1802,6 +1922,7 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     st->batches_allocated = l->nslots;
     st->pool_exhausted = l->pool_exhausted;
     st->memory_bytes = memory_locked(l);
+    st->gpu_head_rows = atomic_load_explicit(&l->gpu_head_rows, memory_order_relaxed);
     st->threads = l->active;
     st->prefetch = l->prefetch;
     st->decisions = l->decisions;

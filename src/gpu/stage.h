@@ -1,0 +1,87 @@
+/*
+ * stage.h — the GPU image pipeline of one loader: what the CPU stages per
+ * row, and what one batch queues on its device (internal; docs/gpu.md,
+ * essay in stage.c).
+ */
+#ifndef STK_GPU_STAGE_H
+#define STK_GPU_STAGE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "core/util.h"
+#include "gpu/device.h"
+#include "ops/plan.h"
+
+/* How a loader uses its device (chosen at create from the placement and
+ * the spec; stk_gpu_pipe_create):
+ *   STK_GPU_COPY     the CPU runs the whole spec into a pinned batch; the
+ *                    batch is copied to the device as is.
+ *   STK_GPU_FORMAT   the CPU runs the spec up to its uint8 image (uint8
+ *                    HWC crosses the bus); the GPU normalizes, converts
+ *                    and lays out.
+ *   STK_GPU_AUGMENT  the CPU decodes the region the crop needs; the GPU
+ *                    resamples, applies the tables and the colour steps,
+ *                    normalizes, converts and lays out. */
+typedef enum stk_gpu_mode { STK_GPU_COPY = 0, STK_GPU_FORMAT = 1, STK_GPU_AUGMENT = 2 } stk_gpu_mode;
+
+typedef struct stk_gpu_pipe stk_gpu_pipe;
+
+/* Choose the mode for `plan` under `placement` (STK_EINVAL naming the op
+ * that keeps the spec on the CPU when placement is STK_PLACE_GPU). `spec`
+ * is the spec's text (for messages); `host_fields`: the loader delivers
+ * fields besides image and label that the image's geometry moves (masks,
+ * boxes), which keeps the spec on the CPU. `rows`: output rows per batch.
+ * Borrows g and plan. */
+int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
+                        stk_placement placement, int host_fields, uint32_t rows,
+                        stk_gpu_pipe **out);
+void stk_gpu_pipe_free(stk_gpu_pipe *p);
+stk_gpu_mode stk_gpu_pipe_mode(const stk_gpu_pipe *p);
+const char *stk_gpu_mode_name(stk_gpu_mode m);
+/* Why the mode is what it is ("colour jitter runs on the GPU", "rotate has
+ * no GPU kernel", ...): for stats and the CLI. */
+const char *stk_gpu_pipe_reason(const stk_gpu_pipe *p);
+
+/* One batch's buffers (one per loader slot). Host memory is pinned. */
+typedef struct stk_gpu_batch {
+    uint8_t *host;        /* COPY: the batch; else records, then the stage arena */
+    size_t host_bytes;
+    uint64_t d_stage, d_work, d_rowsum, d_out;
+    uint64_t stream, event;
+    uint64_t release_event; /* recorded on the consumer's stream at release */
+    /* Guarded by the loader's mutex: */
+    uint64_t consumer_stream; /* the last stream stk_loader_batch_wait named */
+    int consumer_known;
+    int release_pending;      /* release_event recorded, not yet waited on */
+    int in_flight;            /* queued work reads `host`: sync before reuse */
+    /* The arena's allocator (mu): bytes handed out of the stage arena and
+     * of the work arena, rows not yet staged. */
+    pthread_mutex_t mu;
+    size_t stage_used, work_used;
+    uint32_t unstaged;
+    uint32_t fallbacks;       /* rows staged as heads (the region did not fit) */
+} stk_gpu_batch;
+
+int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b);
+void stk_gpu_batch_free(stk_gpu_pipe *p, stk_gpu_batch *b);
+/* Before the first row of a new batch is written: waits (host) for the
+ * previous batch's copy to have read the staging memory, empties the
+ * arena. */
+int stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b);
+
+/* FORMAT/AUGMENT: stage output row `row` from one sample and its rng (a
+ * worker, no lock; rows are disjoint). Errors as stk_plan_run_input. */
+int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk_plan_input *in,
+                      stk_rng *rng, stk_scratch *scratch);
+/* Mark output row `row` as left out (skip policy). */
+void stk_gpu_stage_skip(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row);
+
+/* Queue the batch: output rows [0, staged) were staged, `rows` of them
+ * kept (COPY: the first `rows` rows of b->host, already compacted); the
+ * kept ones go in row order into d_out; then record b->event. The worker
+ * that finished the batch. */
+int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uint32_t rows);
+
+#endif
