@@ -2850,7 +2850,7 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
     stk_loader_stats s;
     stk_loader_stats_get(self->l, &s);
     return Py_BuildValue(
-        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsK}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsKsK}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped,
         "read_s", s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s,
         "consumer_wait_s", s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
@@ -2858,7 +2858,8 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         "batches_alive", self->lent, "gc_collects", (unsigned long long)self->gc_collects,
         "decode_s", s.decode_s, "collate_s", s.collate_s, "consumer_step_s", s.step_s,
         "memory_bytes", (unsigned long long)s.memory_bytes, "threads", s.threads, "prefetch",
-        s.prefetch, "decisions", (unsigned long long)s.decisions);
+        s.prefetch, "decisions", (unsigned long long)s.decisions, "gpu_head_rows",
+        (unsigned long long)s.gpu_head_rows);
 }
 
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)

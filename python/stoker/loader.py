@@ -1049,7 +1049,10 @@ class Loader:
         ``batches_allocated`` and ``pool_bytes`` (the buffer
         pool now), ``pool_exhausted`` (next() calls that found every buffer
         held), ``batches_alive`` (batches Python still references),
-        ``gc_collects`` (gc.collect() runs made to recover buffers)."""
+        ``gc_collects`` (gc.collect() runs made to recover buffers),
+        ``gpu_head_rows`` (device=, placement 'gpu': rows whose decoded
+        region did not fit the staging memory and were resampled on the
+        CPU; docs/gpu.md)."""
         return self._core.stats()
 
     @property

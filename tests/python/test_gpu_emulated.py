@@ -412,6 +412,7 @@ def test_cpu_device_is_host(synthetic):
     assert loader.device == DEVICE and loader.placement == "cpu"
     assert "device=%s placement=cpu" % DEVICE in repr(loader)
     assert loader.options["device"] == DEVICE
+    assert loader.stats()["gpu_head_rows"] == 0
 
 
 @pytest.mark.skipif(REAL, reason="this machine has a CUDA driver")
