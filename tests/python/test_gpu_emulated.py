@@ -335,7 +335,7 @@ def test_mixup_on_device_batches(synthetic, mode):
     """stoker.Mixup on device batches (its per-row factors follow the
     images to the GPU) equals Mixup on the host batches; soft labels stay
     on the host."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     if REAL and cuda_torch() is None:
         pytest.skip("this torch has no CUDA (tests/gpu/run.sh: STOKER_GPU_PYTHON)")
     spec = "random_resized_crop 32 | flip 0.5 | normalize imagenet | to f32 chw"
