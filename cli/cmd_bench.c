@@ -15,6 +15,12 @@
  * little-endian — printed as "digest: <32 hex digits>". The same seed gives
  * the same digest for any thread count (tests/cli_smoke.cmake and
  * tests/python/test_cli.py check it).
+ *
+ * --device cuda:N [--placement auto|cpu|gpu]: batches delivered in CUDA
+ * memory (docs/gpu.md). The consumer still does nothing with them on the
+ * device; the report says where they arrived. --digest reads the batch on
+ * the host, so it needs host batches (an emulated device's are:
+ * STOKER_CUDA_EMULATE=1); a real device batch with --digest is an error.
  */
 #include "cli.h"
 
@@ -63,6 +69,9 @@ static const char bench_usage[] =
     "      --num-samples N    samples per epoch (default: the dataset or subset)\n"
     "      --aug-seed S       seed of the augmentations (default: --seed)\n"
     "      --views K          K augmented views of each sample per batch (1)\n"
+    "      --device DEV       deliver batches on DEV: cpu (default) or cuda:N\n"
+    "      --placement P      with --device cuda:N: gpu (augment on the GPU), cpu\n"
+    "                         (augment on the CPU, copy) or auto (default)\n"
     "      --on-error POLICY  raise (default) or skip corrupt samples\n"
     "      --digest           print 'digest: HEX', a hash of every batch and label\n"
     "      --json             print one JSON object instead of text\n"
@@ -83,8 +92,13 @@ typedef struct bench_args {
     stk_sampling sampling; /* arrays owned, freed by cli_sampling_free */
     uint64_t epochs;
     double step_ms; /* --step-ms: the consumer sleeps this long per batch */
+    const char *device; /* --device (NULL: host memory) */
+    stk_placement placement; /* --placement */
+    bool placement_set;
     bool digest, json;
 } bench_args;
+
+static const char *const placement_name[] = {"auto", "cpu", "gpu"};
 
 static const char *dtype_name(stk_dtype d)
 {
@@ -113,6 +127,13 @@ static int run_bench(const bench_args *a)
     stk_loader *l = NULL;
     XXH3_state_t *hash = NULL;
 
+    /* Where the batches are delivered (the loader copies these at create). */
+    stk_loader_options opt = a->opt;
+    stk_device_options dev = {.device = a->device, .placement = a->placement};
+    if (a->device)
+        opt.device = &dev;
+    int32_t got_type = 0, got_id = 0; /* where the batches arrived (the last one) */
+
     struct timespec ts0, ts1;
     clock_gettime(CLOCK_MONOTONIC, &ts0);
 
@@ -120,7 +141,7 @@ static int run_bench(const bench_args *a)
         cli_error("%s", stk_errmsg());
         goto done;
     }
-    if ((rc = stk_loader_create(ds, a->pipeline, &a->opt, &l)) < 0) {
+    if ((rc = stk_loader_create(ds, a->pipeline, &opt, &l)) < 0) {
         cli_error("%s", stk_errmsg());
         /* A bad spec, or options the loader refuses (--threads over its
          * limit, --rank/--world-size/--drop-last leaving nothing): usage. */
@@ -144,6 +165,16 @@ static int run_bench(const bench_args *a)
             skipped += b.skipped; /* stats would also count prefetched batches */
             batches++;
             bytes += (uint64_t)b.size * b.sample_bytes;
+            got_type = b.device_type;
+            got_id = b.device_id;
+            if (hash && b.device_type == STK_DEVICE_CUDA) {
+                cli_error("--digest reads batches on the host, but this one is in CUDA memory "
+                          "(cuda:%d); digest an emulated device (STOKER_CUDA_EMULATE=1) or use "
+                          "the Python module",
+                          (int)b.device_id);
+                stk_loader_release(l, &b);
+                goto done;
+            }
             if (hash) {
                 XXH3_128bits_update(hash, b.data, (size_t)b.size * b.sample_bytes);
                 for (uint32_t i = 0; i < b.size; i++) {
@@ -203,9 +234,18 @@ static int run_bench(const bench_args *a)
                  (unsigned long long)h.low64);
     }
 
+    char where[32] = "host";
+    if (got_type == STK_DEVICE_CUDA)
+        snprintf(where, sizeof where, "cuda:%d", (int)got_id);
+
     if (a->json) {
         printf("{\"dataset\": ");
         json_string(a->dataset);
+        printf(", \"device\": ");
+        json_string(a->device ? a->device : "cpu");
+        if (a->device)
+            printf(", \"placement\": \"%s\", \"delivered\": \"%s\"",
+                   placement_name[a->placement], where);
         printf(", \"pipeline\": ");
         json_string(a->pipeline);
         printf(", \"samples\": %llu, \"batches\": %llu, \"epochs\": %llu, \"batch_size\": %u, "
@@ -250,6 +290,9 @@ static int run_bench(const bench_args *a)
                (unsigned long long)samples, (unsigned long long)batches,
                (unsigned long long)a->epochs, st.threads, a->opt.threads ? "" : " (auto)",
                st.prefetch, a->opt.prefetch ? "" : " (auto)");
+        if (a->device)
+            printf("  device:     %s, placement %s; batches delivered in %s memory\n",
+                   a->device, placement_name[a->placement], where);
         printf("  throughput: %.0f samples/s, %.1f MB/s (%.3f s)\n", sps, mbps, elapsed);
         printf("  stages:     read %.3f s, decode %.3f s, augment %.3f s, worker idle %.3f s "
                "(summed over threads); consumer wait %.3f s, step %.3f s\n",
@@ -283,7 +326,7 @@ done:
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
        OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW, OPT_INDICES,
        OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY, OPT_FIELDS,
-       OPT_STEP };
+       OPT_STEP, OPT_DEVICE, OPT_PLACEMENT };
 
 /* N or "auto" (0). */
 static bool parse_count_or_auto(const char *s, const char *opt, uint32_t *out)
@@ -342,6 +385,8 @@ static const struct option bench_options[] = {
     {"num-samples", required_argument, NULL, OPT_NUM_SAMPLES},
     {"aug-seed", required_argument, NULL, OPT_AUG_SEED},
     {"views", required_argument, NULL, OPT_VIEWS},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"placement", required_argument, NULL, OPT_PLACEMENT},
     {"digest", no_argument, NULL, OPT_DIGEST},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},
@@ -395,6 +440,23 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
             a->opt.flags |= STK_LOADER_AUG_SEED;
             break;
         case OPT_VIEWS: if (!cli_parse_count(optarg, "--views", &a->opt.views)) return EXIT_USAGE; break;
+        case OPT_DEVICE:
+            /* "cpu" (or "") is host memory; the loader checks "cuda[:N]" */
+            a->device = !strcmp(optarg, "cpu") || !*optarg ? NULL : optarg;
+            break;
+        case OPT_PLACEMENT: {
+            int p = -1;
+            for (int i = 0; i < 3; i++)
+                if (!strcmp(optarg, placement_name[i]))
+                    p = i;
+            if (p < 0) {
+                cli_error("--placement: expected 'auto', 'cpu' or 'gpu', got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            a->placement = (stk_placement)p;
+            a->placement_set = true;
+            break;
+        }
         case OPT_DIGEST: a->digest = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_ON_ERROR:
@@ -421,6 +483,10 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
     }
     if (a->epochs == 0) {
         cli_error("--epochs must be at least 1");
+        return EXIT_USAGE;
+    }
+    if (a->placement_set && !a->device) {
+        cli_error("--placement needs --device cuda:N (it says what the GPU does)");
         return EXIT_USAGE;
     }
     if (cli_sampling_set(&a->sampling))

@@ -85,7 +85,7 @@ int stk_py_ops_add(PyObject *module, PyObject *(*raise)(int code, const char *ms
 /* ------------------------------------------------------------------------ */
 
 enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4 };
-enum { DL_CPU = 1 };
+enum { DL_CPU = 1, DL_CUDA = 2 }; /* DLDeviceType: kDLCPU, kDLCUDA */
 
 typedef struct {
     int32_t device_type;
@@ -238,11 +238,13 @@ static int conv_u32(PyObject *o, void *out)
 /* ------------------------------------------------------------------------ */
 
 typedef struct view {
-    void *data;
+    void *data; /* host memory, or a CUdeviceptr when dev_type is DL_CUDA */
     int ndim; /* 1..4 */
     int kind;
     Py_ssize_t shape[4];
     Py_ssize_t strides[4]; /* bytes, C-contiguous */
+    int32_t dev_type;      /* DL_CPU (view_init), or DL_CUDA for a device batch */
+    int32_t dev_id;        /* the CUDA ordinal of a DL_CUDA view */
 } view;
 
 static void view_init(view *v, void *data, int kind, int ndim, const int64_t *shape)
@@ -250,6 +252,8 @@ static void view_init(view *v, void *data, int kind, int ndim, const int64_t *sh
     v->data = data;
     v->kind = kind;
     v->ndim = ndim;
+    v->dev_type = DL_CPU;
+    v->dev_id = 0;
     Py_ssize_t stride = kinds[kind].size;
     for (int i = ndim - 1; i >= 0; i--) {
         v->shape[i] = (Py_ssize_t)shape[i];
@@ -286,6 +290,14 @@ static PyObject *view_shape_tuple(const view *v)
  * The memory belongs to whoever holds the owner, so writing is allowed. */
 static int view_getbuffer(PyObject *owner, const view *v, Py_buffer *b, int flags)
 {
+    if (v->dev_type != DL_CPU) {
+        b->obj = NULL;
+        PyErr_Format(PyExc_BufferError,
+                     "this batch is in CUDA memory (cuda:%d): the buffer protocol (numpy, "
+                     "memoryview) reads host memory only; use DLPack (torch.from_dlpack)",
+                     (int)v->dev_id);
+        return -1;
+    }
     int multi = 0; /* dimensions longer than 1 */
     for (int i = 0; i < v->ndim; i++)
         multi += v->shape[i] > 1;
@@ -387,8 +399,8 @@ static void dl_fill(DLTensor *t, const view *v, int64_t *shape, int64_t *strides
         strides[i] = v->strides[i] / size;
     }
     t->data = v->data;
-    t->device.device_type = DL_CPU;
-    t->device.device_id = 0;
+    t->device.device_type = v->dev_type;
+    t->device.device_id = v->dev_id;
     t->ndim = v->ndim;
     t->dtype.code = kinds[v->kind].dl_code;
     t->dtype.bits = kinds[v->kind].dl_bits;
@@ -436,15 +448,74 @@ static PyObject *view_capsule(PyObject *owner, const view *v, int versioned)
     return cap;
 }
 
-/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) */
-static PyObject *view_dlpack(PyObject *owner, const view *v, PyObject *args, PyObject *kwargs)
+/* DLPack's stream protocol (the array API standard's __dlpack__): the
+ * consumer passes the stream it will read the tensor on, and a producer
+ * whose data is being written asynchronously makes that stream wait first.
+ * For CUDA the values are: None, the legacy default stream (the default);
+ * 1, the legacy default stream (CU_STREAM_LEGACY); 2, the per-thread
+ * default stream (CU_STREAM_PER_THREAD); > 2, a CUstream; -1, "do not
+ * synchronise" (the consumer orders the work itself). 0 is ambiguous and
+ * refused, as are other negative values. Sets *stream to the CUstream to
+ * pass to stk_loader_batch_wait (None: 0, the C API's legacy default
+ * stream) and *sync to 0 for -1. Returns 0, or -1 with an exception. */
+static int dlpack_stream(PyObject *obj, uint64_t *stream, int *sync)
+{
+    *stream = 0;
+    *sync = 1;
+    if (obj == Py_None)
+        return 0;
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be None or an int, not %s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow > 0) { /* a CUstream above 2**63 (a pointer) */
+        unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "__dlpack__: stream %R is not a CUDA stream", obj);
+            return -1;
+        }
+        *stream = (uint64_t)u;
+        return 0;
+    }
+    if (v == -1 && !overflow && PyErr_Occurred())
+        return -1;
+    if (v == -1 && !overflow) {
+        *sync = 0;
+        return 0;
+    }
+    if (v == 0 || v < -1 || overflow) {
+        PyErr_Format(PyExc_ValueError,
+                     "__dlpack__: stream %R is not valid for a CUDA array (None or 1: the legacy "
+                     "default stream, 2: the per-thread default stream, a CUstream, or -1: no "
+                     "synchronisation; 0 is ambiguous and refused by the DLPack standard)",
+                     obj);
+        return -1;
+    }
+    *stream = (uint64_t)v;
+    return 0;
+}
+
+/* Make `stream` wait for the device batch that `batch` (a Batch) holds
+ * (stk_loader_batch_wait); defined with Batch below. */
+static int batch_wait_stream(PyObject *batch, uint64_t stream);
+
+/* __dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)
+ * of a view over `owner`'s memory. `batch` is the Batch whose buffer the
+ * view shares (NULL for an _Array): a CUDA view makes the consumer's stream
+ * wait for it before handing out the capsule. A host view ignores stream
+ * (host memory is complete when delivered). */
+static PyObject *view_dlpack(PyObject *owner, const view *v, PyObject *batch, PyObject *args,
+                             PyObject *kwargs)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOO:__dlpack__", kwlist, &stream,
                                      &max_version, &dl_device, &copy))
         return NULL;
-    (void)stream; /* CPU memory: no stream to synchronise with */
     if (copy != Py_None && PyObject_IsTrue(copy)) {
         PyErr_SetString(PyExc_BufferError,
                         "stoker arrays are exported without copying (copy=True is not supported)");
@@ -454,8 +525,15 @@ static PyObject *view_dlpack(PyObject *owner, const view *v, PyObject *args, PyO
         int type = -1, id = -1;
         if (!PyArg_ParseTuple(dl_device, "ii", &type, &id))
             return NULL;
-        if (type != DL_CPU) {
+        if (v->dev_type == DL_CPU && type != DL_CPU) {
             PyErr_SetString(PyExc_BufferError, "stoker arrays live in CPU memory (device (1, 0))");
+            return NULL;
+        }
+        if (v->dev_type != DL_CPU && (type != v->dev_type || id != v->dev_id)) {
+            PyErr_Format(PyExc_BufferError,
+                         "this batch lives on cuda:%d (device (%d, %d)) and is exported without "
+                         "copying",
+                         (int)v->dev_id, (int)v->dev_type, (int)v->dev_id);
             return NULL;
         }
     }
@@ -466,12 +544,39 @@ static PyObject *view_dlpack(PyObject *owner, const view *v, PyObject *args, PyO
             return NULL;
         versioned = major >= 1;
     }
+    if (v->dev_type != DL_CPU) {
+        uint64_t s;
+        int sync;
+        if (dlpack_stream(stream, &s, &sync) < 0)
+            return NULL;
+        if (sync && batch && batch_wait_stream(batch, s) < 0)
+            return NULL;
+    }
     return view_capsule(owner, v, versioned);
+}
+
+/* __dlpack_device__ of a view: (1, 0) for host memory, (2, N) on cuda:N. */
+static PyObject *view_dlpack_device(const view *v)
+{
+    return Py_BuildValue("(ii)", (int)v->dev_type, (int)v->dev_id);
 }
 
 static PyObject *dlpack_device(PyObject *self, PyObject *unused)
 {
     return Py_BuildValue("(ii)", DL_CPU, 0);
+}
+
+/* _dlpack_stream(stream) -> the CUstream __dlpack__ makes wait, or None
+ * for -1 (no synchronisation): the argument handling alone, for tests. */
+static PyObject *mod_dlpack_stream(PyObject *m, PyObject *arg)
+{
+    uint64_t s;
+    int sync;
+    if (dlpack_stream(arg, &s, &sync) < 0)
+        return NULL;
+    if (!sync)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(s);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -507,7 +612,7 @@ static int array_getbuffer(ArrayObject *self, Py_buffer *b, int flags)
 
 static PyObject *array_dlpack(ArrayObject *self, PyObject *args, PyObject *kwargs)
 {
-    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+    return view_dlpack((PyObject *)self, &self->v, NULL, args, kwargs);
 }
 
 static PyObject *array_shape(ArrayObject *self, void *c) { return view_shape_tuple(&self->v); }
@@ -1697,6 +1802,9 @@ typedef struct {
     stk_loader *l;        /* owned; NULL once destroyed */
     PyObject *dataset;    /* DatasetObject, strong: outlives l */
     PyObject *convert;    /* output converter (OUT_CAPSULE / OUT_CALL), strong, or NULL */
+    PyObject *convert_device; /* OUT_CAPSULE's converter for CUDA batches (torch.from_dlpack,
+                                 which passes torch's current stream to __dlpack__), strong,
+                                 or NULL */
     int mode;             /* OUT_* */
     unsigned long fork_gen; /* fork_generation at creation */
     long pid;             /* for messages */
@@ -1785,7 +1893,7 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
                              stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
                              Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
                              int shuffle, int drop_last, int on_error, int mode,
-                             PyObject *convert, int block);
+                             PyObject *convert, PyObject *convert_device, int block);
 
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
@@ -1794,8 +1902,11 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                              "world_size", "on_error", "output", "convert", "block",
                              "block_size", "shuffle_window", "indices", "weights",
                              "num_samples", "balance_classes", "aug_seed", "views", "eager",
-                             "mix_sizes", "mix_weights", "memory_limit", "fields", NULL};
-    PyObject *dataset, *convert = Py_None, *aug_seed = Py_None;
+                             "mix_sizes", "mix_weights", "memory_limit", "fields", "device",
+                             "placement", "device_convert", NULL};
+    PyObject *dataset, *convert = Py_None, *aug_seed = Py_None, *convert_device = Py_None;
+    const char *device = NULL;
+    int placement = STK_PLACE_AUTO;
     const char *spec;
     stk_loader_options o = {0};
     stk_sampling sg = {0};
@@ -1804,14 +1915,23 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&z:_Loader", kwlist,
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&zziO:_Loader", kwlist,
             &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
             conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
             &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
             &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
             conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
-            &mix_sizes, &mix_weights, conv_u64, &o.memory_limit, &o.fields))
+            &mix_sizes, &mix_weights, conv_u64, &o.memory_limit, &o.fields, &device,
+            &placement, &convert_device))
         return NULL;
+    /* The device options: borrowed by stk_loader_create, which copies them
+     * (and the device string) before returning. */
+    stk_device_options dev = {0};
+    if (device && *device) { /* placement is checked in loader_make */
+        dev.device = device;
+        dev.placement = (stk_placement)placement;
+        o.device = &dev;
+    }
     if (mix_sizes.obj) {
         sg.mix_sizes = mix_sizes.buf;
         sg.num_mix = (uint64_t)mix_sizes.len / sizeof(uint64_t);
@@ -1832,7 +1952,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     }
     PyObject *made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance,
                                  aug_seed, eager, shuffle, drop_last, on_error, mode, convert,
-                                 block);
+                                 convert_device, block);
     if (indices.obj)
         PyBuffer_Release(&indices);
     if (weights.obj)
@@ -1848,7 +1968,7 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
                              stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
                              Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
                              int shuffle, int drop_last, int on_error, int mode,
-                             PyObject *convert, int block)
+                             PyObject *convert, PyObject *convert_device, int block)
 {
     stk_loader_options o = *op;
     if (indices->obj) {
@@ -1873,6 +1993,14 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
         return NULL;
     }
+    if (o.device && (o.device->placement < STK_PLACE_AUTO || o.device->placement > STK_PLACE_GPU)) {
+        PyErr_SetString(PyExc_ValueError, "placement must be 0 (auto), 1 (cpu) or 2 (gpu)");
+        return NULL;
+    }
+    if (convert_device != Py_None && !PyCallable_Check(convert_device)) {
+        PyErr_SetString(PyExc_ValueError, "device_convert must be callable (or None)");
+        return NULL;
+    }
     if (on_error != 0 && on_error != 1) {
         PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise) or 1 (skip)");
         return NULL;
@@ -1895,6 +2023,7 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         return NULL;
     self->dataset = Py_NewRef(dataset);
     self->convert = mode == OUT_OBJECTS ? NULL : Py_NewRef(convert);
+    self->convert_device = convert_device == Py_None ? NULL : Py_NewRef(convert_device);
     self->mode = mode;
     self->fork_gen = fork_generation;
     self->pid = (long)getpid();
@@ -1936,6 +2065,7 @@ static void loader_dealloc(LoaderObject *self)
     /* No Batch and no iterator is alive (they hold references). */
     loader_destroy_c(self);
     Py_XDECREF(self->convert);
+    Py_XDECREF(self->convert_device);
     Py_XDECREF(self->dataset);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1972,7 +2102,38 @@ static int batch_getbuffer(BatchObject *self, Py_buffer *b, int flags)
 
 static PyObject *batch_dlpack(BatchObject *self, PyObject *args, PyObject *kwargs)
 {
-    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+    return view_dlpack((PyObject *)self, &self->v, (PyObject *)self, args, kwargs);
+}
+
+static PyObject *batch_dlpack_device(BatchObject *self, PyObject *unused)
+{
+    return view_dlpack_device(&self->v);
+}
+
+static int batch_wait_stream(PyObject *batch, uint64_t stream)
+{
+    BatchObject *self = (BatchObject *)batch;
+    LoaderObject *L = self->loader;
+    if (self->fork_gen != fork_generation || !L->l) {
+        PyErr_SetString(PyExc_RuntimeError, "this batch's loader is closed");
+        return -1;
+    }
+    int rc = stk_loader_batch_wait(L->l, &self->b, stream); /* queues a wait; does not block */
+    if (rc < 0) {
+        raise_last(rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* A lent batch as its view: host memory, or the device's (STK_DEVICE_CUDA). */
+static void batch_view_init(BatchObject *bo, int kind)
+{
+    view_init(&bo->v, bo->b.data, kind, 4, bo->b.shape);
+    if (bo->b.device_type == STK_DEVICE_CUDA) {
+        bo->v.dev_type = DL_CUDA;
+        bo->v.dev_id = bo->b.device_id;
+    }
 }
 
 static ArrayObject *copy_i64(const void *src, uint32_t n)
@@ -1996,15 +2157,31 @@ static PyObject *batch_skipped(BatchObject *self, void *c) { return PyLong_FromU
 static PyObject *batch_nbytes(BatchObject *self, void *c) { return PyLong_FromSsize_t(view_nbytes(&self->v)); }
 static Py_ssize_t batch_len(BatchObject *self) { return (Py_ssize_t)self->b.size; }
 
+static PyObject *batch_device(BatchObject *self, void *c)
+{
+    if (self->v.dev_type == DL_CUDA)
+        return PyUnicode_FromFormat("cuda:%d", (int)self->v.dev_id);
+    return PyUnicode_FromString("cpu");
+}
+
 static PyObject *batch_repr(BatchObject *self)
 {
     PyObject *shape = view_shape_tuple(&self->v);
     if (!shape)
         return NULL;
-    PyObject *r = PyUnicode_FromFormat(
-        "<stoker.Batch epoch=%llu position=%llu shape=%R %s %s data_ptr=%p>",
-        (unsigned long long)self->b.epoch, (unsigned long long)self->b.position, shape,
-        kinds[self->v.kind].name, self->b.layout == STK_CHW ? "NCHW" : "NHWC", self->b.data);
+    PyObject *r;
+    if (self->v.dev_type == DL_CUDA)
+        r = PyUnicode_FromFormat(
+            "<stoker.Batch epoch=%llu position=%llu shape=%R %s %s device=cuda:%d data_ptr=%p>",
+            (unsigned long long)self->b.epoch, (unsigned long long)self->b.position, shape,
+            kinds[self->v.kind].name, self->b.layout == STK_CHW ? "NCHW" : "NHWC",
+            (int)self->v.dev_id, self->b.data);
+    else
+        r = PyUnicode_FromFormat(
+            "<stoker.Batch epoch=%llu position=%llu shape=%R %s %s data_ptr=%p>",
+            (unsigned long long)self->b.epoch, (unsigned long long)self->b.position, shape,
+            kinds[self->v.kind].name, self->b.layout == STK_CHW ? "NCHW" : "NHWC",
+            self->b.data);
     Py_DECREF(shape);
     return r;
 }
@@ -2016,8 +2193,11 @@ static PyMethodDef batch_methods[] = {
      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "A DLPack capsule sharing the batch buffer (\"dltensor\", or \"dltensor_versioned\" when "
      "max_version >= (1, 0)). The tensor made from it keeps this Batch, and so the buffer, "
-     "alive."},
-    {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
+     "alive. A batch in CUDA memory makes `stream` (DLPack's stream protocol: None or 1 the "
+     "legacy default stream, 2 the per-thread default stream, an int CUstream, -1 no "
+     "synchronisation) wait for it first."},
+    {"__dlpack_device__", (PyCFunction)batch_dlpack_device, METH_NOARGS,
+     "(1, 0) for CPU memory, (2, N) for a batch on cuda:N."},
     {"data_ptr", (PyCFunction)batch_data_ptr, METH_NOARGS,
      "Address of the pooled batch buffer (the C stk_batch.data)."},
     {"field", (PyCFunction)batch_field, METH_O,
@@ -2036,6 +2216,7 @@ static PyGetSetDef batch_getset[] = {
     {"position", (getter)batch_position, NULL, "Its batch index within the epoch.", NULL},
     {"skipped", (getter)batch_skipped, NULL, "Samples left out of it (on_error='skip').", NULL},
     {"nbytes", (getter)batch_nbytes, NULL, "Bytes of pixel data.", NULL},
+    {"device", (getter)batch_device, NULL, "Where the pixels are: 'cpu' or 'cuda:N'.", NULL},
     {0},
 };
 
@@ -2062,7 +2243,12 @@ static int fieldview_getbuffer(FieldViewObject *self, Py_buffer *b, int flags)
 
 static PyObject *fieldview_dlpack(FieldViewObject *self, PyObject *args, PyObject *kwargs)
 {
-    return view_dlpack((PyObject *)self, &self->v, args, kwargs);
+    return view_dlpack((PyObject *)self, &self->v, self->owner, args, kwargs);
+}
+
+static PyObject *fieldview_dlpack_device(FieldViewObject *self, PyObject *unused)
+{
+    return view_dlpack_device(&self->v);
 }
 
 static PyObject *fieldview_shape(FieldViewObject *self, void *c) { return view_shape_tuple(&self->v); }
@@ -2071,7 +2257,8 @@ static PyObject *fieldview_dtype(FieldViewObject *self, void *c) { return PyUnic
 static PyMethodDef fieldview_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))fieldview_dlpack, METH_VARARGS | METH_KEYWORDS,
      "A DLPack capsule sharing the field's values (keeps the batch alive)."},
-    {"__dlpack_device__", dlpack_device, METH_NOARGS, "(1, 0): CPU memory."},
+    {"__dlpack_device__", (PyCFunction)fieldview_dlpack_device, METH_NOARGS,
+     "(1, 0) for CPU memory, (2, N) for the image of a batch on cuda:N."},
     {0},
 };
 
@@ -2124,6 +2311,10 @@ static PyObject *fieldview_new(BatchObject *bo, const stk_batch_field *f)
     static uint64_t empty;
     view_init(&fv->v, f->data ? (void *)f->data : (void *)&empty, kind_of_elem(f->elem), nd,
               shape);
+    if (f->role == STK_ROLE_IMAGE && bo->v.dev_type != DL_CPU) { /* the batch's device image */
+        fv->v.dev_type = bo->v.dev_type;
+        fv->v.dev_id = bo->v.dev_id;
+    }
     return (PyObject *)fv;
 }
 
@@ -2272,6 +2463,23 @@ static PyObject *convert_out(LoaderObject *L, PyObject *obj, const view *v)
     if (!obj || L->mode == OUT_OBJECTS)
         return obj;
     PyObject *res;
+    if (v->dev_type != DL_CPU) {
+        /* A batch in device memory: numpy cannot hold it; torch gets it
+         * through from_dlpack(obj), which passes its current stream to
+         * __dlpack__ so that the stream waits for the batch. */
+        if (L->mode != OUT_CAPSULE || !L->convert_device) {
+            PyErr_Format(PyExc_ValueError,
+                         "output='numpy' cannot hold a batch in CUDA memory (cuda:%d): use "
+                         "output='torch' or output='dlpack' with device=, or device=None for "
+                         "host batches",
+                         (int)v->dev_id);
+            Py_DECREF(obj);
+            return NULL;
+        }
+        res = PyObject_CallOneArg(L->convert_device, obj);
+        Py_DECREF(obj);
+        return res;
+    }
     if (L->mode == OUT_CAPSULE) {
         PyObject *cap = view_capsule(obj, v, 0);
         Py_DECREF(obj);
@@ -2413,7 +2621,7 @@ static PyObject *iter_next(IterObject *it)
     bo->b = b;
     bo->fork_gen = L->fork_gen;
     L->lent++;
-    view_init(&bo->v, b.data, L->kind, 4, b.shape);
+    batch_view_init(bo, L->kind);
     if (L->fields) {
         PyObject *t = fields_tuple(L, it, bo);
         if (t)
@@ -2642,7 +2850,7 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
     stk_loader_stats s;
     stk_loader_stats_get(self->l, &s);
     return Py_BuildValue(
-        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsK}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsKsK}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped,
         "read_s", s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s,
         "consumer_wait_s", s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
@@ -2650,7 +2858,8 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         "batches_alive", self->lent, "gc_collects", (unsigned long long)self->gc_collects,
         "decode_s", s.decode_s, "collate_s", s.collate_s, "consumer_step_s", s.step_s,
         "memory_bytes", (unsigned long long)s.memory_bytes, "threads", s.threads, "prefetch",
-        s.prefetch, "decisions", (unsigned long long)s.decisions);
+        s.prefetch, "decisions", (unsigned long long)s.decisions, "gpu_head_rows",
+        (unsigned long long)s.gpu_head_rows);
 }
 
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)
@@ -3523,6 +3732,10 @@ static PyObject *mod_io_stats(PyObject *self, PyObject *args, PyObject *kw)
 }
 
 static PyMethodDef module_methods[] = {
+    {"_dlpack_stream", mod_dlpack_stream, METH_O,
+     "_dlpack_stream(stream) -> the CUstream a CUDA batch's __dlpack__(stream=...) makes wait "
+     "(None: 0, the legacy default stream), or None for -1 (no synchronisation); raises as "
+     "__dlpack__ does for a value DLPack refuses (tests)."},
     {"strerror", mod_strerror, METH_O,
      "strerror(code)\n--\n\nName and description of a stoker error code."},
     {"remote_configure", (PyCFunction)(void (*)(void))mod_remote_configure,

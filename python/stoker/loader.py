@@ -17,6 +17,7 @@ _DTYPES = {"uint8": "u8", "u8": "u8", "float16": "f16", "half": "f16", "f16": "f
 _LAYOUTS = {"nchw": "chw", "chw": "chw", "nhwc": "hwc", "hwc": "hwc"}
 _OUTPUTS = ("torch", "numpy", "dlpack")
 _ON_ERROR = {"raise": 0, "skip": 1}
+_PLACEMENTS = {"auto": 0, "cpu": 1, "gpu": 2}  # stk_placement
 
 
 class Dataset(_stoker.Dataset):
@@ -495,6 +496,37 @@ def _fields_text(fields):
     return ",".join(names)
 
 
+def _device_text(device):
+    """``device=``: None or "cpu" (host memory: None), or "cuda" / "cuda:N"
+    as given (the C loader checks the form: InvalidArgument, a ValueError).
+    A torch.device (or anything whose str() is such a name) is accepted
+    without importing torch."""
+    if device is None:
+        return None
+    if not isinstance(device, str):
+        if type(device).__name__ != "device":
+            raise TypeError("device must be None, 'cpu', 'cuda' or 'cuda:N' (or a torch.device), "
+                            "got %r" % (device,))
+        device = str(device)  # torch.device("cuda", 1) -> "cuda:1"
+    return None if device in ("", "cpu") else device
+
+
+def _device_converter(output, device):
+    """What turns a batch in CUDA memory into the output: torch's
+    from_dlpack on the Batch itself, which calls ``__dlpack__`` with
+    torch's current stream on that device (DLPack's stream protocol), so
+    the stream the training step runs on waits for the batch. None for
+    numpy (the iterator then raises a ValueError on a device batch) and for
+    dlpack (the Batch objects themselves)."""
+    if device is None or output != "torch":
+        return None
+    import torch
+    fn = getattr(torch, "from_dlpack", None)
+    if fn is None:
+        from torch.utils.dlpack import from_dlpack as fn
+    return fn
+
+
 def _converter(output):
     if output == "torch":
         try:
@@ -645,6 +677,24 @@ class Loader:
       eager: start the worker threads and the batch pool at creation. By
         default a Loader is lazy: nothing runs or is allocated until the
         first iteration (or ``warmup()``).
+      device: where batches are delivered: None or ``'cpu'`` (host memory,
+        the default), ``'cuda'`` / ``'cuda:N'`` (CUDA device N; a
+        torch.device is accepted too). Images then arrive in device memory
+        (labels and indices stay host arrays) as torch CUDA tensors with
+        output='torch' (made through DLPack, so torch's current stream
+        waits for the batch) or Batch objects with output='dlpack';
+        output='numpy' cannot hold device memory and raises ValueError on
+        the first device batch. A machine without a CUDA driver, or a
+        library built without CUDA kernels, raises UnsupportedError (a
+        ValueError) here; a malformed name raises InvalidArgument.
+        Batches equal the host ones (docs/gpu.md).
+      placement: with a CUDA device, what the GPU does: ``'gpu'`` (the CPU
+        reads and decodes, the GPU resamples, flips, jitters, normalizes
+        and casts; a spec with an op the GPU path lacks raises
+        InvalidArgument naming it), ``'cpu'`` (the CPU runs the spec, the
+        GPU only the final normalize/cast when the CPU's last stage is
+        uint8) or ``'auto'`` (default: gpu when the spec allows it, else
+        cpu). Ignored without a device.
 
     Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
     Each pass starts the loader's current epoch at position 0; finishing a
@@ -667,7 +717,7 @@ class Loader:
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
                  views=1, eager=False, proportions=None, batch_transform=None,
                  memory_limit=None, report_every=None, report=None, fields=None,
-                 as_dict=False):
+                 as_dict=False, device=None, placement="auto"):
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)
@@ -685,6 +735,10 @@ class Loader:
         spec = build_spec(transforms, pipeline, dtype, layout)
         rank, world_size = _distributed(rank, world_size)
         mode, convert = _converter(output)
+        device = _device_text(device)
+        if placement not in _PLACEMENTS:
+            raise ValueError("placement must be 'auto', 'cpu' or 'gpu', got %r" % (placement,))
+        device_convert = _device_converter(output, device)
         if on_error not in _ON_ERROR:
             raise ValueError("on_error must be 'raise' or 'skip', got %r" % (on_error,))
         shuffle, block = _shuffle_mode(shuffle)
@@ -736,7 +790,8 @@ class Loader:
             weights=packed_weights, num_samples=num_samples,
             balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
             eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights,
-            memory_limit=memory_limit, fields=_fields_text(fields))
+            memory_limit=memory_limit, fields=_fields_text(fields), device=device,
+            placement=_PLACEMENTS[placement], device_convert=device_convert)
         self._fields = self._core.fields()
         self._as_dict = bool(as_dict)
         self._wrap = self._as_dict or any(f[3] and not f[4] and f[2] != "uint8"
@@ -766,7 +821,8 @@ class Loader:
                              views=views, eager=bool(eager),
                              proportions=list(proportions) if proportions is not None else None,
                              batch_transform=batch_transform,
-                             fields=[f[0] for f in self._fields], as_dict=self._as_dict)
+                             fields=[f[0] for f in self._fields], as_dict=self._as_dict,
+                             device=device or "cpu", placement=placement)
 
     # -- iteration ---------------------------------------------------------
 
@@ -993,7 +1049,10 @@ class Loader:
         ``batches_allocated`` and ``pool_bytes`` (the buffer
         pool now), ``pool_exhausted`` (next() calls that found every buffer
         held), ``batches_alive`` (batches Python still references),
-        ``gc_collects`` (gc.collect() runs made to recover buffers)."""
+        ``gc_collects`` (gc.collect() runs made to recover buffers),
+        ``gpu_head_rows`` (device=, placement 'gpu': rows whose decoded
+        region did not fit the staging memory and were resampled on the
+        CPU; docs/gpu.md)."""
         return self._core.stats()
 
     @property
@@ -1010,6 +1069,17 @@ class Loader:
     def output(self):
         """'torch', 'numpy' or 'dlpack'."""
         return self._output
+
+    @property
+    def device(self):
+        """Where batches are delivered: 'cpu', or the CUDA device as given
+        ('cuda', 'cuda:N')."""
+        return self._options["device"]
+
+    @property
+    def placement(self):
+        """'auto', 'cpu' or 'gpu' (what the GPU does; see the class doc)."""
+        return self._options["placement"]
 
     @property
     def batch_size(self):
@@ -1072,9 +1142,12 @@ class Loader:
             epoch = self.epoch
         except (ValueError, _stoker.StokerError):  # closed, or a forked child
             epoch = "?"
-        return ("<stoker.Loader %r pipeline=%r batch_size=%d epoch=%s rank=%d/%d output=%s>"
+        device = ""
+        if self.device != "cpu":
+            device = " device=%s placement=%s" % (self.device, self.placement)
+        return ("<stoker.Loader %r pipeline=%r batch_size=%d epoch=%s rank=%d/%d output=%s%s>"
                 % (self._dataset.uri, self._pipeline, self.batch_size, epoch, self.rank,
-                   self.world_size, self._output))
+                   self.world_size, self._output, device))
 
     def __reduce_ex__(self, protocol):
         raise TypeError("a stoker Loader cannot be pickled or copied: it owns native threads "

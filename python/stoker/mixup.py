@@ -372,9 +372,10 @@ def _mix_torch(torch, x, p, layout):
         out = f.mul(float(np.float32(lam))).add_(src.mul(float(np.float32(1.0 - lam))))
     else:
         import numpy as np
-        lam = torch.from_numpy(p.lam.astype(np.float32)).view(-1, 1, 1, 1)
-        lam2 = torch.from_numpy((1.0 - p.lam).astype(np.float32)).view(-1, 1, 1, 1)
-        mixed_rows = torch.from_numpy(~p.cutmix & (p.lam != 1.0)).view(-1, 1, 1, 1)
+        dev = f.device  # a batch on a GPU (Loader(device=)): the factors go there too
+        lam = torch.from_numpy(p.lam.astype(np.float32)).view(-1, 1, 1, 1).to(dev)
+        lam2 = torch.from_numpy((1.0 - p.lam).astype(np.float32)).view(-1, 1, 1, 1).to(dev)
+        mixed_rows = torch.from_numpy(~p.cutmix & (p.lam != 1.0)).view(-1, 1, 1, 1).to(dev)
         out = torch.where(mixed_rows, f * lam + src * lam2, f)
-        out = torch.where(torch.from_numpy(_region_mask(np, p, layout)), src, out)
+        out = torch.where(torch.from_numpy(_region_mask(np, p, layout)).to(dev), src, out)
     x.copy_(out)

@@ -1,0 +1,262 @@
+#!/usr/bin/python3
+"""The CUDA backend on a GPU machine: what GPU augmentation buys, and whether the copy is hidden.
+
+    /usr/bin/python3 bench/gpu.py DATASET [--device cuda:0] [--threads16] [--out FILE]
+    /usr/bin/python3 bench/gpu.py DATASET --emulate          # smoke test without a GPU
+
+DATASET is a .stk shard set or an image folder (ImageNet-like JPEGs: the photos set).
+Nothing here has been run on a GPU yet (docs/benchmarks.md, "Benchmarks: GPU").
+
+Part 1, throughput. imagenet-train-extensive (random_resized_crop 224 | flip | color_jitter
+0.4 0.4 0.4 | normalize | float32 NCHW), batch --batch, shuffled, delivered on --device, with
+placement "cpu" (the CPU runs the whole pipeline; the finished batch is copied) and "gpu" (the
+CPU reads and decodes the region the crop needs; the GPU resamples, flips, jitters,
+normalizes and casts), at --threads worker threads (2) and also 16 with --threads16. The
+consumer takes each batch as a torch CUDA tensor (torch's current stream waits for it) and
+does nothing else; after the window it synchronises the device, so the GPU's share of the
+work is inside the time. Each configuration runs in a process of its own; after one warm-up
+batch (start-up left out) it reads --images images. Recorded: images/s, the CPU-seconds of
+the process (every thread: workers, the loader's GPU feeder, the consumer) over the window
+and images per CPU-second, and their gpu/cpu ratio. The issue's target: >= 1.5x images/s at
+2 threads.
+
+Part 2, the data share of a training loop. A simulated training step on the GPU: --step-ms
+of matrix products (calibrated at start: K products of 1024x1024 float32, K chosen so that a
+step takes --step-ms on this GPU), made to depend on the batch (its mean is added), ending
+with a host synchronisation as `loss.item()` does. Two ways to feed it:
+
+    device delivery   Loader(device=DEVICE, placement=--placement): images arrive on the GPU
+    host delivery     Loader(device=None) + images.cuda(non_blocking=True) in the loop
+                      (pageable memory: the copy is synchronous for the host)
+
+Recorded per way: the loop's wait in next(), the time of the .cuda() copy (host delivery),
+the step time, and the data share = (wait + copy) / loop time. The issue's target: the
+device delivery's data share is no higher than the host delivery's (the copy is hidden).
+
+--emulate sets STOKER_CUDA_EMULATE=1: the device is emulated (host memory, kernels on the
+CPU), torch runs on the CPU, and the sizes shrink (--images 48, --batch 16, --steps 6,
+--step-ms 5) unless given. It checks that the script runs end to end; its numbers mean
+nothing.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SPEC = "imagenet-train-extensive"
+
+
+def import_stoker():
+    try:
+        import stoker
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.environ.get("STOKER_BUILD",
+                                                       os.path.join(ROOT, "build")), "python"))
+        import stoker
+    return stoker
+
+
+def torch_device(cfg):
+    """The torch device the consumer uses: the CUDA device, or the CPU when
+    emulating (the emulated device's batches are host memory)."""
+    import torch
+    if cfg["emulate"]:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        sys.exit("bench/gpu.py: torch sees no CUDA device (use --emulate on a machine "
+                 "without a GPU)")
+    return torch.device(cfg["device"])
+
+
+def check_epoch(loader, cfg):
+    if len(loader) == 0:
+        sys.exit("bench/gpu.py: %s has fewer images than a batch (%d; drop_last): pass a "
+                 "smaller --batch" % (cfg["dataset"], cfg["batch"]))
+
+
+def sync(dev):
+    import torch
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+# --------------------------------------------------------------------------- children
+
+def child_throughput(cfg):
+    stoker = import_stoker()
+    dev = torch_device(cfg)
+    loader = stoker.Loader(cfg["dataset"], batch_size=cfg["batch"], shuffle=True, seed=0,
+                           pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
+                           drop_last=True, output="torch", device=cfg["device"],
+                           placement=cfg["placement"])
+    check_epoch(loader, cfg)
+    it = iter(loader)
+    images, _ = next(it)  # warm-up: threads, pool, device, first fill
+    sync(dev)
+    n = 0
+    c0, t0 = time.process_time(), time.perf_counter()
+    while n < cfg["images"]:
+        try:
+            images, _ = next(it)
+        except StopIteration:
+            loader.set_epoch(loader.epoch)
+            it = iter(loader)
+            continue
+        n += images.shape[0]
+        assert (images.device.type == "cuda") == (dev.type == "cuda"), images.device
+        del images
+    sync(dev)
+    t, c = time.perf_counter() - t0, time.process_time() - c0
+    loader.close()
+    return {"images": n, "elapsed_s": t, "cpu_s": c, "images_per_s": n / t,
+            "images_per_cpu_s": n / c if c > 0 else None}
+
+
+def calibrate_step(dev, step_ms):
+    """(matrix, K): K products of the matrix take about step_ms on dev."""
+    import torch
+    size = 1024 if dev.type == "cuda" else 128
+    a = torch.randn(size, size, device=dev)
+    for _ in range(3):
+        a @ a
+    sync(dev)
+    reps = 20
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ a
+    sync(dev)
+    per = (time.perf_counter() - t0) / reps
+    return a, max(1, round(step_ms / 1000.0 / per))
+
+
+def child_train(cfg):
+    stoker = import_stoker()
+    dev = torch_device(cfg)
+    a, k = calibrate_step(dev, cfg["step_ms"])
+    device_delivery = cfg["way"] == "device"
+    loader = stoker.Loader(cfg["dataset"], batch_size=cfg["batch"], shuffle=True, seed=0,
+                           pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
+                           drop_last=True, output="torch",
+                           device=cfg["device"] if device_delivery else None,
+                           placement=cfg["placement"] if device_delivery else "auto")
+    check_epoch(loader, cfg)
+    it = iter(loader)
+    next(it)  # warm-up
+    wait = copy = step = 0.0
+    steps = 0
+    t_start = time.perf_counter()
+    while steps < cfg["steps"]:
+        t0 = time.perf_counter()
+        try:
+            images, labels = next(it)
+        except StopIteration:
+            loader.set_epoch(loader.epoch)
+            it = iter(loader)
+            continue
+        t1 = time.perf_counter()
+        if not device_delivery and dev.type == "cuda":
+            images = images.cuda(dev, non_blocking=True)
+        t2 = time.perf_counter()
+        y = images.float().mean()
+        for _ in range(k):
+            y = y + (a @ a)[0, 0]
+        float(y)  # the step ends with a host synchronisation, as loss.item()
+        t3 = time.perf_counter()
+        wait, copy, step = wait + (t1 - t0), copy + (t2 - t1), step + (t3 - t2)
+        steps += 1
+        del images, labels
+    total = time.perf_counter() - t_start
+    loader.close()
+    return {"way": cfg["way"], "steps": steps, "matmuls_per_step": k, "wait_s": wait,
+            "copy_s": copy, "step_s": step, "loop_s": total,
+            "data_share": (wait + copy) / total if total > 0 else None}
+
+
+# --------------------------------------------------------------------------- parent
+
+def run_child(cfg):
+    env = dict(os.environ)
+    if cfg["emulate"]:
+        env["STOKER_CUDA_EMULATE"] = "1"
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(cfg)],
+                       env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("bench/gpu.py: child %s failed (%d):\n%s" % (cfg, p.returncode, p.stderr))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dataset", nargs="?", help=".stk shards or an image folder")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--placement", default="auto", choices=["auto", "cpu", "gpu"],
+                    help="part 2's device delivery (auto)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads16", action="store_true", help="part 1 at 16 threads too")
+    ap.add_argument("--batch", type=int, default=None, help="batch size (256)")
+    ap.add_argument("--images", type=int, default=None, help="part 1's window (5120)")
+    ap.add_argument("--steps", type=int, default=None, help="part 2's steps (40)")
+    ap.add_argument("--step-ms", type=float, default=None, help="part 2's step (100 ms)")
+    ap.add_argument("--emulate", action="store_true",
+                    help="STOKER_CUDA_EMULATE=1, torch on the CPU, tiny sizes: a smoke test")
+    ap.add_argument("--out", help="write the results here (JSON)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.child:
+        cfg = json.loads(args.child)
+        r = child_throughput(cfg) if cfg["part"] == 1 else child_train(cfg)
+        print(json.dumps(r))
+        return
+    if not args.dataset:
+        ap.error("DATASET is required")
+    tiny = args.emulate
+    base = {"dataset": args.dataset, "device": args.device, "emulate": args.emulate,
+            "batch": args.batch or (16 if tiny else 256)}
+    images = args.images or (48 if tiny else 5120)
+    results = {"dataset": args.dataset, "device": args.device, "emulated": args.emulate,
+               "spec": SPEC, "batch": base["batch"], "throughput": [], "train": []}
+
+    print("part 1: %s, batch %d, %d images per run%s" % (SPEC, base["batch"], images,
+                                                         " (EMULATED: numbers mean nothing)"
+                                                         if tiny else ""))
+    print("  %-8s %-10s %12s %14s" % ("threads", "placement", "images/s", "images/CPU-s"))
+    for threads in [args.threads] + ([16] if args.threads16 and args.threads != 16 else []):
+        row = {"threads": threads}
+        for placement in ("cpu", "gpu"):
+            r = run_child(dict(base, part=1, threads=threads, placement=placement,
+                               images=images))
+            row[placement] = r
+            print("  %-8d %-10s %12.1f %14.1f" % (threads, placement, r["images_per_s"],
+                                                   r["images_per_cpu_s"] or 0.0))
+        row["ratio_images_per_s"] = row["gpu"]["images_per_s"] / row["cpu"]["images_per_s"]
+        cpu_g, cpu_c = row["gpu"]["images_per_cpu_s"], row["cpu"]["images_per_cpu_s"]
+        row["ratio_images_per_cpu_s"] = cpu_g / cpu_c if cpu_g and cpu_c else None
+        print("  %-8d %-10s %12.2fx %13.2fx" % (threads, "gpu/cpu", row["ratio_images_per_s"],
+                                                 row["ratio_images_per_cpu_s"] or 0.0))
+        results["throughput"].append(row)
+
+    steps = args.steps or (6 if tiny else 40)
+    step_ms = args.step_ms or (5.0 if tiny else 100.0)
+    print("part 2: simulated training step of %.0f ms, %d steps, %d threads, device delivery "
+          "placement %s" % (step_ms, steps, args.threads, args.placement))
+    print("  %-16s %9s %9s %9s %11s" % ("delivery", "wait s", "copy s", "step s", "data share"))
+    for way in ("device", "host"):
+        r = run_child(dict(base, part=2, way=way, threads=args.threads,
+                           placement=args.placement, steps=steps, step_ms=step_ms))
+        results["train"].append(r)
+        print("  %-16s %9.3f %9.3f %9.3f %10.1f%%" % (
+            way + (" + .cuda()" if way == "host" else ""), r["wait_s"], r["copy_s"],
+            r["step_s"], 100.0 * (r["data_share"] or 0.0)))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print("results: %s" % args.out)
+
+
+if __name__ == "__main__":
+    main()
