@@ -117,7 +117,7 @@ step "ThreadSanitizer (engine, shards, datasets, readers, pack)"
 scripts/build.sh tsan
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp
 ctest --test-dir build-tsan --output-on-failure -j2 \
-  -R '^(test_loader|test_loader_tune|test_user_ops|test_doctor|test_sampler|test_rng|test_stk|test_shard_writer|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy|test_wire|test_tfrecord|test_wds|test_lmdb|test_recordio|test_hdf5|test_zarr|test_coco|test_segfolder|test_callback_dataset|test_fields|test_http|test_cache)$'
+  -R '^(test_loader|test_loader_tune|test_user_ops|test_doctor|test_sampler|test_rng|test_stk|test_shard_writer|test_datasets|test_imagefolder|test_pack_stall|test_shard_faults|test_io|test_npy|test_wire|test_tfrecord|test_wds|test_lmdb|test_recordio|test_hdf5|test_zarr|test_coco|test_segfolder|test_callback_dataset|test_fields|test_http|test_cache|test_gpu_pipeline|test_gpu_device)$'
 tsan_tmp=$(mktemp -d)
 trap 'rm -rf "$tsan_tmp"' EXIT
 build-tsan/stoker pack "$STOKER_PHOTOS/train" "$tsan_tmp/keep" --jobs 4 --shard-size 2M -q
