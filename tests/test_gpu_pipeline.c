@@ -21,11 +21,10 @@
 #include "stoker/stoker.h"
 
 #include <stdio.h>
-
-#include <jpeglib.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "testutil.h"
 
 #define NSAMPLES 13
 
@@ -36,51 +35,6 @@ typedef struct sample {
 } sample;
 
 static sample samples[NSAMPLES];
-
-static uint8_t *photo(int h, int w, int seed)
-{
-    uint8_t *p = malloc((size_t)h * w * 3);
-    assert_non_null(p);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            double fx = (double)x / w, fy = (double)y / h;
-            uint8_t *px = p + ((size_t)y * w + x) * 3;
-            px[0] = (uint8_t)(127.5 + 120 * sin(6.0 * fx + 3 * fy + seed));
-            px[1] = (uint8_t)(127.5 + 120 * cos(5.0 * fy + 2 * fx));
-            px[2] = (uint8_t)((x * 7 + y * 3 + seed * 11) & 255);
-        }
-    return p;
-}
-
-static uint8_t *encode_jpeg(const uint8_t *rgb, int h, int w, size_t *size)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    unsigned char *buf = NULL;
-    unsigned long len = 0;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &buf, &len);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, 90, TRUE);
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * w * 3);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    uint8_t *out = malloc(len);
-    assert_non_null(out);
-    memcpy(out, buf, len);
-    free(buf);
-    *size = len;
-    return out;
-}
 
 static int setup(void **state)
 {
@@ -100,14 +54,14 @@ static int setup(void **state)
             s->size = 14;
             continue;
         }
-        uint8_t *rgb = photo(h, w, i);
+        uint8_t *rgb = tu_smooth_image(h, w, i);
         if (sizes[i][2] == 1) {
             s->bytes = rgb;
             s->size = (size_t)h * w * 3;
             s->h = (uint32_t)h;
             s->w = (uint32_t)w;
         } else {
-            s->bytes = encode_jpeg(rgb, h, w, &s->size);
+            s->bytes = tu_encode_jpeg(rgb, h, w, 90, &s->size);
             free(rgb);
         }
     }

@@ -48,54 +48,6 @@
 /* Helpers                                                                 */
 /* ---------------------------------------------------------------------- */
 
-/* A smooth, colourful test image (JPEG-friendly), h x w x 3. */
-static uint8_t *make_image(int h, int w, int seed)
-{
-    uint8_t *p = malloc((size_t)h * w * 3);
-    assert_non_null(p);
-    for (int y = 0; y < h; y++)
-        for (int x = 0; x < w; x++) {
-            double fx = (double)x / w, fy = (double)y / h;
-            p[((size_t)y * w + x) * 3 + 0] = (uint8_t)(127.5 + 120 * sin(6.0 * fx + seed));
-            p[((size_t)y * w + x) * 3 + 1] = (uint8_t)(127.5 + 120 * cos(5.0 * fy + 2 * fx));
-            p[((size_t)y * w + x) * 3 + 2] = (uint8_t)((x * 7 + y * 3 + seed * 11) & 255);
-        }
-    return p;
-}
-
-/* JPEG of an h x w RGB image (4:4:4, quality q) in a malloc'd buffer. */
-static uint8_t *encode_jpeg(const uint8_t *rgb, int h, int w, int q, size_t *size)
-{
-    struct jpeg_compress_struct c;
-    struct jpeg_error_mgr e;
-    unsigned char *buf = NULL;
-    unsigned long len = 0;
-    c.err = jpeg_std_error(&e);
-    jpeg_create_compress(&c);
-    jpeg_mem_dest(&c, &buf, &len);
-    c.image_width = (JDIMENSION)w;
-    c.image_height = (JDIMENSION)h;
-    c.input_components = 3;
-    c.in_color_space = JCS_RGB;
-    jpeg_set_defaults(&c);
-    jpeg_set_quality(&c, q, TRUE);
-    for (int i = 0; i < 3; i++)
-        c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-    jpeg_start_compress(&c, TRUE);
-    while (c.next_scanline < c.image_height) {
-        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * w * 3);
-        jpeg_write_scanlines(&c, &row, 1);
-    }
-    jpeg_finish_compress(&c);
-    jpeg_destroy_compress(&c);
-    uint8_t *out = malloc(len);
-    assert_non_null(out);
-    memcpy(out, buf, len);
-    free(buf);
-    *size = len;
-    return out;
-}
-
 static stk_plan *compile_ok(const char *spec, uint32_t h, uint32_t w, uint32_t c)
 {
     stk_plan *p = NULL;
@@ -897,7 +849,7 @@ static void test_plans_raw_inputs(void **state)
 static void test_determinism_and_streams(void **state)
 {
     (void)state;
-    uint8_t *px = make_image(150, 200, 3);
+    uint8_t *px = tu_smooth_image(150, 200, 3);
     stk_image_view v = {px, 150, 200, 3, 600, 3, 1};
     stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_plan *p = compile_ok(plan_specs[4], 0, 0, 0);
@@ -924,7 +876,7 @@ static void test_determinism_and_streams(void **state)
 static void test_dtypes_agree(void **state)
 {
     (void)state;
-    uint8_t *px = make_image(90, 130, 1);
+    uint8_t *px = tu_smooth_image(90, 130, 1);
     stk_image_view v = {px, 90, 130, 3, 390, 3, 1};
     stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
@@ -965,7 +917,7 @@ static void test_dtypes_agree(void **state)
 static void test_flip_after_rotate(void **state)
 {
     (void)state;
-    uint8_t *px = make_image(40, 56, 2);
+    uint8_t *px = tu_smooth_image(40, 56, 2);
     stk_image_view v = {px, 40, 56, 3, 168, 3, 1};
     stk_plan_input in = {.image = &v, .encoded = NULL, .encoded_size = 0};
     stk_scratch sc = {NULL, 0};
@@ -1128,9 +1080,9 @@ static void test_encoded_matches_raw(void **state)
         "center_crop 120,160 | resize 80,100 | to u8",
     };
     int h = 300, w = 410;
-    uint8_t *rgb = make_image(h, w, 4);
+    uint8_t *rgb = tu_smooth_image(h, w, 4);
     size_t jlen;
-    uint8_t *jpg = encode_jpeg(rgb, h, w, 92, &jlen);
+    uint8_t *jpg = tu_encode_jpeg(rgb, h, w, 92, &jlen);
     /* the pixels a full decode gives, as the raw reference */
     stk_scratch dsc = {NULL, 0};
     stk_image_view full;
@@ -1188,9 +1140,9 @@ static void test_dct_scaled_decode(void **state)
 {
     (void)state;
     int h = 960, w = 1280;
-    uint8_t *rgb = make_image(h, w, 5);
+    uint8_t *rgb = tu_smooth_image(h, w, 5);
     size_t jlen;
-    uint8_t *jpg = encode_jpeg(rgb, h, w, 90, &jlen);
+    uint8_t *jpg = tu_encode_jpeg(rgb, h, w, 90, &jlen);
     stk_scratch dsc = {NULL, 0};
     stk_image_view full;
     assert_int_equal(stk_image_decode(jpg, jlen, NULL, NULL, 1, &dsc, &full), 0);
@@ -1240,9 +1192,9 @@ static void test_dct_scaled_decode(void **state)
 static void test_corrupt_encoded(void **state)
 {
     (void)state;
-    uint8_t *rgb = make_image(64, 80, 6);
+    uint8_t *rgb = tu_smooth_image(64, 80, 6);
     size_t jlen;
-    uint8_t *jpg = encode_jpeg(rgb, 64, 80, 90, &jlen);
+    uint8_t *jpg = tu_encode_jpeg(rgb, 64, 80, 90, &jlen);
     stk_plan *p = compile_ok("imagenet-train-few", 0, 0, 0);
     stk_scratch sc = {NULL, 0};
     int rc;
@@ -1305,8 +1257,8 @@ static void test_scratch_steady(void **state)
     size_t len[NIMG];
     for (int i = 0; i < NIMG; i++) {
         int h = 200 + 37 * i, w = 260 - 13 * i;
-        uint8_t *rgb = make_image(h, w, i);
-        jpg[i] = encode_jpeg(rgb, h, w, 90, &len[i]);
+        uint8_t *rgb = tu_smooth_image(h, w, i);
+        jpg[i] = tu_encode_jpeg(rgb, h, w, 90, &len[i]);
         free(rgb);
     }
     /* not static: plan_specs[4] is no constant expression in C11 (clang refuses it) */
@@ -1344,7 +1296,7 @@ static void test_scratch_steady(void **state)
 static void test_plan_run_fixed(void **state)
 {
     (void)state;
-    uint8_t *px = make_image(48, 64, 7);
+    uint8_t *px = tu_smooth_image(48, 64, 7);
     stk_image_view v = {px, 48, 64, 3, 192, 3, 1};
     stk_plan *p = compile_ok("random_resized_crop 32 | color_jitter 0.4 0.4 0.4 | to u8", 48, 64, 3);
     uint8_t a[32 * 32 * 3], b[32 * 32 * 3];

@@ -14,6 +14,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <jpeglib.h>
+#include <math.h>
+
 const char *tu_tmpdir(void)
 {
     static char dir[512];
@@ -157,4 +160,52 @@ int tu_drain(stk_loader *l, tu_run *r, uint64_t max_batches)
         assert_int_equal(stk_loader_release(l, &b), 0);
     }
     return max_batches && r->batches == max_batches ? 1 : rc;
+}
+
+/* A smooth, colourful test image (JPEG-friendly), h x w x 3. */
+uint8_t *tu_smooth_image(int h, int w, int seed)
+{
+    uint8_t *p = malloc((size_t)h * w * 3);
+    assert_non_null(p);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            double fx = (double)x / w, fy = (double)y / h;
+            p[((size_t)y * w + x) * 3 + 0] = (uint8_t)(127.5 + 120 * sin(6.0 * fx + seed));
+            p[((size_t)y * w + x) * 3 + 1] = (uint8_t)(127.5 + 120 * cos(5.0 * fy + 2 * fx));
+            p[((size_t)y * w + x) * 3 + 2] = (uint8_t)((x * 7 + y * 3 + seed * 11) & 255);
+        }
+    return p;
+}
+
+/* JPEG of an h x w RGB image (4:4:4, quality q) in a malloc'd buffer. */
+uint8_t *tu_encode_jpeg(const uint8_t *rgb, int h, int w, int q, size_t *size)
+{
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    unsigned char *buf = NULL;
+    unsigned long len = 0;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    jpeg_mem_dest(&c, &buf, &len);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, q, TRUE);
+    for (int i = 0; i < 3; i++)
+        c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        JSAMPROW row = (JSAMPROW)(rgb + (size_t)c.next_scanline * w * 3);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    uint8_t *out = malloc(len);
+    assert_non_null(out);
+    memcpy(out, buf, len);
+    free(buf);
+    *size = len;
+    return out;
 }

@@ -56,4 +56,9 @@ void tu_put_le(tu_buf *b, uint64_t v, int bytes);
 void tu_pb_varint(tu_buf *b, uint32_t field, int64_t v);
 void tu_pb_bytes(tu_buf *b, uint32_t field, const void *p, size_t n);
 
+/* A smooth, colourful test image (JPEG-friendly), h x w x 3, malloc'd. */
+uint8_t *tu_smooth_image(int h, int w, int seed);
+/* JPEG of an h x w RGB image (4:4:4, quality q) in a malloc'd buffer. */
+uint8_t *tu_encode_jpeg(const uint8_t *rgb, int h, int w, int q, size_t *size);
+
 #endif

@@ -52,27 +52,7 @@ git log -1 --format='%H %s' > "$out/commit.txt" 2> /dev/null || true
 export STOKER_BUILD=$PWD/build PYTHONPATH=$PWD/build/python
 
 step "photos set"
-if [ -z "${STOKER_PHOTOS:-}" ]; then
-  STOKER_PHOTOS=$PWD/build/photos-small
-  if [ ! -f "$STOKER_PHOTOS/DONE" ]; then
-    make_photos=${STOKER_MAKE_PHOTOS:-}
-    dir=$PWD
-    while [ -z "$make_photos" ] && [ "$dir" != / ]; do
-      dir=$(dirname "$dir")
-      if [ -x "$dir/shared/datasets/make_photos.sh" ]; then
-        make_photos=$dir/shared/datasets/make_photos.sh
-      fi
-    done
-    if [ -z "$make_photos" ]; then
-      echo "run.sh: no shared/datasets/make_photos.sh next to the checkout: set" \
-           "STOKER_MAKE_PHOTOS=PATH/make_photos.sh or STOKER_PHOTOS=DIR" >&2
-      exit 1
-    fi
-    rm -rf "$STOKER_PHOTOS"
-    "$make_photos" --out "$STOKER_PHOTOS" --classes 10 --train-per-class 20 \
-      --val-per-class 2 --corrupt 20 > build/photos-small.log
-  fi
-fi
+STOKER_PHOTOS=$(scripts/photos-small.sh)
 export STOKER_PHOTOS
 echo "photos: $STOKER_PHOTOS"
 
