@@ -37,7 +37,8 @@
  * records the slot's event. The consumer receives the device buffer with
  * that event and stream (stoker.h, stk_batch). The staging memory is
  * reused for the slot's next batch only after that event (host wait in
- * stk_gpu_batch_begin, normally already complete), and the device output
+ * stk_gpu_batch_ready, by each worker before it writes rows, outside the
+ * loader's lock; normally already complete), and the device output
  * only after the consumer's stream has passed the point where it released
  * the batch (release_event, recorded on the stream it named in
  * stk_loader_batch_wait).
@@ -280,20 +281,20 @@ fail:
     return rc;
 }
 
-int stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b)
+int stk_gpu_batch_ready(stk_gpu_pipe *p, stk_gpu_batch *b)
 {
-    if (b->in_flight) {
-        int rc = stk_gpu_event_sync(p->g, b->event);
-        if (rc < 0)
-            return rc;
-        b->in_flight = 0;
-    }
+    /* Idempotent: an event already complete returns at once, and several
+     * workers may wait on it together. */
+    return b->in_flight ? stk_gpu_event_sync(p->g, b->event) : 0;
+}
+
+void stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b)
+{
     pthread_mutex_lock(&b->mu);
     b->stage_used = b->work_used = 0;
     b->unstaged = p->rows;
     b->fallbacks = 0;
     pthread_mutex_unlock(&b->mu);
-    return 0;
 }
 
 /* Take `stage` bytes of the stage arena and `work` of the work arena for

@@ -55,7 +55,11 @@ typedef struct stk_gpu_batch {
     uint64_t consumer_stream; /* the last stream stk_loader_batch_wait named */
     int consumer_known;
     int release_pending;      /* release_event recorded, not yet waited on */
-    int in_flight;            /* queued work reads `host`: sync before reuse */
+    int in_flight;            /* a submit queued work that reads `host`: wait
+                                 for `event` before writing it again (set by
+                                 the submitting worker; read by the next
+                                 batch's workers after they claim rows under
+                                 the loader's lock) */
     /* The arena's allocator (mu): bytes handed out of the stage arena and
      * of the work arena, rows not yet staged. */
     pthread_mutex_t mu;
@@ -66,10 +70,12 @@ typedef struct stk_gpu_batch {
 
 int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b);
 void stk_gpu_batch_free(stk_gpu_pipe *p, stk_gpu_batch *b);
-/* Before the first row of a new batch is written: waits (host) for the
- * previous batch's copy to have read the staging memory, empties the
- * arena. */
-int stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b);
+/* When the slot is given a new batch (under the loader's lock; never
+ * blocks): empties the arena. */
+void stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b);
+/* Before a worker writes rows of the batch (no lock held): waits on the
+ * host until the previous batch's copy has read the staging memory. */
+int stk_gpu_batch_ready(stk_gpu_pipe *p, stk_gpu_batch *b);
 
 /* FORMAT/AUGMENT: stage output row `row` from one sample and its rng (a
  * worker, no lock; rows are disjoint). Errors as stk_plan_run_input. */

@@ -462,13 +462,8 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1, ra_batc
             slot *s = &l->slots[i];
             if (s->state != SLOT_FREE)
                 continue;
-            /* The slot's previous batch: its copy must have read the
-             * staging memory (normally long done: it was consumed). */
-            int grc = l->gpipe ? stk_gpu_batch_begin(l->gpipe, &s->gb) : 0;
-            if (grc < 0) {
-                fail_locked(l, grc);
-                return NULL;
-            }
+            if (l->gpipe) /* a fresh staging arena (fill_rows waits for the old copy) */
+                stk_gpu_batch_begin(l->gpipe, &s->gb);
             uint64_t epoch, pos, start;
             seq_place(l, l->fill_seq, &epoch, &pos, &start);
             uint64_t first = pos * l->opt.batch_size;
@@ -535,6 +530,11 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     uint64_t t = stk_ticks();
     int rc = 0;
     uint32_t k = l->views;
+    /* The slot's previous batch: its copy must have read the pinned memory
+     * these rows overwrite (normally long done: that batch was consumed).
+     * Waited here, unlocked, never in claim_locked under mu. */
+    if (l->gpipe && (rc = stk_gpu_batch_ready(l->gpipe, &s->gb)) < 0)
+        return rc;
     for (uint32_t row = row0; row < row1; row++) {
         stk_sampler_place place;
         stk_sampler_place_from(l->sampler, &key, start, first + row, &place);
