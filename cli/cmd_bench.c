@@ -72,6 +72,8 @@ static const char bench_usage[] =
     "      --device DEV       deliver batches on DEV: cpu (default) or cuda:N\n"
     "      --placement P      with --device cuda:N: gpu (augment on the GPU), cpu\n"
     "                         (augment on the CPU, copy) or auto (default)\n"
+    "      --decoder D        with --device cuda:N: who decodes JPEGs: cpu (default,\n"
+    "                         libjpeg-turbo) or nvjpeg (on the GPU; needs libnvjpeg)\n"
     "      --on-error POLICY  raise (default) or skip corrupt samples\n"
     "      --digest           print 'digest: HEX', a hash of every batch and label\n"
     "      --json             print one JSON object instead of text\n"
@@ -95,10 +97,13 @@ typedef struct bench_args {
     const char *device; /* --device (NULL: host memory) */
     stk_placement placement; /* --placement */
     bool placement_set;
+    stk_decoder decoder;     /* --decoder */
+    bool decoder_set;
     bool digest, json;
 } bench_args;
 
 static const char *const placement_name[] = {"auto", "cpu", "gpu"};
+static const char *const decoder_name[] = {"cpu", "nvjpeg"};
 
 static const char *dtype_name(stk_dtype d)
 {
@@ -129,7 +134,8 @@ static int run_bench(const bench_args *a)
 
     /* Where the batches are delivered (the loader copies these at create). */
     stk_loader_options opt = a->opt;
-    stk_device_options dev = {.device = a->device, .placement = a->placement};
+    stk_device_options dev = {.device = a->device, .placement = a->placement,
+                              .decoder = a->decoder};
     if (a->device)
         opt.device = &dev;
     int32_t got_type = 0, got_id = 0; /* where the batches arrived (the last one) */
@@ -244,8 +250,10 @@ static int run_bench(const bench_args *a)
         printf(", \"device\": ");
         json_string(a->device ? a->device : "cpu");
         if (a->device)
-            printf(", \"placement\": \"%s\", \"delivered\": \"%s\"",
-                   placement_name[a->placement], where);
+            printf(", \"placement\": \"%s\", \"decoder\": \"%s\", \"delivered\": \"%s\", "
+                   "\"gpu_head_rows\": %llu, \"gpu_decode_cpu_rows\": %u",
+                   placement_name[a->placement], decoder_name[a->decoder], where,
+                   (unsigned long long)st.gpu_head_rows, st.gpu_decode_cpu_rows);
         printf(", \"pipeline\": ");
         json_string(a->pipeline);
         printf(", \"samples\": %llu, \"batches\": %llu, \"epochs\": %llu, \"batch_size\": %u, "
@@ -291,8 +299,12 @@ static int run_bench(const bench_args *a)
                (unsigned long long)a->epochs, st.threads, a->opt.threads ? "" : " (auto)",
                st.prefetch, a->opt.prefetch ? "" : " (auto)");
         if (a->device)
-            printf("  device:     %s, placement %s; batches delivered in %s memory\n",
-                   a->device, placement_name[a->placement], where);
+            printf("  device:     %s, placement %s, decoder %s; batches delivered in %s memory"
+                   "%s\n",
+                   a->device, placement_name[a->placement], decoder_name[a->decoder], where,
+                   a->decoder == STK_DECODER_NVJPEG && st.gpu_decode_cpu_rows
+                       ? " (some JPEGs decoded on the CPU: stats gpu_decode_cpu_rows)"
+                       : "");
         printf("  throughput: %.0f samples/s, %.1f MB/s (%.3f s)\n", sps, mbps, elapsed);
         printf("  stages:     read %.3f s, decode %.3f s, augment %.3f s, worker idle %.3f s "
                "(summed over threads); consumer wait %.3f s, step %.3f s\n",
@@ -326,7 +338,7 @@ done:
 enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, OPT_DIGEST,
        OPT_JSON, OPT_ON_ERROR, OPT_SHUFFLE, OPT_BLOCK_SIZE, OPT_WINDOW, OPT_INDICES,
        OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY, OPT_FIELDS,
-       OPT_STEP, OPT_DEVICE, OPT_PLACEMENT };
+       OPT_STEP, OPT_DEVICE, OPT_PLACEMENT, OPT_DECODER };
 
 /* N or "auto" (0). */
 static bool parse_count_or_auto(const char *s, const char *opt, uint32_t *out)
@@ -387,6 +399,7 @@ static const struct option bench_options[] = {
     {"views", required_argument, NULL, OPT_VIEWS},
     {"device", required_argument, NULL, OPT_DEVICE},
     {"placement", required_argument, NULL, OPT_PLACEMENT},
+    {"decoder", required_argument, NULL, OPT_DECODER},
     {"digest", no_argument, NULL, OPT_DIGEST},
     {"json", no_argument, NULL, OPT_JSON},
     {"help", no_argument, NULL, 'h'},
@@ -457,6 +470,17 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
             a->placement_set = true;
             break;
         }
+        case OPT_DECODER:
+            if (!strcmp(optarg, "cpu")) {
+                a->decoder = STK_DECODER_CPU;
+            } else if (!strcmp(optarg, "nvjpeg")) {
+                a->decoder = STK_DECODER_NVJPEG;
+            } else {
+                cli_error("--decoder: expected 'cpu' or 'nvjpeg', got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            a->decoder_set = true;
+            break;
         case OPT_DIGEST: a->digest = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_ON_ERROR:
@@ -487,6 +511,10 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
     }
     if (a->placement_set && !a->device) {
         cli_error("--placement needs --device cuda:N (it says what the GPU does)");
+        return EXIT_USAGE;
+    }
+    if (a->decoder_set && !a->device) {
+        cli_error("--decoder needs --device cuda:N (nvjpeg decodes on the GPU)");
         return EXIT_USAGE;
     }
     if (cli_sampling_set(&a->sampling))

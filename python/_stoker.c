@@ -1903,10 +1903,10 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
                              "block_size", "shuffle_window", "indices", "weights",
                              "num_samples", "balance_classes", "aug_seed", "views", "eager",
                              "mix_sizes", "mix_weights", "memory_limit", "fields", "device",
-                             "placement", "device_convert", NULL};
+                             "placement", "device_convert", "decoder", NULL};
     PyObject *dataset, *convert = Py_None, *aug_seed = Py_None, *convert_device = Py_None;
     const char *device = NULL;
-    int placement = STK_PLACE_AUTO;
+    int placement = STK_PLACE_AUTO, decoder = STK_DECODER_CPU;
     const char *spec;
     stk_loader_options o = {0};
     stk_sampling sg = {0};
@@ -1915,14 +1915,14 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
     int balance = 0, eager = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&zziO:_Loader", kwlist,
+            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&zziOi:_Loader", kwlist,
             &DatasetType, &dataset, &spec, conv_u32, &o.batch_size, conv_u32, &o.threads,
             conv_u32, &o.prefetch, conv_u32, &o.max_batches, conv_u64, &o.seed, &shuffle,
             &drop_last, conv_u32, &o.rank, conv_u32, &o.world_size, &on_error, &mode, &convert,
             &block, conv_u64, &o.block_size, conv_u32, &o.shuffle_window, &indices, &weights,
             conv_u64, &sg.num_samples, &balance, &aug_seed, conv_u32, &o.views, &eager,
             &mix_sizes, &mix_weights, conv_u64, &o.memory_limit, &o.fields, &device,
-            &placement, &convert_device))
+            &placement, &convert_device, &decoder))
         return NULL;
     /* The device options: borrowed by stk_loader_create, which copies them
      * (and the device string) before returning. */
@@ -1930,6 +1930,7 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (device && *device) { /* placement is checked in loader_make */
         dev.device = device;
         dev.placement = (stk_placement)placement;
+        dev.decoder = (stk_decoder)decoder; /* checked by stk_loader_create */
         o.device = &dev;
     }
     if (mix_sizes.obj) {
@@ -2564,8 +2565,12 @@ static PyObject *fields_tuple(LoaderObject *L, IterObject *it, BatchObject *bo)
             o = text_list(&f, bo->b.size);
         } else if (f.offsets) {
             ArrayObject *off = copy_i64(f.offsets, bo->b.size + 1);
-            PyObject *vals = field_values(L, bo, &f);
-            PyObject *offs = off ? convert_out(L, (PyObject *)off, &off->v) : NULL;
+            PyObject *vals = off ? field_values(L, bo, &f) : NULL;
+            PyObject *offs = NULL;
+            if (vals) /* not after a failure: its exception is pending */
+                offs = convert_out(L, (PyObject *)off, &off->v);
+            else
+                Py_XDECREF(off);
             if (vals && offs)
                 o = PyTuple_Pack(2, vals, offs);
             Py_XDECREF(vals);
@@ -2638,10 +2643,23 @@ static PyObject *iter_next(IterObject *it)
         return NULL;
     }
     /* convert_out steals each object; its view is read before the object
-     * can die (the capsule holds a reference first). */
+     * can die (the capsule holds a reference first). A failed conversion
+     * leaves an exception set: nothing may call into Python after it (the
+     * next converter would see it pending, a SystemError), so the objects
+     * not yet converted are only released. */
     PyObject *images = convert_out(L, (PyObject *)bo, &bo->v);
-    PyObject *lab = convert_out(L, (PyObject *)labels, &labels->v);
-    PyObject *idx = indices ? convert_out(L, (PyObject *)indices, &indices->v) : NULL;
+    PyObject *lab = NULL, *idx = NULL;
+    if (!images) {
+        Py_DECREF(labels);
+        Py_XDECREF(indices);
+        return NULL;
+    }
+    lab = convert_out(L, (PyObject *)labels, &labels->v);
+    if (!lab) {
+        Py_XDECREF(indices);
+    } else if (indices) {
+        idx = convert_out(L, (PyObject *)indices, &indices->v);
+    }
     if (!images || !lab || (it->with_indices && !idx)) {
         Py_XDECREF(images);
         Py_XDECREF(lab);
@@ -2850,7 +2868,7 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
     stk_loader_stats s;
     stk_loader_stats_get(self->l, &s);
     return Py_BuildValue(
-        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsKsK}", "samples", (unsigned long long)s.samples,
+        "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsKsKsI}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped,
         "read_s", s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s,
         "consumer_wait_s", s.wait_s, "batches_allocated", s.batches_allocated, "pool_bytes",
@@ -2859,7 +2877,7 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         "decode_s", s.decode_s, "collate_s", s.collate_s, "consumer_step_s", s.step_s,
         "memory_bytes", (unsigned long long)s.memory_bytes, "threads", s.threads, "prefetch",
         s.prefetch, "decisions", (unsigned long long)s.decisions, "gpu_head_rows",
-        (unsigned long long)s.gpu_head_rows);
+        (unsigned long long)s.gpu_head_rows, "gpu_decode_cpu_rows", s.gpu_decode_cpu_rows);
 }
 
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)

@@ -104,8 +104,11 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_options, memory_limit), 88);
     assert_int_equal(offsetof(stk_loader_options, fields), 96);
     assert_int_equal(offsetof(stk_loader_options, device), 104);
-    /* device, placement + flags, 6 reserved */
+    /* device, placement + flags, then in the 6 words once reserved:
+     * decoder + reserved32_, 5 reserved */
     assert_int_equal(sizeof(stk_device_options), 8 + 8 + 48);
+    assert_int_equal(offsetof(stk_device_options, decoder), 16);
+    assert_int_equal(offsetof(stk_device_options, reserved_), 24);
     /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
      * shape[5], 2 reserved */
     assert_int_equal(sizeof(stk_batch_field), 8 + 8 + 8 + 8 + 8 + 8 + 8 + 40 + 16);
@@ -123,13 +126,14 @@ static void test_struct_sizes_are_pinned(void **state)
     assert_int_equal(offsetof(stk_loader_state, reserved_), 80);
     /* 3 x u64, 4 doubles, batches_allocated (+4), pool_bytes, pool_exhausted,
      * then in the 8 words once reserved: decode_s, collate_s, step_s,
-     * memory_bytes, threads + prefetch, decisions, max_batches + reserved32_,
-     * 1 reserved */
+     * memory_bytes, threads + prefetch, decisions, max_batches +
+     * gpu_decode_cpu_rows, gpu_head_rows */
     assert_int_equal(sizeof(stk_loader_stats), 24 + 32 + 8 + 16 + 64);
     assert_int_equal(offsetof(stk_loader_stats, decode_s), 80);
     assert_int_equal(offsetof(stk_loader_stats, threads), 112);
     assert_int_equal(offsetof(stk_loader_stats, decisions), 120);
     assert_int_equal(offsetof(stk_loader_stats, max_batches), 128);
+    assert_int_equal(offsetof(stk_loader_stats, gpu_decode_cpu_rows), 132);
     assert_int_equal(offsetof(stk_loader_stats, gpu_head_rows), 136);
     /* batches, samples, 19 doubles, threads, prefetch, bound, stage,
      * verdict[256], 8 reserved */
@@ -203,7 +207,12 @@ static void test_caller_structs_refuse_reserved_words(void **state)
     stk_loader *l = NULL;
     expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_device_options");
     assert_null(l);
-    assert_non_null(strstr(stk_errmsg(), "reserved_[5]"));
+    assert_non_null(strstr(stk_errmsg(), "reserved_[4]"));
+    memset(&dev, 0, sizeof dev);
+    dev.reserved32_ = 1;
+    expect_reserved_error(stk_loader_create(ds, "to u8 hwc", &lo, &l), "stk_device_options");
+    assert_null(l);
+    assert_non_null(strstr(stk_errmsg(), "reserved32_"));
 
     stk_dataset_options dopt = {0};
     dopt.reserved_[0] = 42;
@@ -304,7 +313,7 @@ static void test_library_structs_zero_reserved_words(void **state)
     stk_loader_stats stats;
     memset(&stats, 0xff, sizeof stats);
     stk_loader_stats_get(l, &stats);
-    assert_int_equal(stats.reserved32_, 0);
+    assert_int_equal(stats.gpu_decode_cpu_rows, 0);
     assert_int_equal(stats.gpu_head_rows, 0);
     assert_int_equal(stats.batches, 1);
 

@@ -988,13 +988,42 @@ typedef enum stk_placement {
     STK_PLACE_GPU = 2,
 } stk_placement;
 
+/*
+ * Who decodes JPEGs when the GPU runs the augmentation (placement gpu, or
+ * auto with a spec the GPU takes):
+ *   STK_DECODER_CPU     libjpeg-turbo in the workers: the region the crop
+ *                       needs, DCT-scaled. The batch equals the host
+ *                       loader's (the default).
+ *   STK_DECODER_NVJPEG  nvJPEG on the GPU (libnvjpeg, loaded at run time):
+ *                       the JPEG engine where the GPU has one (A100, H100,
+ *                       H200), else GPU-assisted decoding; the same region
+ *                       and DCT scale where the backend decodes scaled,
+ *                       else the region at full size. The workers only
+ *                       read, draw and copy the bytes. Pixels differ from
+ *                       libjpeg-turbo's by decoder rounding (docs/gpu.md
+ *                       states how much); an image nvJPEG does not take
+ *                       (progressive on the engine, CMYK, gray, truncated,
+ *                       a failed batch) is decoded on the CPU, counted in
+ *                       stk_loader_stats.gpu_decode_cpu_rows. create fails
+ *                       with STK_EUNSUPPORTED when nvJPEG cannot be loaded
+ *                       or no backend passes its self-test, STK_EINVAL when
+ *                       the augmentation does not run on the GPU.
+ */
+typedef enum stk_decoder {
+    STK_DECODER_CPU = 0,
+    STK_DECODER_NVJPEG = 1,
+} stk_decoder;
+
 typedef struct stk_device_options {
     /* "cuda:N" (N: the CUDA device ordinal; "cuda" is "cuda:0"); NULL, ""
      * or "cpu": host memory (the rest of this struct is then ignored). */
     const char *device;
     stk_placement placement;
     uint32_t flags;        /* must be zero */
-    uint64_t reserved_[6]; /* must be zero (ABI: see the top of this file) */
+    /* Carved out of the reserved words: */
+    stk_decoder decoder;   /* STK_DECODER_CPU (0) or STK_DECODER_NVJPEG */
+    uint32_t reserved32_;  /* must be zero */
+    uint64_t reserved_[5]; /* must be zero (ABI: see the top of this file) */
 } stk_device_options;
 
 /* Where a lent batch's `data` lives (stk_batch.device_type); the values are
@@ -1238,7 +1267,10 @@ typedef struct stk_loader_stats {
     uint64_t decisions;      /* autotuner decisions made (stk_loader_decision) */
     uint32_t max_batches;    /* the cap on batch buffers, as resolved (defaults,
                                 memory_limit) */
-    uint32_t reserved32_;    /* zeroed by the library */
+    /* CUDA backend, decoder nvjpeg (docs/gpu.md): rows decoded on the CPU
+     * instead (an image nvJPEG does not take, a batch it failed; carved out
+     * of the reserved word; saturates at 2^32 - 1). */
+    uint32_t gpu_decode_cpu_rows;
     /* CUDA backend, placement gpu (docs/gpu.md): rows whose decoded region
      * did not fit the slot's staging memory, resampled on the CPU instead
      * (the GPU did the rest). */

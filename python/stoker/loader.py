@@ -18,6 +18,7 @@ _LAYOUTS = {"nchw": "chw", "chw": "chw", "nhwc": "hwc", "hwc": "hwc"}
 _OUTPUTS = ("torch", "numpy", "dlpack")
 _ON_ERROR = {"raise": 0, "skip": 1}
 _PLACEMENTS = {"auto": 0, "cpu": 1, "gpu": 2}  # stk_placement
+_DECODERS = {"cpu": 0, "nvjpeg": 1}  # stk_decoder
 
 
 class Dataset(_stoker.Dataset):
@@ -695,6 +696,15 @@ class Loader:
         GPU only the final normalize/cast when the CPU's last stage is
         uint8) or ``'auto'`` (default: gpu when the spec allows it, else
         cpu). Ignored without a device.
+      decoder: with a CUDA device and the augmentation on the GPU, who
+        decodes JPEGs: ``'cpu'`` (default: libjpeg-turbo in the workers;
+        batches equal the host loader's) or ``'nvjpeg'`` (nvJPEG on the GPU:
+        its JPEG engine where the GPU has one; the workers only read and
+        draw; pixels differ from libjpeg-turbo's by decoder rounding, see
+        docs/gpu.md; images nvJPEG does not take are decoded on the CPU and
+        counted in ``stats()['gpu_decode_cpu_rows']``). Without nvJPEG
+        (libnvjpeg) raises UnsupportedError; without GPU augmentation,
+        InvalidArgument.
 
     Iteration: ``iter(loader)`` yields ``(images, labels)`` for one epoch.
     Each pass starts the loader's current epoch at position 0; finishing a
@@ -717,7 +727,7 @@ class Loader:
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
                  views=1, eager=False, proportions=None, batch_transform=None,
                  memory_limit=None, report_every=None, report=None, fields=None,
-                 as_dict=False, device=None, placement="auto"):
+                 as_dict=False, device=None, placement="auto", decoder="cpu"):
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)
@@ -738,6 +748,11 @@ class Loader:
         device = _device_text(device)
         if placement not in _PLACEMENTS:
             raise ValueError("placement must be 'auto', 'cpu' or 'gpu', got %r" % (placement,))
+        if decoder not in _DECODERS:
+            raise ValueError("decoder must be 'cpu' or 'nvjpeg', got %r" % (decoder,))
+        if decoder != "cpu" and device is None:
+            raise ValueError("decoder=%r needs device='cuda:N' (it decodes on the GPU)"
+                             % (decoder,))
         device_convert = _device_converter(output, device)
         if on_error not in _ON_ERROR:
             raise ValueError("on_error must be 'raise' or 'skip', got %r" % (on_error,))
@@ -791,7 +806,8 @@ class Loader:
             balance_classes=bool(balance_classes), aug_seed=aug_seed, views=views,
             eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights,
             memory_limit=memory_limit, fields=_fields_text(fields), device=device,
-            placement=_PLACEMENTS[placement], device_convert=device_convert)
+            placement=_PLACEMENTS[placement], device_convert=device_convert,
+            decoder=_DECODERS[decoder])
         self._fields = self._core.fields()
         self._as_dict = bool(as_dict)
         self._wrap = self._as_dict or any(f[3] and not f[4] and f[2] != "uint8"
@@ -822,7 +838,7 @@ class Loader:
                              proportions=list(proportions) if proportions is not None else None,
                              batch_transform=batch_transform,
                              fields=[f[0] for f in self._fields], as_dict=self._as_dict,
-                             device=device or "cpu", placement=placement)
+                             device=device or "cpu", placement=placement, decoder=decoder)
 
     # -- iteration ---------------------------------------------------------
 
@@ -1052,7 +1068,9 @@ class Loader:
         ``gc_collects`` (gc.collect() runs made to recover buffers),
         ``gpu_head_rows`` (device=, placement 'gpu': rows whose decoded
         region did not fit the staging memory and were resampled on the
-        CPU; docs/gpu.md)."""
+        CPU; docs/gpu.md), ``gpu_decode_cpu_rows`` (decoder 'nvjpeg': rows
+        decoded on the CPU instead: images nvJPEG does not take, batches
+        it failed, non-JPEG inputs)."""
         return self._core.stats()
 
     @property
@@ -1075,6 +1093,11 @@ class Loader:
         """Where batches are delivered: 'cpu', or the CUDA device as given
         ('cuda', 'cuda:N')."""
         return self._options["device"]
+
+    @property
+    def decoder(self):
+        """Who decodes JPEGs with a device: 'cpu' or 'nvjpeg'."""
+        return self._options["decoder"]
 
     @property
     def placement(self):

@@ -340,6 +340,7 @@ void stk_gpu_close(stk_gpu *g)
 }
 
 int stk_gpu_emulated(const stk_gpu *g) { return g->emulated; }
+int stk_gpu_enter(stk_gpu *g) { return g->emulated ? 0 : cu_enter(g); }
 int stk_gpu_ordinal(const stk_gpu *g) { return g->ordinal; }
 const char *stk_gpu_name(const stk_gpu *g) { return g->name; }
 

@@ -46,6 +46,10 @@ int stk_gpu_emulated(const stk_gpu *g);
 int stk_gpu_ordinal(const stk_gpu *g);
 /* "NVIDIA H200 (sm_90, 139 GiB)" or "emulated CUDA device 0". */
 const char *stk_gpu_name(const stk_gpu *g);
+/* Make the device's primary context current on the calling thread, for a
+ * library that runs on the CUDA runtime (nvJPEG, gpu/nvjpeg.c): the
+ * runtime takes the thread's current context. No-op in emulation. */
+int stk_gpu_enter(stk_gpu *g);
 
 /* Page-locked host memory (cuMemHostAlloc, portable); emulation: aligned
  * host memory. */

@@ -102,7 +102,10 @@ typedef struct stk_gpu_sample {
     int32_t vflip;        /* REGION without need_v: rows in reverse */
     int32_t xtaps, ytaps; /* coefficient strides of the two tables */
     int32_t has_lut;      /* lut: the point ops after the resize */
-    uint64_t region;      /* stage offset: rows x cols x nc, tight */
+    int32_t region_dev;   /* REGION: decoded on the device (nvJPEG, gpu/nvjpeg.c):
+                             `region` is a work offset, not a stage one */
+    int32_t region_pitch; /* REGION: bytes between its rows (0: cols x nc) */
+    uint64_t region;      /* stage (or work) offset: rows x cols x nc */
     uint64_t xbounds, xcoef; /* stage offsets: int32 [OW], [OW * xtaps] */
     uint64_t ybounds, ycoef; /* stage offsets: int32 [OH], [OH * ytaps] */
     uint64_t tmp;         /* work offset: rows x OW x nc (need_h) */
@@ -246,6 +249,14 @@ STK_HD void stk_ge_pixel(const stk_gpu_args *a, const stk_gpu_sample *sm, int32_
         stk_ge_steps(sm, sm->seg[j], sm->seg[j + 1], sm->contrast_b[j], a->nc, v);
 }
 
+/* A REGION record's pixels and the bytes between their rows. */
+STK_HD const uint8_t *stk_ge_region(const stk_gpu_args *a, const stk_gpu_sample *sm,
+                                    size_t *stride)
+{
+    *stride = sm->region_pitch ? (size_t)sm->region_pitch : (size_t)sm->cols * (size_t)a->nc;
+    return (const uint8_t *)(uintptr_t)((sm->region_dev ? a->work : a->stage) + sm->region);
+}
+
 STK_HD float stk_ge_gray(const float *v, int nc)
 {
     return nc == 3 ? (0.2989f * v[0] + 0.587f * v[1]) + 0.114f * v[2] : v[0];
@@ -265,8 +276,9 @@ STK_HD void stk_gb_hpass(const stk_gpu_args *a, uint32_t x, uint32_t r, uint32_t
     if (sm->kind != STK_GS_REGION || !sm->need_h || (int32_t)r >= sm->rows)
         return;
     int nc = a->nc;
-    const uint8_t *src = (const uint8_t *)(uintptr_t)(a->stage + sm->region) +
-                         (size_t)r * (size_t)sm->cols * (size_t)nc;
+    size_t pitch;
+    const uint8_t *src = stk_ge_region(a, sm, &pitch);
+    src += (size_t)r * pitch;
     const int32_t *bounds = (const int32_t *)(uintptr_t)(a->stage + sm->xbounds);
     const int32_t *k = (const int32_t *)(uintptr_t)(a->stage + sm->xcoef) + (size_t)x * sm->xtaps;
     uint8_t *dst = (uint8_t *)(uintptr_t)(a->work + sm->tmp) +
@@ -300,8 +312,7 @@ STK_HD void stk_gb_vpass(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t
         src = (const uint8_t *)(uintptr_t)(a->work + sm->tmp);
         stride = rowb;
     } else {
-        src = (const uint8_t *)(uintptr_t)(a->stage + sm->region);
-        stride = (size_t)sm->cols * (size_t)nc;
+        src = stk_ge_region(a, sm, &stride);
     }
     uint8_t *dst = (uint8_t *)(uintptr_t)(a->work + sm->head) + (size_t)y * rowb + (size_t)x * nc;
     uint8_t v[4];

@@ -71,6 +71,7 @@ struct stk_gpu_pipe {
     size_t rec_bytes;         /* the record array, 64-aligned */
     size_t stage_cap, work_cap;
     stk_gpu_fmt fmt;
+    stk_gpu_jdec *jdec;       /* decoder nvjpeg (owned); NULL: libjpeg-turbo */
 };
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -139,8 +140,8 @@ static const char *augment_blocker(const stk_imgplan *ip, int host_fields, int *
 }
 
 int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
-                        stk_placement placement, int host_fields, uint32_t rows,
-                        stk_gpu_pipe **out)
+                        stk_placement placement, stk_decoder decoder, int host_fields,
+                        uint32_t rows, stk_gpu_pipe **out)
 {
     *out = NULL;
     if ((unsigned)placement > STK_PLACE_GPU)
@@ -218,13 +219,47 @@ int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
          * head's size and its two tables, and device-only tmp + head. */
         size_t per_stage = p->mode == STK_GPU_AUGMENT ? 3 * hb + 65536 : hb;
         p->stage_cap = (size_t)rows * per_stage;
-        p->work_cap = p->mode == STK_GPU_AUGMENT ? (size_t)rows * 4 * hb : 64;
+        /* decoder nvjpeg: the decoded regions live on the device too (a
+         * region at its DCT scale is up to ~4 heads; the horizontal pass's
+         * output up to 2) */
+        p->work_cap = p->mode != STK_GPU_AUGMENT ? 64
+                      : decoder == STK_DECODER_NVJPEG ? (size_t)rows * 10 * hb
+                                                      : (size_t)rows * 4 * hb;
+    }
+    if (decoder == STK_DECODER_NVJPEG) {
+        int rc;
+        if (p->mode != STK_GPU_AUGMENT) {
+            rc = stk_fail(STK_EINVAL, "decoder nvjpeg decodes for the GPU's augmentation, which "
+                          "this loader does not run (%s); use placement gpu with a spec the GPU "
+                          "takes, or decoder cpu", p->reason);
+            free(p);
+            return rc;
+        }
+        if (p->nc != 3) {
+            rc = stk_fail(STK_EINVAL, "decoder nvjpeg: the pipeline has %d channels (JPEGs "
+                          "decode to RGB)", p->nc);
+            free(p);
+            return rc;
+        }
+        if ((rc = stk_gpu_jdec_open(g, &p->jdec)) < 0) {
+            free(p);
+            return rc;
+        }
+        size_t at = strlen(p->reason);
+        snprintf(p->reason + at, sizeof p->reason - at, "; JPEGs: %s",
+                 stk_gpu_jdec_name(p->jdec));
     }
     *out = p;
     return 0;
 }
 
-void stk_gpu_pipe_free(stk_gpu_pipe *p) { free(p); }
+void stk_gpu_pipe_free(stk_gpu_pipe *p)
+{
+    if (!p)
+        return;
+    stk_gpu_jdec_close(p->jdec);
+    free(p);
+}
 
 /* ---------------------------------------------------------------------- */
 /* Batches                                                                 */
@@ -251,6 +286,12 @@ void stk_gpu_batch_free(stk_gpu_pipe *p, stk_gpu_batch *b)
         stk_gpu_event_destroy(p->g, b->release_event);
     if (b->stream)
         stk_gpu_stream_destroy(p->g, b->stream);
+    if (b->jstate)
+        stk_gpu_jstate_free(p->jdec, b->jstate);
+    free(b->jpeg_items);
+    free(b->jpeg_row);
+    free(b->jpeg_batch);
+    free(b->jpeg_batch_row);
     pthread_mutex_destroy(&b->mu);
     memset(b, 0, sizeof *b);
 }
@@ -275,6 +316,18 @@ int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b)
          (rc = stk_gpu_dev_alloc(g, (size_t)p->rows * (size_t)p->out_h * sizeof(double),
                                  &b->d_rowsum)) < 0))
         goto fail;
+    if (p->jdec) {
+        if ((rc = stk_gpu_jstate_create(p->jdec, &b->jstate)) < 0)
+            goto fail;
+        b->jpeg_items = calloc(p->rows, sizeof *b->jpeg_items);
+        b->jpeg_row = calloc(p->rows, 1);
+        b->jpeg_batch = calloc(p->rows, sizeof *b->jpeg_batch);
+        b->jpeg_batch_row = calloc(p->rows, sizeof *b->jpeg_batch_row);
+        if (!b->jpeg_items || !b->jpeg_row || !b->jpeg_batch || !b->jpeg_batch_row) {
+            rc = stk_fail(STK_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     return 0;
 fail:
     stk_gpu_batch_free(p, b);
@@ -294,6 +347,7 @@ void stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b)
     b->stage_used = b->work_used = 0;
     b->unstaged = p->rows;
     b->fallbacks = 0;
+    b->jpeg_cpu = 0;
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -340,6 +394,8 @@ void stk_gpu_stage_skip(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row)
     stk_gpu_sample *sm = record(b, row);
     memset(sm, 0, sizeof *sm);
     sm->kind = STK_GS_SKIP;
+    if (b->jpeg_row)
+        b->jpeg_row[row] = 0;
 }
 
 /* Fill the colour steps of a record from the draws (segments start at
@@ -426,6 +482,79 @@ static int head_on_cpu(stk_gpu_pipe *p, const stk_gpu_sample *proto, const uint8
     return 0;
 }
 
+/* Decoder nvjpeg: stage row `row` as its JPEG's bytes (the GPU decodes the
+ * region into the work arena at submit) plus both tables. 1: staged; 0:
+ * it does not fit the arenas (the caller decodes on the CPU). */
+static int stage_jpeg(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk_plan_input *in,
+                      const stk_draws *dr, const stk_img_prepared *pr, const stk_img_jpeg *jr)
+{
+    stk_gpu_sample proto;
+    int rc;
+    memset(&proto, 0, sizeof proto);
+    proto.rows = (int32_t)jr->rows;
+    proto.cols = (int32_t)jr->cols;
+    proto.need_h = pr->need_h;
+    proto.need_v = pr->need_v;
+    proto.vflip = dr->vflip;
+    proto.has_lut = dr->has_lut[1];
+    if (dr->has_lut[1])
+        memcpy(proto.lut, dr->lut[1], 256);
+    if ((rc = set_steps(dr, &proto)) < 0)
+        return rc;
+    size_t xb = stk_rs_axis_bytes(&pr->xp, 0), yb = stk_rs_axis_bytes(&pr->yp, 0);
+    if (!xb || !yb)
+        return stk_fail(STK_EDATA, "image geometry out of range");
+    /* Where the decoder writes: the region itself, or (a whole-image
+     * decoder) the image at scale d with the region inside it. */
+    unsigned d = jr->d;
+    int roi = stk_gpu_jdec_roi(p->jdec);
+    uint64_t fw = roi ? jr->cols : ((uint64_t)jr->info.width + d - 1) / d;
+    uint64_t fh = roi ? jr->rows : ((uint64_t)jr->info.height + d - 1) / d;
+    size_t pitch = (size_t)fw * 3, rb = (size_t)fw * (size_t)fh * 3;
+    size_t tb = proto.need_h ? (size_t)proto.rows * (size_t)p->out_w * 3 : 0;
+    size_t stage = al64(in->encoded_size) + al64(xb) + al64(yb);
+    size_t work = al64(rb) + al64(tb) + al64(p->head_bytes);
+    size_t soff, woff;
+    if (fw * fh > ((uint64_t)1 << 40) || arena_take(p, b, 0, stage, work, &soff, &woff) < 0)
+        return 0;
+    uint8_t *base = b->host;
+    memcpy(base + soff, in->encoded, in->encoded_size);
+    size_t at = soff + al64(in->encoded_size);
+    stk_rs_axis ax, ay;
+    stk_rs_build(&pr->xp, pr->xf, dr->hflip, 0, base + at, &ax);
+    proto.xbounds = (uint64_t)((uint8_t *)ax.bounds - base);
+    proto.xcoef = (uint64_t)((uint8_t *)ax.coef - base);
+    proto.xtaps = ax.taps;
+    at += al64(xb);
+    stk_rs_build(&pr->yp, pr->yf, dr->vflip, 0, base + at, &ay);
+    proto.ybounds = (uint64_t)((uint8_t *)ay.bounds - base);
+    proto.ycoef = (uint64_t)((uint8_t *)ay.coef - base);
+    proto.ytaps = ay.taps;
+    size_t inside = roi ? 0 : (size_t)(jr->region.y / d) * pitch + (size_t)(jr->region.x / d) * 3;
+    proto.kind = STK_GS_REGION;
+    proto.region_dev = 1;
+    proto.region_pitch = (int32_t)pitch;
+    proto.region = woff + inside;
+    proto.tmp = woff + al64(rb);
+    proto.head = proto.tmp + al64(tb);
+    *record(b, row) = proto;
+    stk_gpu_jitem *it = &b->jpeg_items[row];
+    memset(it, 0, sizeof *it);
+    it->data = base + soff;
+    it->size = in->encoded_size;
+    it->region = jr->region;
+    it->d = d;
+    it->width = jr->info.width;
+    it->height = jr->info.height;
+    it->cols = jr->cols;
+    it->rows = jr->rows;
+    it->full = b->d_work + woff;
+    it->dst = b->d_work + proto.region;
+    it->pitch = pitch;
+    b->jpeg_row[row] = 1;
+    return 1;
+}
+
 int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk_plan_input *in,
                       stk_rng *rng, stk_scratch *scratch)
 {
@@ -446,6 +575,27 @@ int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
     stk_img_prepared pr;
     memset(sm, 0, sizeof *sm);
     sm->kind = STK_GS_SKIP;
+    if (p->jdec) {
+        b->jpeg_row[row] = 0;
+        if (in->encoded) {
+            /* The GPU decodes it if it can; else the rng is rewound and
+             * the row takes the CPU path below, draws and all. */
+            stk_rng start = *rng;
+            stk_img_jpeg jr;
+            rc = stk_imgplan_prepare_jpeg(p->ip, in, rng, scratch,
+                                          stk_gpu_jdec_max_scale(p->jdec), &dr, &pr, &jr);
+            if (rc < 0)
+                return rc;
+            if (rc == 1 && stk_gpu_jdec_accepts(p->jdec, &jr.info, in->encoded,
+                                                in->encoded_size) &&
+                (rc = stage_jpeg(p, b, row, in, &dr, &pr, &jr)) != 0)
+                return rc < 0 ? rc : 0;
+            *rng = start;
+            pthread_mutex_lock(&b->mu);
+            b->jpeg_cpu++;
+            pthread_mutex_unlock(&b->mu);
+        }
+    }
     if ((rc = stk_imgplan_prepare(p->ip, in, rng, scratch, &dr, &pr)) < 0)
         return rc;
     stk_gpu_sample proto;
@@ -555,6 +705,21 @@ int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uin
         pthread_mutex_unlock(&b->mu);
         if ((rc = stk_gpu_copy_h2d(g, b->d_stage, b->host, used, b->stream)) < 0)
             return rc;
+        if (p->jdec) { /* the JPEGs, decoded into the work arena before the kernels */
+            uint32_t nj = 0, cpu = 0;
+            for (uint32_t i = 0; i < n; i++)
+                if (b->jpeg_row[i] && record(b, i)->kind == STK_GS_REGION) {
+                    b->jpeg_batch[nj] = b->jpeg_items[i];
+                    b->jpeg_batch_row[nj++] = i;
+                }
+            rc = stk_gpu_jdec_decode(p->jdec, b->jstate, b->jpeg_batch, b->jpeg_batch_row, nj,
+                                     b->stream, &cpu);
+            pthread_mutex_lock(&b->mu);
+            b->jpeg_cpu += cpu;
+            pthread_mutex_unlock(&b->mu);
+            if (rc < 0)
+                return rc;
+        }
         stk_gpu_args a;
         memset(&a, 0, sizeof a);
         a.samples = b->d_stage;

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "gpu/device.h"
+#include "gpu/nvjpeg.h"
 #include "ops/plan.h"
 
 /* How a loader uses its device (chosen at create from the placement and
@@ -33,10 +34,12 @@ typedef struct stk_gpu_pipe stk_gpu_pipe;
  * is the spec's text (for messages); `host_fields`: the loader delivers
  * fields besides image and label that the image's geometry moves (masks,
  * boxes), which keeps the spec on the CPU. `rows`: output rows per batch.
- * Borrows g and plan. */
+ * `decoder` STK_DECODER_NVJPEG: JPEGs are decoded on the GPU (gpu/nvjpeg.c;
+ * needs STK_GPU_AUGMENT: STK_EINVAL otherwise, STK_EUNSUPPORTED without
+ * nvJPEG). Borrows g and plan. */
 int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
-                        stk_placement placement, int host_fields, uint32_t rows,
-                        stk_gpu_pipe **out);
+                        stk_placement placement, stk_decoder decoder, int host_fields,
+                        uint32_t rows, stk_gpu_pipe **out);
 void stk_gpu_pipe_free(stk_gpu_pipe *p);
 stk_gpu_mode stk_gpu_pipe_mode(const stk_gpu_pipe *p);
 const char *stk_gpu_mode_name(stk_gpu_mode m);
@@ -66,6 +69,15 @@ typedef struct stk_gpu_batch {
     size_t stage_used, work_used;
     uint32_t unstaged;
     uint32_t fallbacks;       /* rows staged as heads (the region did not fit) */
+    uint32_t jpeg_cpu;        /* decoder nvjpeg: rows decoded on the CPU (mu) */
+    /* Decoder nvjpeg: the slot's nvJPEG state and, per output row, the JPEG
+     * handed to it (jpeg_row[r]: whether row r has one; written by the
+     * row's worker, read by the submitting one after every row is staged). */
+    stk_gpu_jstate *jstate;
+    stk_gpu_jitem *jpeg_items;   /* [rows] */
+    uint8_t *jpeg_row;           /* [rows] */
+    stk_gpu_jitem *jpeg_batch;   /* [rows]: the submit's list */
+    uint32_t *jpeg_batch_row;    /* [rows] */
 } stk_gpu_batch;
 
 int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b);

@@ -214,6 +214,26 @@ typedef struct stk_img_prepared {
 int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
                         stk_scratch *scratch, stk_draws *dr, stk_img_prepared *pr);
 
+/* A JPEG region left for a GPU decoder (gpu/nvjpeg.c): what to decode and
+ * how (stk_image_decode's region and scale; cols x rows once decoded). */
+typedef struct stk_img_jpeg {
+    stk_image_info info;
+    stk_rect region;
+    unsigned d;
+    uint32_t cols, rows;
+} stk_img_jpeg;
+
+/* Steps 1-5 of a run without the decode, for a JPEG the GPU decodes: size,
+ * draw (into *dr), choose the DCT scale (at most 1/dmax), and plan both
+ * axes (*pr, but no pixels: view.pixels is NULL). Returns 1 with the region
+ * in *jr; 0 when the input is not a JPEG that can be left to the GPU (not
+ * encoded, another format, or point ops before the resize, which run on the
+ * source pixels): the caller then restores the rng and runs
+ * stk_imgplan_prepare; < 0 on error. */
+int stk_imgplan_prepare_jpeg(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                             stk_scratch *scratch, unsigned dmax, stk_draws *dr,
+                             stk_img_prepared *pr, stk_img_jpeg *jr);
+
 /* random_bbox_crop's draw (op_bbox_crop.c): torchvision.transforms.v2's
  * RandomIoUCrop on a W x H view with `nboxes` XYXY boxes. Fills the kept
  * rectangle, or the whole view when the drawn option is "no crop". */

@@ -208,10 +208,11 @@ typedef struct img_geo {
 } img_geo;
 
 /* Steps 1-4: size the input (running the prefix plan into the scratch),
- * draw, choose the DCT scale, set up both axes; fill the trace. */
+ * draw, choose the DCT scale (at most 1/dmax: 8, or 1 for a GPU decoder
+ * without scaled decoding), set up both axes; fill the trace. */
 static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
                         stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
-                        stk_draws *dr, img_geo *g)
+                        unsigned dmax, stk_draws *dr, img_geo *g)
 {
     int kind;
     stk_image_info info;
@@ -286,7 +287,7 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     /* (nearest picks pixels: a reduced IDCT would average them, so never) */
     if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG && ip->filter != STK_RS_NEAREST) {
         double sx = dr->ax.resized ? dr->ax.scale : 1.0, sy = dr->ay.resized ? dr->ay.scale : 1.0;
-        for (d = 8; d > 1; d /= 2)
+        for (d = dmax; d > 1; d /= 2)
             if (sx >= (double)d && sy >= (double)d)
                 break;
     }
@@ -446,7 +447,7 @@ int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
 {
     img_geo g;
     int rc;
-    if ((rc = img_geometry(ip, in, rng, scratch, NULL, 1, dr, &g)) < 0)
+    if ((rc = img_geometry(ip, in, rng, scratch, NULL, 1, 8, dr, &g)) < 0)
         return rc;
     int32_t kx = stk_rs_ksize(g.xa.p.scale, g.xa.p.filter);
     if ((rc = img_source(ip, in, scratch, &g, dr, 0, kx, &pr->view, &pr->ws_off)) < 0)
@@ -460,6 +461,39 @@ int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     return 0;
 }
 
+int stk_imgplan_prepare_jpeg(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
+                             stk_scratch *scratch, unsigned dmax, stk_draws *dr,
+                             stk_img_prepared *pr, stk_img_jpeg *jr)
+{
+    img_geo g;
+    int rc;
+    if (dmax != 1 && dmax != 2 && dmax != 4 && dmax != 8)
+        return stk_fail(STK_EINVAL, "stk_imgplan_prepare_jpeg: dmax %u", dmax);
+    if ((rc = img_geometry(ip, in, rng, scratch, NULL, 1, dmax, dr, &g)) < 0)
+        return rc;
+    if (g.kind != SRC_ENC || g.info.format != STK_IMAGE_JPEG || dr->has_lut[0])
+        return 0;
+    memset(pr, 0, sizeof *pr);
+    pr->view.width = (uint32_t)g.cols;
+    pr->view.height = (uint32_t)g.rows;
+    pr->view.channels = 3;
+    pr->xp = g.xa.p;
+    pr->yp = g.ya.p;
+    pr->xf = g.xa.f;
+    pr->yf = g.ya.f;
+    pr->need_h = !g.xa.identity || dr->hflip;
+    pr->need_v = !g.ya.identity;
+    jr->info = g.info;
+    jr->region.x = (uint32_t)g.rx0;
+    jr->region.y = (uint32_t)g.ry0;
+    jr->region.width = (uint32_t)(g.rx1 - g.rx0);
+    jr->region.height = (uint32_t)(g.ry1 - g.ry0);
+    jr->d = g.d;
+    jr->cols = (uint32_t)g.cols;
+    jr->rows = (uint32_t)g.rows;
+    return 1;
+}
+
 static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
                     stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
                     stk_draws *dr_out)
@@ -471,7 +505,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     img_geo g;
     if (decode_pixels && !out)
         return stk_fail(STK_EINVAL, "stk_plan_run_input: NULL argument");
-    if ((rc = img_geometry(ip, in, rng, scratch, trace, decode_pixels, dr, &g)) < 0)
+    if ((rc = img_geometry(ip, in, rng, scratch, trace, decode_pixels, 8, dr, &g)) < 0)
         return rc;
     if (!decode_pixels)
         return 0;

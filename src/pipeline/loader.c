@@ -202,6 +202,7 @@ struct stk_loader {
     stk_gpu_pipe *gpipe;
     stk_gpu_mode gmode;
     _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
+    _Atomic uint64_t gpu_decode_cpu_rows; /* decoder nvjpeg: rows decoded on the CPU */
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;     /* workers: something to fill, or stop */
@@ -708,6 +709,8 @@ static void *worker_main(void *arg)
                                                (s->rows - s->skipped) * l->views);
                     atomic_fetch_add_explicit(&l->gpu_head_rows, gb->fallbacks,
                                               memory_order_relaxed);
+                    atomic_fetch_add_explicit(&l->gpu_decode_cpu_rows, gb->jpeg_cpu,
+                                              memory_order_relaxed);
                     atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0,
                                               memory_order_relaxed);
                 }
@@ -748,6 +751,12 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
                                                   sizeof o->device->reserved_[0],
                                               "stk_device_options")) < 0)
         return rc;
+    if (o->device && o->device->reserved32_)
+        return stk_fail(STK_EINVAL, "stk_device_options: reserved32_ is %u: reserved words must "
+                        "be zero (zero-initialise the struct)", o->device->reserved32_);
+    if (o->device && (unsigned)o->device->decoder > STK_DECODER_NVJPEG)
+        return stk_fail(STK_EINVAL, "stk_device_options: decoder %d is not one of "
+                        "STK_DECODER_CPU, STK_DECODER_NVJPEG", (int)o->device->decoder);
     if (!o->batch_size)
         o->batch_size = DEFAULT_BATCH_SIZE;
     /* threads = 0 / prefetch = 0 stay 0 here: auto (stk_loader_create). */
@@ -952,7 +961,7 @@ static int open_device(stk_loader *l, const char *spec)
     int rc = stk_gpu_open(d->device, &l->gpu);
     if (rc < 0)
         return rc;
-    rc = stk_gpu_pipe_create(l->gpu, l->plan, spec, d->placement, l->lf->extra,
+    rc = stk_gpu_pipe_create(l->gpu, l->plan, spec, d->placement, d->decoder, l->lf->extra,
                              l->opt.batch_size * l->views, &l->gpipe);
     if (rc < 0)
         return rc;
@@ -1923,6 +1932,8 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     st->pool_exhausted = l->pool_exhausted;
     st->memory_bytes = memory_locked(l);
     st->gpu_head_rows = atomic_load_explicit(&l->gpu_head_rows, memory_order_relaxed);
+    uint64_t cpu_rows = atomic_load_explicit(&l->gpu_decode_cpu_rows, memory_order_relaxed);
+    st->gpu_decode_cpu_rows = cpu_rows > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_rows;
     st->threads = l->active;
     st->prefetch = l->prefetch;
     st->decisions = l->decisions;
