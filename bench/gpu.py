@@ -92,7 +92,7 @@ def child_throughput(cfg):
     loader = stoker.Loader(cfg["dataset"], batch_size=cfg["batch"], shuffle=True, seed=0,
                            pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
                            drop_last=True, output="torch", device=cfg["device"],
-                           placement=cfg["placement"])
+                           placement=cfg["placement"], decoder=cfg.get("decoder", "cpu"))
     check_epoch(loader, cfg)
     it = iter(loader)
     images, _ = next(it)  # warm-up: threads, pool, device, first fill
@@ -111,9 +111,11 @@ def child_throughput(cfg):
         del images
     sync(dev)
     t, c = time.perf_counter() - t0, time.process_time() - c0
+    st = loader.stats()
     loader.close()
     return {"images": n, "elapsed_s": t, "cpu_s": c, "images_per_s": n / t,
-            "images_per_cpu_s": n / c if c > 0 else None}
+            "images_per_cpu_s": n / c if c > 0 else None,
+            "gpu_decode_cpu_rows": st["gpu_decode_cpu_rows"], "samples": st["samples"]}
 
 
 def calibrate_step(dev, step_ms):
@@ -137,12 +139,13 @@ def child_train(cfg):
     stoker = import_stoker()
     dev = torch_device(cfg)
     a, k = calibrate_step(dev, cfg["step_ms"])
-    device_delivery = cfg["way"] == "device"
+    device_delivery = cfg["way"] != "host"
     loader = stoker.Loader(cfg["dataset"], batch_size=cfg["batch"], shuffle=True, seed=0,
                            pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
                            drop_last=True, output="torch",
                            device=cfg["device"] if device_delivery else None,
-                           placement=cfg["placement"] if device_delivery else "auto")
+                           placement=cfg["placement"] if device_delivery else "auto",
+                           decoder="nvjpeg" if cfg["way"] == "device+nvjpeg" else "cpu")
     check_epoch(loader, cfg)
     it = iter(loader)
     next(it)  # warm-up
@@ -203,6 +206,8 @@ def main():
     ap.add_argument("--step-ms", type=float, default=None, help="part 2's step (100 ms)")
     ap.add_argument("--emulate", action="store_true",
                     help="STOKER_CUDA_EMULATE=1, torch on the CPU, tiny sizes: a smoke test")
+    ap.add_argument("--no-nvjpeg", action="store_true",
+                    help="leave out decoder nvjpeg (a machine without libnvjpeg)")
     ap.add_argument("--out", help="write the results here (JSON)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -227,17 +232,28 @@ def main():
     print("  %-8s %-10s %12s %14s" % ("threads", "placement", "images/s", "images/CPU-s"))
     for threads in [args.threads] + ([16] if args.threads16 and args.threads != 16 else []):
         row = {"threads": threads}
-        for placement in ("cpu", "gpu"):
+        for name, placement, decoder in (("cpu", "cpu", "cpu"), ("gpu", "gpu", "cpu"),
+                                         ("nvjpeg", "gpu", "nvjpeg")):
+            if name == "nvjpeg" and args.no_nvjpeg:
+                continue
             r = run_child(dict(base, part=1, threads=threads, placement=placement,
-                               images=images))
-            row[placement] = r
-            print("  %-8d %-10s %12.1f %14.1f" % (threads, placement, r["images_per_s"],
-                                                   r["images_per_cpu_s"] or 0.0))
-        row["ratio_images_per_s"] = row["gpu"]["images_per_s"] / row["cpu"]["images_per_s"]
-        cpu_g, cpu_c = row["gpu"]["images_per_cpu_s"], row["cpu"]["images_per_cpu_s"]
-        row["ratio_images_per_cpu_s"] = cpu_g / cpu_c if cpu_g and cpu_c else None
-        print("  %-8d %-10s %12.2fx %13.2fx" % (threads, "gpu/cpu", row["ratio_images_per_s"],
-                                                 row["ratio_images_per_cpu_s"] or 0.0))
+                               decoder=decoder, images=images))
+            row[name] = r
+            print("  %-8d %-10s %12.1f %14.1f%s" % (
+                threads, name, r["images_per_s"], r["images_per_cpu_s"] or 0.0,
+                "   (%d of %d rows decoded on the CPU)" % (r["gpu_decode_cpu_rows"],
+                                                           r["samples"])
+                if name == "nvjpeg" else ""))
+        for name in ("gpu", "nvjpeg"):
+            if name not in row:
+                continue
+            ratio = row[name]["images_per_s"] / row["cpu"]["images_per_s"]
+            cpu_g, cpu_c = row[name]["images_per_cpu_s"], row["cpu"]["images_per_cpu_s"]
+            ratio_cpu = cpu_g / cpu_c if cpu_g and cpu_c else None
+            row["ratio_images_per_s" + ("" if name == "gpu" else "_nvjpeg")] = ratio
+            row["ratio_images_per_cpu_s" + ("" if name == "gpu" else "_nvjpeg")] = ratio_cpu
+            print("  %-8d %-10s %12.2fx %13.2fx" % (threads, name + "/cpu", ratio,
+                                                     ratio_cpu or 0.0))
         results["throughput"].append(row)
 
     steps = args.steps or (6 if tiny else 40)
@@ -245,7 +261,7 @@ def main():
     print("part 2: simulated training step of %.0f ms, %d steps, %d threads, device delivery "
           "placement %s" % (step_ms, steps, args.threads, args.placement))
     print("  %-16s %9s %9s %9s %11s" % ("delivery", "wait s", "copy s", "step s", "data share"))
-    for way in ("device", "host"):
+    for way in ("device",) + (() if args.no_nvjpeg else ("device+nvjpeg",)) + ("host",):
         r = run_child(dict(base, part=2, way=way, threads=args.threads,
                            placement=args.placement, steps=steps, step_ms=step_ms))
         results["train"].append(r)

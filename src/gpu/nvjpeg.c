@@ -212,8 +212,9 @@ int stk_gpu_jdec_roi(const stk_gpu_jdec *j) { return j->roi; }
 int stk_gpu_jdec_accepts(const stk_gpu_jdec *j, const stk_image_info *info, const uint8_t *data,
                          size_t size)
 {
-    if (info->format != STK_IMAGE_JPEG || info->cmyk ||
-        (info->components != 1 && info->components != 3))
+    /* Three components only: how a backend expands a grayscale JPEG to
+     * interleaved RGB is not pinned down, and such files are rare. */
+    if (info->format != STK_IMAGE_JPEG || info->cmyk || info->components != 3)
         return 0;
     if (info->progressive && !j->emulated && j->backend == NVJPEG_BACKEND_HARDWARE)
         return 0; /* the engine decodes single-scan baseline JPEGs only */

@@ -58,7 +58,7 @@ unsigned stk_gpu_jdec_max_scale(const stk_gpu_jdec *j);
  * the image at scale d and points dst inside it). */
 int stk_gpu_jdec_roi(const stk_gpu_jdec *j);
 /* Whether a JPEG with this header is worth handing over (a cheap check
- * for the workers: not CMYK, 1 or 3 components, not progressive for the
+ * for the workers: 3 components (not gray, not CMYK), not progressive for the
  * hardware engine, an EOI marker at the end). 0: decode it on the CPU. */
 int stk_gpu_jdec_accepts(const stk_gpu_jdec *j, const stk_image_info *info, const uint8_t *data,
                          size_t size);

@@ -372,8 +372,14 @@ def test_cli_digest_equals_host(synthetic):
             continue
         assert p.returncode == 0, p.stderr
         assert [l for l in p.stdout.splitlines() if l.startswith("digest: ")] == want
-        assert "device:     %s, placement %s; batches delivered in host memory" \
+        assert "device:     %s, placement %s, decoder cpu; batches delivered in host memory" \
             % (DEVICE, placement) in p.stdout
+    if not REAL:  # the emulated nvJPEG is libjpeg-turbo: the same digest
+        p = run_stoker(*args, "--device", DEVICE, "--placement", "gpu", "--decoder", "nvjpeg")
+        assert [l for l in p.stdout.splitlines() if l.startswith("digest: ")] == want
+        assert "placement gpu, decoder nvjpeg; batches delivered in host memory" in p.stdout
+    p = run_stoker(*args[:-1], "--decoder", "nvjpeg", check=False)
+    assert p.returncode == 2 and "--decoder needs --device" in p.stderr
 
 
 # --------------------------------------------------------------------------- errors
@@ -494,3 +500,130 @@ def test_batch_device_and_dlpack(synthetic):
     want = reference(synthetic, spec)[0]
     assert_same_batches([(t.cpu().numpy(), images.dtype, want[2], want[3])], [want],
                         "torch.from_dlpack on a side stream")
+
+
+# --------------------------------------------------------------------------- decoder nvjpeg
+
+# What decoder='nvjpeg' may differ by on a device (docs/gpu.md, "GPU JPEG
+# decoding"): nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's,
+# so pixels differ by rounding. In uint8 levels: a mean |difference| of at
+# most 2 and at most 0.5% of the values off by more than 32 (float outputs
+# are compared in levels of their uint8 source: |diff| * 255 * the spec's
+# normalize std, 0.225 for imagenet). In emulation the decoder is
+# libjpeg-turbo itself: batches equal the host loader's byte for byte.
+NVJPEG_MEAN_LEVELS = 2.0
+NVJPEG_FAR_LEVELS, NVJPEG_FAR_SHARE = 32, 0.005
+NVJPEG_SPECS = [
+    ("imagenet-train-extensive", 255.0 * 0.225),
+    ("imagenet-val", 255.0 * 0.225),
+    ("random_resized_crop 160 | flip 0.5 | to u8 hwc", 1.0),
+    ("resize 128 | center_crop 112 | to u8 hwc", 1.0),
+]
+
+
+def assert_close_batches(got, want, what, levels_per_unit):
+    """decoder nvjpeg on a device: same indices and labels, pixels within
+    the stated tolerance; the figures go to the report."""
+    assert len(got) == len(want), "%s: %d batches, the host loader %d" % (what, len(got),
+                                                                         len(want))
+    diffs = []
+    for k, ((g, dt, gl, gi), (w, wdt, wl, wi)) in enumerate(zip(got, want)):
+        assert dt == wdt and g.shape == w.shape, (what, k, g.shape, w.shape, dt, wdt)
+        assert np.array_equal(gi, wi), "%s: batch %d indices differ" % (what, k)
+        assert np.array_equal(gl, wl), "%s: batch %d labels differ" % (what, k)
+        diffs.append((np.abs(_as_float(g, dt) - _as_float(w, dt)) * levels_per_unit).ravel())
+    d = np.concatenate(diffs) if diffs else np.zeros(1)
+    mean, far = float(d.mean()), float((d > NVJPEG_FAR_LEVELS).mean())
+    if REPORT:
+        with open(REPORT, "a") as f:
+            f.write(json.dumps({"test": what, "batches": len(got), "mean_levels": mean,
+                                "p99_levels": float(np.percentile(d, 99)),
+                                "max_levels": float(d.max()), "far_share": far}) + "\n")
+    assert mean <= NVJPEG_MEAN_LEVELS, "%s: mean |diff| %.3f levels" % (what, mean)
+    assert far <= NVJPEG_FAR_SHARE, "%s: %.3f%% of values off by more than %d levels" % (
+        what, 100 * far, NVJPEG_FAR_LEVELS)
+
+
+def _cpu_decoded_files(root):
+    """Files of `root` an nvJPEG decoder leaves to the CPU in emulation: not
+    a JPEG, or not 3 components (gray, CMYK)."""
+    n = 0
+    for c in sorted(os.listdir(root)):
+        for f in sorted(os.listdir(os.path.join(root, c))):
+            with Image.open(os.path.join(root, c, f)) as im:
+                n += im.format != "JPEG" or im.mode not in ("RGB", "YCbCr")
+    return n
+
+
+@pytest.mark.parametrize("spec,levels", NVJPEG_SPECS, ids=[s.split(" |")[0].replace(" ", "_")
+                                                           for s, _ in NVJPEG_SPECS])
+@pytest.mark.parametrize("data", DATASETS)
+def test_nvjpeg_batches(request, data, spec, levels):
+    if REAL and data == "synthetic":
+        pytest.skip("noise images: the decoders' upsampling differs by design there; the "
+                    "tolerance is stated for photographs (emulation covers them exactly)")
+    root = request.getfixturevalue(data)
+    want = reference(root, spec)
+    got = run_loader(root, spec, device=DEVICE, placement="gpu", decoder="nvjpeg")
+    what = "%s %r decoder=nvjpeg" % (data, spec)
+    if REAL:
+        assert_close_batches(got, want, what, levels)
+    else:
+        assert_same_batches(got, want, what)
+
+
+def test_nvjpeg_counts_rows_decoded_on_the_cpu(synthetic):
+    """The synthetic set's PNG and two grayscale JPEGs go to the CPU, once
+    an epoch; the other rows are the GPU decoder's."""
+    loader = stoker.Loader(synthetic, batch_size=BATCH, shuffle=True, seed=11,
+                           pipeline="imagenet-train-few", num_threads=2, output="dlpack",
+                           device=DEVICE, placement="gpu", decoder="nvjpeg")
+    assert loader.decoder == "nvjpeg"
+    assert _cpu_decoded_files(synthetic) == 3
+    delivered = on_cpu = 0
+    with loader:
+        for _ in range(EPOCHS):
+            for images, labels, paths in loader.iter_with_paths():
+                delivered += len(paths)
+                for p in paths:
+                    with Image.open(p) as im:
+                        on_cpu += im.format != "JPEG" or im.mode != "RGB"
+                del images
+        st = loader.stats()
+    assert delivered == 14 * EPOCHS and on_cpu == 3 * EPOCHS
+    # rows staged past the last delivered batch (prefetch) may count too
+    ahead = st["samples"] - delivered
+    if REAL:  # the device may also refuse or fail some (counted too)
+        assert st["gpu_decode_cpu_rows"] >= on_cpu
+    else:
+        assert on_cpu <= st["gpu_decode_cpu_rows"] <= on_cpu + ahead
+
+
+def test_nvjpeg_skip_policy_gives_the_same_rows(with_corrupt):
+    """Corrupt files (truncated, random bytes, a PNG named .jpg, absurd
+    dimensions) are skipped exactly as on the CPU path: the checks happen
+    in the workers before anything reaches nvJPEG."""
+    spec = "imagenet-train-extensive"
+    want = reference(with_corrupt, spec, on_error="skip")
+    got = run_loader(with_corrupt, spec, device=DEVICE, placement="gpu", decoder="nvjpeg",
+                     on_error="skip")
+    if REAL:
+        assert_close_batches(got, want, "corrupt %r decoder=nvjpeg" % spec, 255.0 * 0.225)
+    else:
+        assert_same_batches(got, want, "corrupt %r decoder=nvjpeg" % spec)
+
+
+def test_nvjpeg_needs_the_gpu_augmentation(synthetic):
+    with pytest.raises(stoker.InvalidArgument, match="decoder nvjpeg"):
+        stoker.Loader(synthetic, batch_size=BATCH, pipeline="imagenet-val", output="dlpack",
+                      device=DEVICE, placement="cpu", decoder="nvjpeg")
+    with pytest.raises(stoker.InvalidArgument, match="decoder nvjpeg"):
+        stoker.Loader(synthetic, batch_size=BATCH, output="dlpack", device=DEVICE,
+                      pipeline="random_resized_crop 64 | rotate 10 | to f32 chw",
+                      placement="auto", decoder="nvjpeg")
+    with pytest.raises(ValueError, match="decoder"):
+        stoker.Loader(synthetic, batch_size=BATCH, pipeline="imagenet-val", output="dlpack",
+                      decoder="nvjpeg")
+    with pytest.raises(ValueError, match="decoder"):
+        stoker.Loader(synthetic, batch_size=BATCH, pipeline="imagenet-val", output="dlpack",
+                      device=DEVICE, decoder="turbo")
