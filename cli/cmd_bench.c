@@ -220,6 +220,8 @@ static int run_bench(const bench_args *a)
 
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
+    char device_info[400];
+    snprintf(device_info, sizeof device_info, "%s", stk_loader_device_info(l));
     stk_io_stats io; /* a remote dataset's traffic (zero for local files) */
     stk_io_stats_get(&io);
     stk_loader_profile prof;
@@ -249,11 +251,13 @@ static int run_bench(const bench_args *a)
         json_string(a->dataset);
         printf(", \"device\": ");
         json_string(a->device ? a->device : "cpu");
-        if (a->device)
+        if (a->device) {
             printf(", \"placement\": \"%s\", \"decoder\": \"%s\", \"delivered\": \"%s\", "
-                   "\"gpu_head_rows\": %llu, \"gpu_decode_cpu_rows\": %u",
+                   "\"gpu_head_rows\": %llu, \"gpu_decode_cpu_rows\": %u, \"device_info\": ",
                    placement_name[a->placement], decoder_name[a->decoder], where,
                    (unsigned long long)st.gpu_head_rows, st.gpu_decode_cpu_rows);
+            json_string(device_info);
+        }
         printf(", \"pipeline\": ");
         json_string(a->pipeline);
         printf(", \"samples\": %llu, \"batches\": %llu, \"epochs\": %llu, \"batch_size\": %u, "
@@ -305,6 +309,8 @@ static int run_bench(const bench_args *a)
                    a->decoder == STK_DECODER_NVJPEG && st.gpu_decode_cpu_rows
                        ? " (some JPEGs decoded on the CPU: stats gpu_decode_cpu_rows)"
                        : "");
+        if (a->device)
+            printf("  on device:  %s\n", device_info);
         printf("  throughput: %.0f samples/s, %.1f MB/s (%.3f s)\n", sps, mbps, elapsed);
         printf("  stages:     read %.3f s, decode %.3f s, augment %.3f s, worker idle %.3f s "
                "(summed over threads); consumer wait %.3f s, step %.3f s\n",

@@ -2880,6 +2880,14 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         (unsigned long long)s.gpu_head_rows, "gpu_decode_cpu_rows", s.gpu_decode_cpu_rows);
 }
 
+static PyObject *loader_device_info(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_alive(self) < 0)
+        return NULL;
+    return PyUnicode_FromString(stk_loader_device_info(self->l));
+}
+
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"reset", NULL};
@@ -3083,6 +3091,8 @@ static PyMethodDef loader_methods[] = {
     {"set_state", (PyCFunction)loader_set_state, METH_O,
      "set_state(dict)\n--\n\nRestore a state(); the next iter() continues from it."},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
+    {"device_info", (PyCFunction)loader_device_info, METH_NOARGS,
+     "With a CUDA device: what runs where (mode, reason, JPEG decoder); '' without."},
     {"profile", (PyCFunction)(void (*)(void))loader_profile, METH_VARARGS | METH_KEYWORDS,
      "profile(reset=False)\n--\n\nThe data-stall profile of the window, a dict."},
     {"profile_events", (PyCFunction)loader_profile_events, METH_NOARGS,

@@ -1279,6 +1279,13 @@ typedef struct stk_loader_stats {
 
 STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);
 
+/* With a CUDA device: what runs where, in words, e.g. "gpu: placement gpu:
+ * the resample, tables, colour steps and output format run on the GPU;
+ * JPEGs: nvJPEG hardware decoder (regions, DCT scaling)" — the mode chosen
+ * (gpu, format or copy), why, and the JPEG decoder. "" without a device.
+ * Valid while the loader lives. */
+STK_API const char *stk_loader_device_info(const stk_loader *l);
+
 /*
  * The data-stall profile (docs/engine.md, "Profile"): measured per delivered
  * batch, without changing the training loop. For each batch the loader

@@ -1095,6 +1095,14 @@ class Loader:
         return self._options["device"]
 
     @property
+    def device_info(self):
+        """With a CUDA device, what runs where, in words: the mode ('gpu',
+        'format' or 'copy'), why, and which JPEG decoder (e.g. "gpu: ...;
+        JPEGs: nvJPEG hardware decoder (regions, DCT scaling)"); '' without
+        a device."""
+        return self._core.device_info()
+
+    @property
     def decoder(self):
         """Who decodes JPEGs with a device: 'cpu' or 'nvjpeg'."""
         return self._options["decoder"]

@@ -201,6 +201,7 @@ struct stk_loader {
     stk_gpu *gpu;
     stk_gpu_pipe *gpipe;
     stk_gpu_mode gmode;
+    char device_info[400]; /* stk_loader_device_info (set at create) */
     _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
     _Atomic uint64_t gpu_decode_cpu_rows; /* decoder nvjpeg: rows decoded on the CPU */
 
@@ -949,6 +950,11 @@ static int plan_knobs(stk_loader *l)
 
 /* The CUDA backend (docs/gpu.md): open opt.device, if any, and choose the
  * split of the work for this spec (gpu/stage.h). */
+const char *stk_loader_device_info(const stk_loader *l)
+{
+    return l && l->gpipe ? l->device_info : "";
+}
+
 static int open_device(stk_loader *l, const char *spec)
 {
     const stk_device_options *d = l->opt.device;
@@ -966,6 +972,8 @@ static int open_device(stk_loader *l, const char *spec)
     if (rc < 0)
         return rc;
     l->gmode = stk_gpu_pipe_mode(l->gpipe);
+    snprintf(l->device_info, sizeof l->device_info, "%s: %s", stk_gpu_mode_name(l->gmode),
+             stk_gpu_pipe_reason(l->gpipe));
     return 0;
 }
 
