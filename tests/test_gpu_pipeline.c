@@ -109,6 +109,7 @@ typedef struct run {
     uint64_t indices[4 * NSAMPLES * 4];
     uint32_t rows;
     uint64_t head_rows;
+    uint32_t decode_cpu_rows;
 } run;
 
 /* Two epochs of `spec`, all batches' bytes appended. */
@@ -150,6 +151,7 @@ static int drain(stk_dataset *ds, const char *spec, const stk_device_options *de
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
     r->head_rows = st.gpu_head_rows;
+    r->decode_cpu_rows = st.gpu_decode_cpu_rows;
     stk_loader_destroy(l);
     return 0;
 }
@@ -206,6 +208,72 @@ static void test_placements_match_cpu(void **state)
     /* The two 700-pixel raw images at scale 1 exceed their share of the
      * staging memory at least once: the fallback was taken and matched. */
     assert_true(head_rows > 0);
+    stk_dataset_close(ds);
+    unsetenv("STOKER_CUDA_EMULATE");
+}
+
+/* Decoder nvjpeg on the emulated device (whose nvJPEG is libjpeg-turbo):
+ * the JPEG rows are staged as bytes and decoded at submit into the work
+ * arena, the rest take the CPU path; batches equal the CPU loader's. */
+static void test_nvjpeg_decoder_matches_cpu(void **state)
+{
+    (void)state;
+    setenv("STOKER_CUDA_EMULATE", "1", 1);
+    stk_dataset *ds = open_dataset(NSAMPLES);
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        uint32_t views = k == 1 ? 2 : 1;
+        run ref, got;
+        if (drain(ds, specs[k], NULL, views, &ref) < 0)
+            fail_msg("%s: %s", specs[k], stk_errmsg());
+        stk_device_options dev = {0};
+        dev.device = "cuda:0";
+        dev.placement = STK_PLACE_GPU;
+        dev.decoder = STK_DECODER_NVJPEG;
+        if (drain(ds, specs[k], &dev, views, &got) < 0)
+            fail_msg("%s, decoder nvjpeg: %s", specs[k], stk_errmsg());
+        assert_int_equal(got.rows, ref.rows);
+        assert_int_equal(got.nbytes, ref.nbytes);
+        assert_memory_equal(got.bytes, ref.bytes, ref.nbytes);
+        assert_memory_equal(got.labels, ref.labels, ref.rows * sizeof ref.labels[0]);
+        assert_memory_equal(got.indices, ref.indices, ref.rows * sizeof ref.indices[0]);
+        /* 9 valid JPEGs a view an epoch: only rows whose point op before
+         * the resize was drawn (solarize, p 0.5: it runs on the source
+         * pixels) and regions too large for the arena go to the CPU. */
+        if (got.decode_cpu_rows >= 2 * 9 * views)
+            fail_msg("%s: %u rows decoded on the CPU", specs[k], got.decode_cpu_rows);
+        free(got.bytes);
+        free(ref.bytes);
+    }
+    /* solarize drawn for every row (p=1): every JPEG goes to the CPU (the
+     * rows staged ahead of the last batch may count too). */
+    {
+        const char *spec = "solarize 100 p=1 | random_resized_crop 40 | to u8 hwc";
+        run ref, got;
+        stk_device_options dev = {0};
+        dev.device = "cuda:0";
+        dev.placement = STK_PLACE_GPU;
+        dev.decoder = STK_DECODER_NVJPEG;
+        if (drain(ds, spec, NULL, 1, &ref) < 0 || drain(ds, spec, &dev, 1, &got) < 0)
+            fail_msg("%s: %s", spec, stk_errmsg());
+        assert_int_equal(got.nbytes, ref.nbytes);
+        assert_memory_equal(got.bytes, ref.bytes, ref.nbytes);
+        if (got.decode_cpu_rows < 2 * 9)
+            fail_msg("%s: %u rows decoded on the CPU", spec, got.decode_cpu_rows);
+        free(got.bytes);
+        free(ref.bytes);
+    }
+    /* It needs the GPU's augmentation: placement cpu is refused, by name. */
+    stk_device_options dev = {0};
+    dev.device = "cuda:0";
+    dev.placement = STK_PLACE_CPU;
+    dev.decoder = STK_DECODER_NVJPEG;
+    run r;
+    assert_int_equal(drain(ds, "imagenet-val", &dev, 1, &r), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "decoder nvjpeg"));
+    dev.placement = STK_PLACE_GPU;
+    dev.decoder = (stk_decoder)7;
+    assert_int_equal(drain(ds, "imagenet-val", &dev, 1, &r), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "decoder 7"));
     stk_dataset_close(ds);
     unsetenv("STOKER_CUDA_EMULATE");
 }
@@ -284,6 +352,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_match_cpu),
+        cmocka_unit_test(test_nvjpeg_decoder_matches_cpu),
         cmocka_unit_test(test_gpu_placement_refuses_missing_kernels),
         cmocka_unit_test(test_no_driver_is_unsupported),
     };

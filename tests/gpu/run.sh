@@ -16,9 +16,11 @@
 #    exactly, float outputs within 1e-6 (float32) or one unit in the last place
 #    (float16, bfloat16); the largest difference of each comparison goes to
 #    max-diff.jsonl;
-# 4. `stoker bench --device` in each placement (JSON);
-# 5. bench/gpu.py on the photos set: placement cpu vs gpu at 2 and 16 threads, and the
-#    simulated training loop's data share, device vs host delivery.
+# 4. decoder nvjpeg: which nvJPEG backend passes its self-test (each one asked for in turn,
+#    STOKER_NVJPEG_BACKEND), then `stoker bench --device` in placements cpu and gpu and
+#    with decoder nvjpeg (JSON);
+# 5. bench/gpu.py on the photos set: placement cpu vs gpu vs gpu + decoder nvjpeg at 2 and
+#    16 threads, and the simulated training loop's data share, device vs host delivery.
 #
 # Environment: STOKER_GPU_DEVICE (cuda:0), STOKER_GPU_OUT (build/gpu-results),
 # STOKER_GPU_PYTHON (/usr/bin/python3: the Python the module is built for; point it at
@@ -57,7 +59,7 @@ else
   export STOKER_BUILD=$PWD/build PYTHONPATH=$PWD/build/python
 fi
 mkdir -p "$out"
-rm -f "$out/max-diff.jsonl"
+rm -f "$out/max-diff.jsonl" "$out/nvjpeg-backends.txt"
 nvidia-smi > "$out/nvidia-smi.txt"
 git log -1 --format='%H %s' > "$out/commit.txt" 2> /dev/null || true
 
@@ -101,14 +103,40 @@ if ! env -u STOKER_CUDA_EMULATE STOKER_GPU_REAL=1 STOKER_GPU_DEVICE="$device" \
   failed+=("real-device tests")
 fi
 
-step "stoker bench --device"
-for placement in cpu gpu; do
-  if ! "$STOKER_BUILD/stoker" bench "$STOKER_PHOTOS/train" --pipeline imagenet-train-extensive \
-      --threads 2 --batch 64 --device "$device" --placement "$placement" --json \
-      > "$out/cli-bench-$placement.json"; then
-    failed+=("stoker bench --placement $placement")
+step "decoder nvjpeg: the backend its self-test chose"
+for backend in "" hardware gpu_hybrid hybrid; do
+  if ! STOKER_NVJPEG_BACKEND=$backend "$python" - "$STOKER_PHOTOS/val" "$device" \
+      >> "$out/nvjpeg-backends.txt" 2>&1 << 'EOF'
+import os, sys
+import stoker
+want = os.environ.get("STOKER_NVJPEG_BACKEND") or "auto"
+try:
+    loader = stoker.Loader(sys.argv[1], batch_size=4, pipeline="imagenet-val", output="dlpack",
+                           device=sys.argv[2], placement="gpu", decoder="nvjpeg")
+    print("%s: %s" % (want, loader.device_info))
+except stoker.UnsupportedError as e:
+    print("%s: unsupported: %s" % (want, e))
+    if want == "auto":
+        raise
+EOF
+  then
+    failed+=("nvjpeg backend ${backend:-auto}")
   fi
-  cat "$out/cli-bench-$placement.json"
+done
+cat "$out/nvjpeg-backends.txt"
+
+step "stoker bench --device"
+for run in cpu gpu nvjpeg; do
+  case $run in
+    nvjpeg) args=(--placement gpu --decoder nvjpeg) ;;
+    *) args=(--placement "$run") ;;
+  esac
+  if ! "$STOKER_BUILD/stoker" bench "$STOKER_PHOTOS/train" --pipeline imagenet-train-extensive \
+      --threads 2 --batch 64 --device "$device" "${args[@]}" --json \
+      > "$out/cli-bench-$run.json"; then
+    failed+=("stoker bench ${args[*]}")
+  fi
+  cat "$out/cli-bench-$run.json"
 done
 
 step "bench/gpu.py"
