@@ -186,12 +186,17 @@ struct stk_gpu_jdec {
     int roi;                /* regions (else whole images) */
     int roi_scaled;         /* region coordinates in scaled pixels */
     unsigned max_scale;     /* 8 or 1 */
-    char name[200];
+    unsigned flags;         /* nvjpegCreateEx's */
+    int handle_per_slot;    /* $STOKER_NVJPEG_HANDLES=slot: each state its own handle */
+    char name[300];
     nvjpegHandle_t h;       /* thread-safe (nvJPEG's handle) */
 };
 
 /* One slot's: used by one thread at a time (the slot's submitter). */
 struct stk_gpu_jstate {
+    nvjpegHandle_t own;             /* handle_per_slot: this state's handle */
+    nvjpegHandle_t h;               /* the handle in use (own or the decoder's) */
+    char why[120];                  /* why the last image went to the CPU */
     nvjpegJpegState_t st;
     nvjpegJpegStream_t js;
     int init_n;                     /* the batch size initialised (0: none) */
@@ -240,6 +245,8 @@ void stk_gpu_jstate_free(stk_gpu_jdec *j, stk_gpu_jstate *s)
             nvj.StreamDestroy(s->js);
         if (s->st)
             nvj.StateDestroy(s->st);
+        if (s->own)
+            nvj.Destroy(s->own);
     }
     free(s->params);
     free(s->data);
@@ -268,9 +275,18 @@ int stk_gpu_jstate_create(stk_gpu_jdec *j, stk_gpu_jstate **out)
     if (!j->emulated) {
         int rc = stk_gpu_enter(j->g);
         nvjpegStatus_t st;
-        if (rc == 0 && (st = nvj.StateCreate(j->h, &s->st)) != NVJPEG_STATUS_SUCCESS)
+        s->h = j->h;
+        if (rc == 0 && j->handle_per_slot) {
+            if ((st = nvj.CreateEx(j->backend, NULL, NULL, j->flags, &s->own)) !=
+                NVJPEG_STATUS_SUCCESS) {
+                s->own = NULL;
+                rc = nvj_fail(j, st, "nvjpegCreateEx");
+            }
+            s->h = s->own;
+        }
+        if (rc == 0 && (st = nvj.StateCreate(s->h, &s->st)) != NVJPEG_STATUS_SUCCESS)
             rc = nvj_fail(j, st, "nvjpegJpegStateCreate");
-        if (rc == 0 && (st = nvj.StreamCreate(j->h, &s->js)) != NVJPEG_STATUS_SUCCESS)
+        if (rc == 0 && (st = nvj.StreamCreate(s->h, &s->js)) != NVJPEG_STATUS_SUCCESS)
             rc = nvj_fail(j, st, "nvjpegJpegStreamCreate");
         if (rc < 0) {
             stk_gpu_jstate_free(j, s);
@@ -308,7 +324,7 @@ static int state_reserve(stk_gpu_jdec *j, stk_gpu_jstate *s, uint32_t n)
     }
     if (!j->emulated)
         while (s->nparams < n) {
-            nvjpegStatus_t st = nvj.ParamsCreate(j->h, &s->params[s->nparams]);
+            nvjpegStatus_t st = nvj.ParamsCreate(s->h, &s->params[s->nparams]);
             if (st != NVJPEG_STATUS_SUCCESS)
                 return nvj_fail(j, st, "nvjpegDecodeParamsCreate");
             s->nparams++;
@@ -387,11 +403,21 @@ int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem 
     for (uint32_t i = 0; i < n; i++) {
         const stk_gpu_jitem *it = &items[i];
         nvjpegDecodeParams_t p = s->params[ngpu];
-        int unsupported = 1;
-        if (nvj.ParseHeader(j->h, it->data, it->size, s->js) == NVJPEG_STATUS_SUCCESS &&
-            set_params(j, p, it) == NVJPEG_STATUS_SUCCESS &&
-            nvj.BatchedSupportedEx(j->h, s->js, p, &unsupported) == NVJPEG_STATUS_SUCCESS &&
-            unsupported == 0) {
+        nvjpegStatus_t st;
+        int unsupported = 0;
+        const char *step = NULL;
+        if ((st = nvj.ParseHeader(s->h, it->data, it->size, s->js)) != NVJPEG_STATUS_SUCCESS)
+            step = "nvjpegJpegStreamParseHeader";
+        else if ((st = set_params(j, p, it)) != NVJPEG_STATUS_SUCCESS)
+            step = "the decode parameters";
+        /* Only the hardware engine answers this question (the others
+         * decode what they parse; a failure is caught below). */
+        else if (j->backend == NVJPEG_BACKEND_HARDWARE &&
+                 ((st = nvj.BatchedSupportedEx(s->h, s->js, p, &unsupported)) !=
+                      NVJPEG_STATUS_SUCCESS ||
+                  unsupported != 0))
+            step = "nvjpegDecodeBatchedSupportedEx";
+        if (!step) {
             s->data[ngpu] = it->data;
             s->len[ngpu] = it->size;
             memset(&s->dst[ngpu], 0, sizeof s->dst[ngpu]);
@@ -399,19 +425,24 @@ int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem 
             s->dst[ngpu].pitch[0] = it->pitch;
             s->gpu[ngpu++] = i;
         } else {
+            if (st != NVJPEG_STATUS_SUCCESS)
+                snprintf(s->why, sizeof s->why, "%s: %s", step, nvj_status_name(st));
+            else
+                snprintf(s->why, sizeof s->why, "%s: not supported (%d)", step, unsupported);
             s->cpu[ncpu++] = i;
         }
     }
     if (ngpu) {
         nvjpegStatus_t st = NVJPEG_STATUS_SUCCESS;
         if (s->init_n != (int)ngpu) {
-            st = nvj.BatchedInitialize(j->h, s->st, (int)ngpu, 1, NVJPEG_OUTPUT_RGBI);
+            st = nvj.BatchedInitialize(s->h, s->st, (int)ngpu, 1, NVJPEG_OUTPUT_RGBI);
             s->init_n = st == NVJPEG_STATUS_SUCCESS ? (int)ngpu : 0;
         }
         if (st == NVJPEG_STATUS_SUCCESS)
-            st = nvj.BatchedEx(j->h, s->st, s->data, s->len, s->dst, s->params,
+            st = nvj.BatchedEx(s->h, s->st, s->data, s->len, s->dst, s->params,
                                (cudaStream_t)(uintptr_t)stream);
         if (st != NVJPEG_STATUS_SUCCESS) {
+            snprintf(s->why, sizeof s->why, "nvjpegDecodeBatchedEx: %s", nvj_status_name(st));
             /* The whole call failed: every image it had goes to the CPU,
              * and the state is initialised afresh next time. */
             s->init_n = 0;
@@ -481,7 +512,7 @@ static int self_test_one(stk_gpu_jdec *j, stk_gpu_jstate *s, stk_gpu_jitem *it,
         (rc = stk_gpu_copy_d2h(j->g, host, buf, full_bytes, 0)) == 0 &&
         (rc = stk_gpu_stream_sync(j->g, 0)) == 0) {
         if (cpu) {
-            snprintf(why, why_size, "not supported");
+            snprintf(why, why_size, "%s", s->why);
         } else {
             uint64_t sum = 0, big = 0, count = (uint64_t)it->rows * it->cols * 3;
             const uint8_t *got0 = host + (it->dst - buf);
@@ -533,7 +564,8 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
         snprintf(report, report_size, "self-test set-up: %s", stk_errmsg());
         goto done;
     }
-    for (size_t t = 0; t < sizeof trials / sizeof trials[0] && !ok; t++) {
+    int chosen = -1;
+    for (size_t t = 0; t < sizeof trials / sizeof trials[0]; t++) {
         if (trials[t].d > 1 && j->backend != NVJPEG_BACKEND_HARDWARE)
             continue; /* scaled decoding is the hardware backend's alone */
         j->roi = trials[t].roi;
@@ -561,10 +593,14 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
         size_t at = strlen(report);
         snprintf(report + at, report_size - at, "%s%s: %s", at ? "; " : "", trials[t].what,
                  r == 1 ? "ok" : why);
-        if (r == 1) {
-            ok = 1;
-            j->max_scale = trials[t].d > 1 ? 8 : 1;
-        }
+        if (r == 1 && chosen < 0)
+            chosen = (int)t;
+    }
+    if (chosen >= 0) {
+        ok = 1;
+        j->roi = trials[chosen].roi;
+        j->roi_scaled = trials[chosen].roi_scaled;
+        j->max_scale = trials[chosen].d > 1 ? 8 : 1;
     }
 done:
     stk_gpu_jstate_free(j, s);
@@ -629,6 +665,8 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
                             "or hybrid", want);
         }
     }
+    const char *handles = getenv("STOKER_NVJPEG_HANDLES");
+    j->handle_per_slot = handles && !strcmp(handles, "slot");
     char tried[1400] = "";
     for (int b = 0; b < nb; b++) {
         j->backend = backends[b];
@@ -644,11 +682,15 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
                 continue;
             }
             char report[700];
+            j->flags = flags[f];
             if (self_test(j, report, sizeof report)) {
-                snprintf(j->name, sizeof j->name, "nvJPEG %s decoder (%s%s%s)",
+                /* the name says what it does and, for the record, what the
+                 * self-test found (docs/gpu.md quotes it) */
+                snprintf(j->name, sizeof j->name, "nvJPEG %s decoder (%s%s%s%s; self-test: %s)",
                          backend_name(j->backend), j->roi ? "regions" : "whole images",
                          j->max_scale > 1 ? ", DCT scaling" : "",
-                         flags[f] ? ", interpolated chroma" : "");
+                         flags[f] ? ", interpolated chroma" : "",
+                         j->handle_per_slot ? ", a handle per slot" : "", report);
                 *out = j;
                 return 0;
             }

@@ -63,7 +63,7 @@ struct stk_gpu_pipe {
     const stk_imgplan *ip;    /* the plan's image plan (NULL: fixed-shape) */
     stk_imgplan u8plan;       /* FORMAT: *ip writing uint8 HWC; borrows ip's parts */
     stk_gpu_mode mode;
-    char reason[380];
+    char reason[800];
     uint32_t rows;            /* output rows per batch */
     size_t sample_bytes;      /* of the loader's output rows */
     int32_t out_w, out_h, nc; /* the head entering STK_K_OUT (= the output's) */
@@ -72,6 +72,8 @@ struct stk_gpu_pipe {
     size_t stage_cap, work_cap;
     stk_gpu_fmt fmt;
     stk_gpu_jdec *jdec;       /* decoder nvjpeg (owned); NULL: libjpeg-turbo */
+    uint32_t jshare;          /* of 65536 JPEG rows, those offered to jdec
+                                 ($STOKER_NVJPEG_SHARE, 0-1; default all) */
 };
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -245,9 +247,22 @@ int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
             free(p);
             return rc;
         }
+        p->jshare = 65536;
+        const char *share = getenv("STOKER_NVJPEG_SHARE");
+        if (share && *share) {
+            char *end;
+            double f = strtod(share, &end);
+            if (*end || !(f >= 0.0 && f <= 1.0)) {
+                stk_gpu_jdec_close(p->jdec);
+                free(p);
+                return stk_fail(STK_EINVAL, "STOKER_NVJPEG_SHARE=%s: expected a fraction "
+                                "from 0 to 1", share);
+            }
+            p->jshare = (uint32_t)(f * 65536.0 + 0.5);
+        }
         size_t at = strlen(p->reason);
-        snprintf(p->reason + at, sizeof p->reason - at, "; JPEGs: %s",
-                 stk_gpu_jdec_name(p->jdec));
+        snprintf(p->reason + at, sizeof p->reason - at, "; JPEGs%s: %s",
+                 p->jshare < 65536 ? " (a share)" : "", stk_gpu_jdec_name(p->jdec));
     }
     *out = p;
     return 0;
@@ -582,11 +597,15 @@ int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
              * the row takes the CPU path below, draws and all. */
             stk_rng start = *rng;
             stk_img_jpeg jr;
+            /* a fixed share: the rows whose stream key hashes below it */
+            uint32_t pick = (start.key[0] ^ start.ctr[0] * 0x9E3779B1u ^ start.ctr[1] *
+                             0x85EBCA77u) * 0xC2B2AE3Du >> 16;
             rc = stk_imgplan_prepare_jpeg(p->ip, in, rng, scratch,
                                           stk_gpu_jdec_max_scale(p->jdec), &dr, &pr, &jr);
             if (rc < 0)
                 return rc;
-            if (rc == 1 && stk_gpu_jdec_accepts(p->jdec, &jr.info, in->encoded,
+            if (rc == 1 && pick < p->jshare &&
+                stk_gpu_jdec_accepts(p->jdec, &jr.info, in->encoded,
                                                 in->encoded_size) &&
                 (rc = stage_jpeg(p, b, row, in, &dr, &pr, &jr)) != 0)
                 return rc < 0 ? rc : 0;
