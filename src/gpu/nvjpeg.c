@@ -186,16 +186,13 @@ struct stk_gpu_jdec {
     int roi;                /* regions (else whole images) */
     int roi_scaled;         /* region coordinates in scaled pixels */
     unsigned max_scale;     /* 8 or 1 */
-    unsigned flags;         /* nvjpegCreateEx's */
-    int handle_per_slot;    /* $STOKER_NVJPEG_HANDLES=slot: each state its own handle */
     char name[300];
     nvjpegHandle_t h;       /* thread-safe (nvJPEG's handle) */
 };
 
 /* One slot's: used by one thread at a time (the slot's submitter). */
 struct stk_gpu_jstate {
-    nvjpegHandle_t own;             /* handle_per_slot: this state's handle */
-    nvjpegHandle_t h;               /* the handle in use (own or the decoder's) */
+    nvjpegHandle_t h;               /* the decoder's (thread-safe) */
     char why[120];                  /* why the last image went to the CPU */
     nvjpegJpegState_t st;
     nvjpegJpegStream_t js;
@@ -245,8 +242,6 @@ void stk_gpu_jstate_free(stk_gpu_jdec *j, stk_gpu_jstate *s)
             nvj.StreamDestroy(s->js);
         if (s->st)
             nvj.StateDestroy(s->st);
-        if (s->own)
-            nvj.Destroy(s->own);
     }
     free(s->params);
     free(s->data);
@@ -276,14 +271,6 @@ int stk_gpu_jstate_create(stk_gpu_jdec *j, stk_gpu_jstate **out)
         int rc = stk_gpu_enter(j->g);
         nvjpegStatus_t st;
         s->h = j->h;
-        if (rc == 0 && j->handle_per_slot) {
-            if ((st = nvj.CreateEx(j->backend, NULL, NULL, j->flags, &s->own)) !=
-                NVJPEG_STATUS_SUCCESS) {
-                s->own = NULL;
-                rc = nvj_fail(j, st, "nvjpegCreateEx");
-            }
-            s->h = s->own;
-        }
         if (rc == 0 && (st = nvj.StateCreate(s->h, &s->st)) != NVJPEG_STATUS_SUCCESS)
             rc = nvj_fail(j, st, "nvjpegJpegStateCreate");
         if (rc == 0 && (st = nvj.StreamCreate(s->h, &s->js)) != NVJPEG_STATUS_SUCCESS)
@@ -665,8 +652,6 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
                             "or hybrid", want);
         }
     }
-    const char *handles = getenv("STOKER_NVJPEG_HANDLES");
-    j->handle_per_slot = handles && !strcmp(handles, "slot");
     char tried[1400] = "";
     for (int b = 0; b < nb; b++) {
         j->backend = backends[b];
@@ -682,15 +667,13 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
                 continue;
             }
             char report[700];
-            j->flags = flags[f];
             if (self_test(j, report, sizeof report)) {
                 /* the name says what it does and, for the record, what the
                  * self-test found (docs/gpu.md quotes it) */
-                snprintf(j->name, sizeof j->name, "nvJPEG %s decoder (%s%s%s%s; self-test: %s)",
+                snprintf(j->name, sizeof j->name, "nvJPEG %s decoder (%s%s%s; self-test: %s)",
                          backend_name(j->backend), j->roi ? "regions" : "whole images",
                          j->max_scale > 1 ? ", DCT scaling" : "",
-                         flags[f] ? ", interpolated chroma" : "",
-                         j->handle_per_slot ? ", a handle per slot" : "", report);
+                         flags[f] ? ", interpolated chroma" : "", report);
                 *out = j;
                 return 0;
             }
