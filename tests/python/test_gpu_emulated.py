@@ -627,3 +627,34 @@ def test_nvjpeg_needs_the_gpu_augmentation(synthetic):
     with pytest.raises(ValueError, match="decoder"):
         stoker.Loader(synthetic, batch_size=BATCH, pipeline="imagenet-val", output="dlpack",
                       device=DEVICE, decoder="turbo")
+
+
+def test_nvjpeg_share(photos, monkeypatch):
+    """STOKER_NVJPEG_SHARE=0.5: about half of the JPEG rows (a fixed hash
+    of each row's stream) go to nvJPEG, the rest to the workers; the batches
+    are the same (exactly in emulation); a bad value is refused."""
+    spec = "imagenet-train-extensive"
+    want = reference(photos, spec)
+    monkeypatch.setenv("STOKER_NVJPEG_SHARE", "0.5")
+    loader = stoker.Loader(photos, batch_size=BATCH, shuffle=True, seed=11, pipeline=spec,
+                           num_threads=2, output="dlpack", device=DEVICE, placement="gpu",
+                           decoder="nvjpeg")
+    assert "JPEGs (a share)" in loader.device_info
+    got = []
+    with loader:
+        for _ in range(EPOCHS):
+            for images, labels, indices in loader.iter_with_indices():
+                got.append((host_array(images), images.dtype, np.array(labels),
+                            np.array(indices)))
+                del images
+        st = loader.stats()
+    if REAL:
+        assert_close_batches(got, want, "photos %r share 0.5" % spec, 255.0 * 0.225)
+    else:
+        assert_same_batches(got, want, "photos %r share 0.5" % spec)
+    rows = sum(len(g[2]) for g in got)
+    assert 0.25 * rows <= st["gpu_decode_cpu_rows"] <= 0.8 * st["samples"], st
+    monkeypatch.setenv("STOKER_NVJPEG_SHARE", "1.5")
+    with pytest.raises(stoker.InvalidArgument, match="STOKER_NVJPEG_SHARE"):
+        stoker.Loader(photos, batch_size=BATCH, pipeline=spec, output="dlpack", device=DEVICE,
+                      placement="gpu", decoder="nvjpeg")
