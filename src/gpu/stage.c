@@ -43,6 +43,16 @@
  * the batch (release_event, recorded on the stream it named in
  * stk_loader_batch_wait).
  *
+ * Decoder nvjpeg (gpu/nvjpeg.c). A JPEG row is staged as its bytes (plus
+ * both tables) instead of its decoded region: the worker plans the row
+ * without decoding (stk_imgplan_prepare_jpeg, the DCT scale capped at what
+ * the decoder does), takes stage room for the bytes and work room for the
+ * decoded region (device only; record.region_dev), and notes the row in
+ * jpeg_items. At submit, after the copy of the records, one batched nvJPEG
+ * call decodes every such row into the work arena on the slot's stream,
+ * before the kernels. A row nvJPEG cannot take is rewound (its rng copy)
+ * and staged by the CPU path below; jpeg_cpu counts those rows.
+ *
  * FORMAT stages each row as its head: the CPU runs the spec into uint8
  * HWC (a shallow copy of the image plan with that output format), the GPU
  * runs STK_K_OUT. COPY stages the finished rows in pinned memory and
