@@ -753,8 +753,9 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
                                               "stk_device_options")) < 0)
         return rc;
     if (o->device && o->device->reserved32_)
-        return stk_fail(STK_EINVAL, "stk_device_options: reserved32_ is %u: reserved words must "
-                        "be zero (zero-initialise the struct)", o->device->reserved32_);
+        return stk_fail(STK_EINVAL, "stk_device_options: reserved32_ is not zero (zero-initialise "
+                        "the struct; a program built against a newer stoker.h needs a newer "
+                        "libstoker)");
     if (o->device && (unsigned)o->device->decoder > STK_DECODER_NVJPEG)
         return stk_fail(STK_EINVAL, "stk_device_options: decoder %d is not one of "
                         "STK_DECODER_CPU, STK_DECODER_NVJPEG", (int)o->device->decoder);
