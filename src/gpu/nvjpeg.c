@@ -26,10 +26,13 @@
  * offset shows), decodes a region of it at DCT scale 1/2 with nvJPEG and
  * compares the pixels with libjpeg-turbo's decode of the same region at the
  * same scale: region coordinates in full-resolution pixels first, then in
- * scaled pixels (the documentation does not say which), then the region at
- * scale 1, then whole images at 1/2 and at 1. What passes decides
- * stk_gpu_jdec_max_scale (8 or 1) and stk_gpu_jdec_roi; a backend that
- * passes none is not used. The comparison allows what two correct decoders
+ * scaled pixels (the documentation does not say which), then both again
+ * with the region widened to multiples of 16 (an MCU), then the region at
+ * scale 1, then whole images at 1/2 and at 1. Every way is tried and the
+ * report goes into the decoder's name; the first that passes decides
+ * stk_gpu_jdec_max_scale (8 or 1) and the layout (stk_gpu_jdec_layout:
+ * regions, widened regions, whole images); a backend that passes none is
+ * not used. The comparison allows what two correct decoders
  * differ by (IDCT rounding, chroma upsampling): a mean difference under 3
  * levels and under 0.5% of the values off by more than 48 — a misplaced
  * region or a missing column fails both by far (every test pixel is 64 to
@@ -48,8 +51,10 @@
  * that libjpeg-turbo rejects too fails the batch.
  *
  * Emulation (the emulated device, STOKER_CUDA_EMULATE=1): the decoder is
- * libjpeg-turbo itself, so emulated batches equal the CPU path's bit for bit
- * and CI tests every line around the decode.
+ * libjpeg-turbo itself, on regions widened to multiples of 16 (libjpeg-turbo
+ * gives a region the same pixels as any region around it), so emulated
+ * batches equal the CPU path's bit for bit and CI tests every line around
+ * the decode, the widening included.
  */
 #include "gpu/nvjpeg.h"
 
@@ -185,6 +190,7 @@ struct stk_gpu_jdec {
     int backend;            /* NVJPEG_BACKEND_* (real) */
     int roi;                /* regions (else whole images) */
     int roi_scaled;         /* region coordinates in scaled pixels */
+    uint32_t align;         /* regions widened to multiples of this (0: as is) */
     unsigned max_scale;     /* 8 or 1 */
     char name[300];
     nvjpegHandle_t h;       /* thread-safe (nvJPEG's handle) */
@@ -210,6 +216,54 @@ struct stk_gpu_jstate {
 const char *stk_gpu_jdec_name(const stk_gpu_jdec *j) { return j->name; }
 unsigned stk_gpu_jdec_max_scale(const stk_gpu_jdec *j) { return j->max_scale; }
 int stk_gpu_jdec_roi(const stk_gpu_jdec *j) { return j->roi; }
+
+size_t stk_gpu_jdec_layout(const stk_gpu_jdec *j, stk_rect region, unsigned d, uint32_t width,
+                           uint32_t height, uint32_t cols, uint32_t rows, stk_gpu_jitem *it,
+                           size_t *dst_off, size_t *row_off)
+{
+    it->d = d;
+    it->width = width;
+    it->height = height;
+    if (!j->roi) { /* the whole image at 1/d; the region read in place */
+        uint64_t fw = ((uint64_t)width + d - 1) / d, fh = ((uint64_t)height + d - 1) / d;
+        it->region = region;
+        it->cols = cols;
+        it->rows = rows;
+        it->pitch = (size_t)fw * 3;
+        *dst_off = *row_off = (size_t)(region.y / d) * it->pitch + (size_t)(region.x / d) * 3;
+        return fw * fh > ((uint64_t)1 << 40) ? 0 : (size_t)(fw * fh * 3);
+    }
+    if (!j->align) {
+        it->region = region;
+        it->cols = cols;
+        it->rows = rows;
+        it->pitch = (size_t)cols * 3;
+        *dst_off = *row_off = 0;
+        return (size_t)cols * rows * 3;
+    }
+    /* The aligned region around it: x and y rounded down, the far edges
+     * up (to the image's edge at most). region.x and .y are multiples of d
+     * (the pipeline plans them so), so the row's region starts at a whole
+     * decoded pixel: (x - ax) / d, (y - ay) / d. */
+    uint32_t a = j->align;
+    uint64_t ax = region.x / a * a, ay = region.y / a * a;
+    uint64_t ax1 = ((uint64_t)region.x + region.width + a - 1) / a * a;
+    uint64_t ay1 = ((uint64_t)region.y + region.height + a - 1) / a * a;
+    if (ax1 > width)
+        ax1 = width;
+    if (ay1 > height)
+        ay1 = height;
+    it->region.x = (uint32_t)ax;
+    it->region.y = (uint32_t)ay;
+    it->region.width = (uint32_t)(ax1 - ax);
+    it->region.height = (uint32_t)(ay1 - ay);
+    it->cols = (uint32_t)((ax1 + d - 1) / d - ax / d);
+    it->rows = (uint32_t)((ay1 + d - 1) / d - ay / d);
+    it->pitch = (size_t)it->cols * 3;
+    *dst_off = 0;
+    *row_off = (size_t)((region.y - ay) / d) * it->pitch + (size_t)((region.x - ax) / d) * 3;
+    return (size_t)it->cols * it->rows * 3;
+}
 
 int stk_gpu_jdec_accepts(const stk_gpu_jdec *j, const stk_image_info *info, const uint8_t *data,
                          size_t size)
@@ -408,7 +462,7 @@ int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem 
             s->data[ngpu] = it->data;
             s->len[ngpu] = it->size;
             memset(&s->dst[ngpu], 0, sizeof s->dst[ngpu]);
-            s->dst[ngpu].channel[0] = (unsigned char *)(uintptr_t)(j->roi ? it->dst : it->full);
+            s->dst[ngpu].channel[0] = (unsigned char *)(uintptr_t)it->full;
             s->dst[ngpu].pitch[0] = it->pitch;
             s->gpu[ngpu++] = i;
         } else {
@@ -473,8 +527,9 @@ static void test_image(uint8_t *px)
 static int self_test_one(stk_gpu_jdec *j, stk_gpu_jstate *s, stk_gpu_jitem *it,
                          const stk_image_view *ref, char *why, size_t why_size)
 {
-    uint32_t fw = (TEST_W + it->d - 1) / it->d, fh = (TEST_H + it->d - 1) / it->d;
-    size_t full_bytes = (size_t)fw * fh * 3;
+    size_t dst_off, row_off;
+    size_t full_bytes = stk_gpu_jdec_layout(j, it->region, it->d, TEST_W, TEST_H, ref->width,
+                                            ref->height, it, &dst_off, &row_off);
     uint64_t buf = 0;
     uint8_t *host = malloc(full_bytes);
     int rc = host ? stk_gpu_dev_alloc(j->g, full_bytes, &buf) : stk_fail(STK_ENOMEM, "oom");
@@ -482,14 +537,8 @@ static int self_test_one(stk_gpu_jdec *j, stk_gpu_jstate *s, stk_gpu_jitem *it,
         free(host);
         return rc;
     }
-    if (j->roi) {
-        it->pitch = (size_t)it->cols * 3;
-        it->dst = it->full = buf;
-    } else {
-        it->pitch = (size_t)fw * 3;
-        it->full = buf;
-        it->dst = buf + (uint64_t)(it->region.y / it->d) * it->pitch + (it->region.x / it->d) * 3;
-    }
+    it->full = buf;
+    it->dst = buf + dst_off;
     int pass = 0;
     uint32_t row = 0, cpu = 0;
     s->init_n = 0;
@@ -501,10 +550,10 @@ static int self_test_one(stk_gpu_jdec *j, stk_gpu_jstate *s, stk_gpu_jitem *it,
         if (cpu) {
             snprintf(why, why_size, "%s", s->why);
         } else {
-            uint64_t sum = 0, big = 0, count = (uint64_t)it->rows * it->cols * 3;
-            const uint8_t *got0 = host + (it->dst - buf);
-            for (uint32_t y = 0; y < it->rows; y++)
-                for (uint32_t i = 0; i < it->cols * 3; i++) {
+            uint64_t sum = 0, big = 0, count = (uint64_t)ref->height * ref->width * 3;
+            const uint8_t *got0 = host + row_off;
+            for (uint32_t y = 0; y < ref->height; y++)
+                for (uint32_t i = 0; i < ref->width * 3; i++) {
                     int a = got0[(size_t)y * it->pitch + i];
                     int b = ref->pixels[(ptrdiff_t)y * ref->row_stride + (ptrdiff_t)i];
                     int dd = a > b ? a - b : b - a;
@@ -529,14 +578,17 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
 {
     static const struct {
         int roi, roi_scaled;
+        uint32_t align;
         unsigned d;
         const char *what;
     } trials[] = {
-        {1, 0, 2, "regions (full-resolution coordinates) at DCT scale 1/2"},
-        {1, 1, 2, "regions (scaled coordinates) at DCT scale 1/2"},
-        {1, 0, 1, "regions at scale 1"},
-        {0, 0, 2, "whole images at DCT scale 1/2"},
-        {0, 0, 1, "whole images at scale 1"},
+        {1, 0, 0, 2, "regions (full-resolution coordinates) at DCT scale 1/2"},
+        {1, 1, 0, 2, "regions (scaled coordinates) at DCT scale 1/2"},
+        {1, 0, 16, 2, "16-aligned regions (full-resolution coordinates) at DCT scale 1/2"},
+        {1, 1, 16, 2, "16-aligned regions (scaled coordinates) at DCT scale 1/2"},
+        {1, 0, 0, 1, "regions at scale 1"},
+        {0, 0, 0, 2, "whole images at DCT scale 1/2"},
+        {0, 0, 0, 1, "whole images at scale 1"},
     };
     uint8_t *px = malloc((size_t)TEST_W * TEST_H * 3);
     stk_scratch jpg = {0}, dec = {0};
@@ -557,6 +609,7 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
             continue; /* scaled decoding is the hardware backend's alone */
         j->roi = trials[t].roi;
         j->roi_scaled = trials[t].roi_scaled;
+        j->align = trials[t].align;
         stk_gpu_jitem it;
         memset(&it, 0, sizeof it);
         it.data = jpg.data;
@@ -573,8 +626,6 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
             snprintf(report, report_size, "self-test reference decode: %s", stk_errmsg());
             goto done;
         }
-        it.cols = ref.width;
-        it.rows = ref.height;
         char why[160];
         int r = self_test_one(j, s, &it, &ref, why, sizeof why);
         size_t at = strlen(report);
@@ -587,6 +638,7 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
         ok = 1;
         j->roi = trials[chosen].roi;
         j->roi_scaled = trials[chosen].roi_scaled;
+        j->align = trials[chosen].align;
         j->max_scale = trials[chosen].d > 1 ? 8 : 1;
     }
 done:
@@ -617,6 +669,9 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
         j->emulated = 1;
         j->roi = 1;
         j->max_scale = 8;
+        /* aligned regions, so that CI runs the widening (libjpeg-turbo's
+         * pixels of a region equal those of any region around it) */
+        j->align = 16;
         snprintf(j->name, sizeof j->name, "emulated nvJPEG (libjpeg-turbo on the CPU)");
         *out = j;
         return 0;
@@ -671,7 +726,8 @@ int stk_gpu_jdec_open(stk_gpu *g, stk_gpu_jdec **out)
                 /* the name says what it does and, for the record, what the
                  * self-test found (docs/gpu.md quotes it) */
                 snprintf(j->name, sizeof j->name, "nvJPEG %s decoder (%s%s%s; self-test: %s)",
-                         backend_name(j->backend), j->roi ? "regions" : "whole images",
+                         backend_name(j->backend),
+                         !j->roi ? "whole images" : j->align ? "16-aligned regions" : "regions",
                          j->max_scale > 1 ? ", DCT scaling" : "",
                          flags[f] ? ", interpolated chroma" : "", report);
                 *out = j;

@@ -22,21 +22,25 @@
 typedef struct stk_gpu_jdec stk_gpu_jdec;
 typedef struct stk_gpu_jstate stk_gpu_jstate;
 
-/* One image to decode. The region and the scale mean what they mean to
- * stk_image_decode: `region` in full-resolution pixels, the output
+/* One image to decode (stk_gpu_jdec_layout fills all but data, size and
+ * the two device pointers). The region and the scale mean what they mean
+ * to stk_image_decode: `region` in full-resolution pixels, the output
  * ceil-scaled by 1/d (cols x rows, RGB). */
 typedef struct stk_gpu_jitem {
     const uint8_t *data;      /* the JPEG (pinned host memory) */
     size_t size;
-    stk_rect region;
+    stk_rect region;          /* what is decoded: the row's region, or the
+                                 MCU-aligned one around it (a decoder that
+                                 needs alignment) */
     unsigned d;               /* 1, 2, 4 or 8 */
     uint32_t width, height;   /* the image, full resolution */
-    uint32_t cols, rows;      /* the region as decoded */
-    uint64_t dst;             /* device: the region's first pixel */
-    size_t pitch;             /* bytes between the region's rows at dst */
-    uint64_t full;            /* whole-image decoders (!stk_gpu_jdec_roi):
-                                 where the whole image goes (its rows `pitch`
-                                 apart; dst is inside it) */
+    uint32_t cols, rows;      /* `region` as decoded */
+    uint64_t full;            /* device: the buffer the decoder writes: the
+                                 decoded region, or the whole image (a
+                                 whole-image decoder), rows `pitch` apart */
+    uint64_t dst;             /* device: where `region` lands in it (= full,
+                                 except for a whole-image decoder) */
+    size_t pitch;
 } stk_gpu_jitem;
 
 /* Open the decoder on `g`: libnvjpeg.so.13 (or $STOKER_NVJPEG) by dlopen,
@@ -57,6 +61,16 @@ unsigned stk_gpu_jdec_max_scale(const stk_gpu_jdec *j);
 /* 1: it decodes regions; 0: whole images (the caller reserves room for
  * the image at scale d and points dst inside it). */
 int stk_gpu_jdec_roi(const stk_gpu_jdec *j);
+/* How the region (x, y, w, h at scale d: cols x rows once decoded) of a
+ * W x H JPEG is decoded by this decoder: fills it->region, d, width,
+ * height, cols, rows and pitch; returns the bytes of the buffer the
+ * decoder writes (0 if absurdly large), and in *dst_off where it->dst lies
+ * in that buffer, in *row_off where the row's own region starts (its
+ * first pixel, rows it->pitch apart). */
+size_t stk_gpu_jdec_layout(const stk_gpu_jdec *j, stk_rect region, unsigned d, uint32_t width,
+                           uint32_t height, uint32_t cols, uint32_t rows, stk_gpu_jitem *it,
+                           size_t *dst_off, size_t *row_off);
+
 /* Whether a JPEG with this header is worth handing over (a cheap check
  * for the workers: 3 components (not gray, not CMYK), not progressive for the
  * hardware engine, an EOI marker at the end). 0: decode it on the CPU. */

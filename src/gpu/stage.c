@@ -529,18 +529,20 @@ static int stage_jpeg(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
     size_t xb = stk_rs_axis_bytes(&pr->xp, 0), yb = stk_rs_axis_bytes(&pr->yp, 0);
     if (!xb || !yb)
         return stk_fail(STK_EDATA, "image geometry out of range");
-    /* Where the decoder writes: the region itself, or (a whole-image
-     * decoder) the image at scale d with the region inside it. */
-    unsigned d = jr->d;
-    int roi = stk_gpu_jdec_roi(p->jdec);
-    uint64_t fw = roi ? jr->cols : ((uint64_t)jr->info.width + d - 1) / d;
-    uint64_t fh = roi ? jr->rows : ((uint64_t)jr->info.height + d - 1) / d;
-    size_t pitch = (size_t)fw * 3, rb = (size_t)fw * (size_t)fh * 3;
+    /* Where the decoder writes (the region, an aligned region around it,
+     * or the whole image) and where the row's region lands in that. */
+    stk_gpu_jitem *it = &b->jpeg_items[row];
+    memset(it, 0, sizeof *it);
+    size_t dst_off, row_off;
+    size_t rb = stk_gpu_jdec_layout(p->jdec, jr->region, jr->d, jr->info.width, jr->info.height,
+                                    jr->cols, jr->rows, it, &dst_off, &row_off);
+    if (!rb)
+        return 0;
     size_t tb = proto.need_h ? (size_t)proto.rows * (size_t)p->out_w * 3 : 0;
     size_t stage = al64(in->encoded_size) + al64(xb) + al64(yb);
     size_t work = al64(rb) + al64(tb) + al64(p->head_bytes);
     size_t soff, woff;
-    if (fw * fh > ((uint64_t)1 << 40) || arena_take(p, b, 0, stage, work, &soff, &woff) < 0)
+    if (arena_take(p, b, 0, stage, work, &soff, &woff) < 0)
         return 0;
     uint8_t *base = b->host;
     memcpy(base + soff, in->encoded, in->encoded_size);
@@ -555,27 +557,17 @@ static int stage_jpeg(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
     proto.ybounds = (uint64_t)((uint8_t *)ay.bounds - base);
     proto.ycoef = (uint64_t)((uint8_t *)ay.coef - base);
     proto.ytaps = ay.taps;
-    size_t inside = roi ? 0 : (size_t)(jr->region.y / d) * pitch + (size_t)(jr->region.x / d) * 3;
     proto.kind = STK_GS_REGION;
     proto.region_dev = 1;
-    proto.region_pitch = (int32_t)pitch;
-    proto.region = woff + inside;
+    proto.region_pitch = (int32_t)it->pitch;
+    proto.region = woff + row_off;
     proto.tmp = woff + al64(rb);
     proto.head = proto.tmp + al64(tb);
     *record(b, row) = proto;
-    stk_gpu_jitem *it = &b->jpeg_items[row];
-    memset(it, 0, sizeof *it);
     it->data = base + soff;
     it->size = in->encoded_size;
-    it->region = jr->region;
-    it->d = d;
-    it->width = jr->info.width;
-    it->height = jr->info.height;
-    it->cols = jr->cols;
-    it->rows = jr->rows;
     it->full = b->d_work + woff;
-    it->dst = b->d_work + proto.region;
-    it->pitch = pitch;
+    it->dst = it->full + dst_off;
     b->jpeg_row[row] = 1;
     return 1;
 }
