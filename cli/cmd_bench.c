@@ -220,7 +220,7 @@ static int run_bench(const bench_args *a)
 
     stk_loader_stats st;
     stk_loader_stats_get(l, &st);
-    char device_info[840];
+    char device_info[1300];
     snprintf(device_info, sizeof device_info, "%s", stk_loader_device_info(l));
     stk_io_stats io; /* a remote dataset's traffic (zero for local files) */
     stk_io_stats_get(&io);

@@ -192,7 +192,7 @@ struct stk_gpu_jdec {
     int roi_scaled;         /* region coordinates in scaled pixels */
     uint32_t align;         /* regions widened to multiples of this (0: as is) */
     unsigned max_scale;     /* 8 or 1 */
-    char name[300];
+    char name[1024];
     nvjpegHandle_t h;       /* thread-safe (nvJPEG's handle) */
 };
 

@@ -73,7 +73,7 @@ struct stk_gpu_pipe {
     const stk_imgplan *ip;    /* the plan's image plan (NULL: fixed-shape) */
     stk_imgplan u8plan;       /* FORMAT: *ip writing uint8 HWC; borrows ip's parts */
     stk_gpu_mode mode;
-    char reason[800];
+    char reason[1280];
     uint32_t rows;            /* output rows per batch */
     size_t sample_bytes;      /* of the loader's output rows */
     int32_t out_w, out_h, nc; /* the head entering STK_K_OUT (= the output's) */

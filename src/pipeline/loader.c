@@ -201,7 +201,7 @@ struct stk_loader {
     stk_gpu *gpu;
     stk_gpu_pipe *gpipe;
     stk_gpu_mode gmode;
-    char device_info[840]; /* stk_loader_device_info (set at create) */
+    char device_info[1300]; /* stk_loader_device_info (set at create) */
     _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
     _Atomic uint64_t gpu_decode_cpu_rows; /* decoder nvjpeg: rows decoded on the CPU */
 
