@@ -38,7 +38,7 @@
  * region or a missing column fails both by far (every test pixel is 64 to
  * 192, the output buffer starts as zeros).
  *
- * Decoding a batch (stk_gpu_jdec_decode, by the worker that submits the
+ * Decoding a batch (stk_gpu_jdec_decode, by the worker that finishes the
  * slot's batch; the slot's stk_gpu_jstate is its alone): each image's header
  * is parsed (nvjpegJpegStreamParseHeader) and its decode parameters set
  * (interleaved RGB; the region; the scale factor); nvjpegDecodeBatchedSupportedEx
@@ -47,8 +47,9 @@
  * slot's device work arena. An image it does not take, or every image of a
  * batch the call fails, is decoded on the CPU by libjpeg-turbo — the CPU
  * path's decoder, at the same region and scale — and copied into place; the
- * caller counts those (stk_loader_stats.gpu_decode_cpu_rows). Only an image
- * that libjpeg-turbo rejects too fails the batch.
+ * caller counts those (stk_loader_stats.gpu_decode_cpu_rows). An image
+ * that libjpeg-turbo rejects too is corrupt: the caller either drops its
+ * row (skip policy: keep_going, bad[]) or fails naming it.
  *
  * Emulation (the emulated device, STOKER_CUDA_EMULATE=1): the decoder is
  * libjpeg-turbo itself, on regions widened to multiples of 16 (libjpeg-turbo
@@ -338,29 +339,28 @@ int stk_gpu_jstate_create(stk_gpu_jdec *j, stk_gpu_jstate **out)
     return 0;
 }
 
+/* Grow *p to cap elements of `size` bytes (contents kept). */
+static int grow(void *pp, uint32_t cap, size_t size)
+{
+    void *q = realloc(*(void **)pp, (size_t)cap * size);
+    if (!q)
+        return stk_fail(STK_ENOMEM, "nvJPEG decoder: out of memory");
+    *(void **)pp = q;
+    return 0;
+}
+
 static int state_reserve(stk_gpu_jdec *j, stk_gpu_jstate *s, uint32_t n)
 {
     if (n > s->cap) {
         uint32_t cap = n < 16 ? 16 : n;
-        void *p;
-        if (!(p = realloc(s->params, cap * sizeof *s->params)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->params = p;
-        if (!(p = realloc(s->data, cap * sizeof *s->data)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->data = p;
-        if (!(p = realloc(s->len, cap * sizeof *s->len)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->len = p;
-        if (!(p = realloc(s->dst, cap * sizeof *s->dst)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->dst = p;
-        if (!(p = realloc(s->gpu, cap * sizeof *s->gpu)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->gpu = p;
-        if (!(p = realloc(s->cpu, cap * sizeof *s->cpu)))
-            return stk_fail(STK_ENOMEM, "out of memory");
-        s->cpu = p;
+        int rc;
+        if ((rc = grow(&s->params, cap, sizeof *s->params)) < 0 ||
+            (rc = grow(&s->data, cap, sizeof *s->data)) < 0 ||
+            (rc = grow(&s->len, cap, sizeof *s->len)) < 0 ||
+            (rc = grow(&s->dst, cap, sizeof *s->dst)) < 0 ||
+            (rc = grow(&s->gpu, cap, sizeof *s->gpu)) < 0 ||
+            (rc = grow(&s->cpu, cap, sizeof *s->cpu)) < 0)
+            return rc;
         s->cap = cap;
     }
     if (!j->emulated)
@@ -423,22 +423,48 @@ static nvjpegStatus_t set_params(const stk_gpu_jdec *j, nvjpegDecodeParams_t p,
     return st;
 }
 
+/* Items [0, n) of `list` on the CPU: a corrupt one (STK_EDATA) is marked
+ * in bad[] and passed over when keep_going, else returned at once with
+ * *failed = its index; any other error is returned at once. */
+static int cpu_decode_list(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem *items,
+                           const uint32_t *rows, const uint32_t *list, uint32_t n,
+                           uint64_t stream, int keep_going, uint8_t *bad, uint32_t *failed)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = list ? list[k] : k;
+        int rc = cpu_decode(j, s, &items[i], rows[i], stream);
+        /* the copies read the scratch: done before it is reused (the
+         * emulated device copies at once) */
+        int src = rc < 0 || j->emulated ? 0 : stk_gpu_stream_sync(j->g, stream);
+        if (rc == STK_EDATA && keep_going) {
+            bad[i] = 1;
+            continue;
+        }
+        if (rc < 0) {
+            *failed = i;
+            return rc;
+        }
+        if (src < 0)
+            return src;
+    }
+    return 0;
+}
+
 int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem *items,
-                        const uint32_t *rows, uint32_t n, uint64_t stream, uint32_t *cpu_items)
+                        const uint32_t *rows, uint32_t n, uint64_t stream, int keep_going,
+                        uint8_t *bad, uint32_t *failed, uint32_t *cpu_items)
 {
     *cpu_items = 0;
+    *failed = UINT32_MAX;
+    memset(bad, 0, n);
     int rc;
     if (n == 0)
         return 0;
     if ((rc = state_reserve(j, s, n)) < 0)
         return rc;
     uint32_t ngpu = 0, ncpu = 0;
-    if (j->emulated) {
-        for (uint32_t i = 0; i < n; i++)
-            if ((rc = cpu_decode(j, s, &items[i], rows[i], stream)) < 0)
-                return rc;
-        return 0;
-    }
+    if (j->emulated)
+        return cpu_decode_list(j, s, items, rows, NULL, n, stream, keep_going, bad, failed);
     if ((rc = stk_gpu_enter(j->g)) < 0)
         return rc;
     for (uint32_t i = 0; i < n; i++) {
@@ -491,15 +517,8 @@ int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem 
                 s->cpu[ncpu++] = s->gpu[k];
         }
     }
-    for (uint32_t k = 0; k < ncpu; k++) {
-        if ((rc = cpu_decode(j, s, &items[s->cpu[k]], rows[s->cpu[k]], stream)) < 0)
-            return rc;
-        /* the copies read the scratch: done before it is reused */
-        if ((rc = stk_gpu_stream_sync(j->g, stream)) < 0)
-            return rc;
-    }
     *cpu_items = ncpu;
-    return 0;
+    return cpu_decode_list(j, s, items, rows, s->cpu, ncpu, stream, keep_going, bad, failed);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -540,11 +559,12 @@ static int self_test_one(stk_gpu_jdec *j, stk_gpu_jstate *s, stk_gpu_jitem *it,
     it->full = buf;
     it->dst = buf + dst_off;
     int pass = 0;
-    uint32_t row = 0, cpu = 0;
+    uint32_t row = 0, cpu = 0, failed;
+    uint8_t bad;
     s->init_n = 0;
     if ((rc = stk_gpu_memset_d8(j->g, buf, 0, full_bytes, 0)) == 0 &&
         (rc = stk_gpu_stream_sync(j->g, 0)) == 0 &&
-        (rc = stk_gpu_jdec_decode(j, s, it, &row, 1, 0, &cpu)) == 0 &&
+        (rc = stk_gpu_jdec_decode(j, s, it, &row, 1, 0, 0, &bad, &failed, &cpu)) == 0 &&
         (rc = stk_gpu_copy_d2h(j->g, host, buf, full_bytes, 0)) == 0 &&
         (rc = stk_gpu_stream_sync(j->g, 0)) == 0) {
         if (cpu) {

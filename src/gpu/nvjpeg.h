@@ -5,9 +5,9 @@
  * A loader with decoder nvjpeg opens one stk_gpu_jdec (the library handle:
  * the backend chosen and what it can do, found by a self-test at open) and
  * one stk_gpu_jstate per batch slot (nvJPEG's batched-decoding state: one
- * thread at a time, here the worker that submits the slot's batch). The
+ * thread at a time, here the worker that finishes the slot's batch). The
  * workers stage each row's JPEG bytes in the slot's pinned memory; the
- * submitting worker hands them all to stk_gpu_jdec_decode, which decodes
+ * finishing worker hands them all to stk_gpu_jdec_decode, which decodes
  * them into device memory on the slot's stream before the kernels run.
  */
 #ifndef STK_GPU_NVJPEG_H
@@ -80,13 +80,17 @@ int stk_gpu_jdec_accepts(const stk_gpu_jdec *j, const stk_image_info *info, cons
 int stk_gpu_jstate_create(stk_gpu_jdec *j, stk_gpu_jstate **out);
 void stk_gpu_jstate_free(stk_gpu_jdec *j, stk_gpu_jstate *s); /* NULL: no-op */
 
-/* Decode items[0..n) on `stream`. An item nvJPEG does not support, or a
- * batch nvJPEG fails, is decoded on the CPU (libjpeg-turbo, this thread)
- * and copied in; *cpu_items counts those. Returns 0, or < 0 when an item
- * fails on the CPU too (STK_EDATA: "row R: ...", the decoder's reason) or
- * the device fails. The items' data must stay untouched until the
- * stream's work queued here is done. */
+/* Decode items[0..n) on `stream` (rows[i]: item i's batch row, for
+ * messages). An item nvJPEG does not support, or every item of a batch
+ * nvJPEG fails, is decoded on the CPU (libjpeg-turbo, this thread) and
+ * copied in; *cpu_items counts those. An item libjpeg-turbo rejects too
+ * (STK_EDATA: corrupt): with keep_going it is marked in bad[i] (bad has n
+ * entries) and the others go on; without, the call returns STK_EDATA at
+ * once with *failed = i. Any other error (device, memory) returns at once.
+ * The items' data must stay untouched until the stream's work queued here
+ * is done. */
 int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem *items,
-                        const uint32_t *rows, uint32_t n, uint64_t stream, uint32_t *cpu_items);
+                        const uint32_t *rows, uint32_t n, uint64_t stream, int keep_going,
+                        uint8_t *bad, uint32_t *failed, uint32_t *cpu_items);
 
 #endif

@@ -48,10 +48,15 @@
  * without decoding (stk_imgplan_prepare_jpeg, the DCT scale capped at what
  * the decoder does), takes stage room for the bytes and work room for the
  * decoded region (device only; record.region_dev), and notes the row in
- * jpeg_items. At submit, after the copy of the records, one batched nvJPEG
- * call decodes every such row into the work arena on the slot's stream,
- * before the kernels. A row nvJPEG cannot take is rewound (its rng copy)
- * and staged by the CPU path below; jpeg_cpu counts those rows.
+ * jpeg_items. When every row is staged, stk_gpu_batch_decode (before the
+ * loader compacts the rows) makes one batched nvJPEG call that decodes
+ * them into the work arena on the slot's stream, ahead of submit's copy
+ * and kernels. A row the worker cannot hand over is rewound (its rng copy)
+ * and staged by the CPU path below; jpeg_cpu counts those rows and the
+ * ones nvJPEG refused (decoded at decode time by libjpeg-turbo). A row
+ * libjpeg-turbo rejects too is corrupt: under the skip policy it is
+ * marked (jpeg_failed) and the loader drops it as it drops rows that fail
+ * in a worker; otherwise the error names it.
  *
  * FORMAT stages each row as its head: the CPU runs the spec into uint8
  * HWC (a shallow copy of the image plan with that output format), the GPU
@@ -317,6 +322,8 @@ void stk_gpu_batch_free(stk_gpu_pipe *p, stk_gpu_batch *b)
     free(b->jpeg_row);
     free(b->jpeg_batch);
     free(b->jpeg_batch_row);
+    free(b->jpeg_bad);
+    free(b->jpeg_failed);
     pthread_mutex_destroy(&b->mu);
     memset(b, 0, sizeof *b);
 }
@@ -348,7 +355,10 @@ int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b)
         b->jpeg_row = calloc(p->rows, 1);
         b->jpeg_batch = calloc(p->rows, sizeof *b->jpeg_batch);
         b->jpeg_batch_row = calloc(p->rows, sizeof *b->jpeg_batch_row);
-        if (!b->jpeg_items || !b->jpeg_row || !b->jpeg_batch || !b->jpeg_batch_row) {
+        b->jpeg_bad = calloc(p->rows, 1);
+        b->jpeg_failed = calloc(p->rows, 1);
+        if (!b->jpeg_items || !b->jpeg_row || !b->jpeg_batch || !b->jpeg_batch_row ||
+            !b->jpeg_bad || !b->jpeg_failed) {
             rc = stk_fail(STK_ENOMEM, "out of memory");
             goto fail;
         }
@@ -508,7 +518,7 @@ static int head_on_cpu(stk_gpu_pipe *p, const stk_gpu_sample *proto, const uint8
 }
 
 /* Decoder nvjpeg: stage row `row` as its JPEG's bytes (the GPU decodes the
- * region into the work arena at submit) plus both tables. 1: staged; 0:
+ * region into the work arena in stk_gpu_batch_decode) plus both tables. 1: staged; 0:
  * it does not fit the arenas (the caller decodes on the CPU). */
 static int stage_jpeg(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk_plan_input *in,
                       const stk_draws *dr, const stk_img_prepared *pr, const stk_img_jpeg *jr)
@@ -692,6 +702,49 @@ static int launch(stk_gpu_pipe *p, stk_gpu_batch *b, stk_kernel_id k, uint32_t g
     return stk_gpu_launch(p->g, k, grid, block, a, sizeof *a, b->stream);
 }
 
+int stk_gpu_batch_decode(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, int keep_going,
+                         uint32_t *failed_row)
+{
+    *failed_row = UINT32_MAX;
+    if (!p->jdec)
+        return 0;
+    uint32_t n = staged < p->rows ? staged : p->rows, nj = 0, cpu = 0, failed;
+    memset(b->jpeg_failed, 0, p->rows);
+    for (uint32_t i = 0; i < n; i++)
+        if (b->jpeg_row[i] && record(b, i)->kind == STK_GS_REGION) {
+            b->jpeg_batch[nj] = b->jpeg_items[i];
+            b->jpeg_batch_row[nj++] = i;
+        }
+    int rc = stk_gpu_jdec_decode(p->jdec, b->jstate, b->jpeg_batch, b->jpeg_batch_row, nj,
+                                 b->stream, keep_going, b->jpeg_bad, &failed, &cpu);
+    pthread_mutex_lock(&b->mu);
+    b->jpeg_cpu += cpu;
+    pthread_mutex_unlock(&b->mu);
+    if (rc < 0) {
+        if (failed != UINT32_MAX)
+            *failed_row = b->jpeg_batch_row[failed];
+        stk_gpu_stream_sync(p->g, b->stream); /* nothing queued reads the staging after this */
+        return rc;
+    }
+    for (uint32_t k = 0; k < nj; k++)
+        if (b->jpeg_bad[k]) {
+            uint32_t row = b->jpeg_batch_row[k];
+            b->jpeg_failed[row] = 1;
+            stk_gpu_stage_skip(p, b, row);
+        }
+    /* What nvJPEG queued reads the pinned staging: the slot's event covers
+     * it as it covers the copy (submit records it again after the kernels). */
+    if ((rc = stk_gpu_event_record(p->g, b->event, b->stream)) < 0)
+        return rc;
+    b->in_flight = 1;
+    return 0;
+}
+
+int stk_gpu_row_failed(const stk_gpu_batch *b, uint32_t row)
+{
+    return b->jpeg_failed && b->jpeg_failed[row];
+}
+
 int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uint32_t rows)
 {
     stk_gpu *g = p->g;
@@ -726,21 +779,6 @@ int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uin
         pthread_mutex_unlock(&b->mu);
         if ((rc = stk_gpu_copy_h2d(g, b->d_stage, b->host, used, b->stream)) < 0)
             return rc;
-        if (p->jdec) { /* the JPEGs, decoded into the work arena before the kernels */
-            uint32_t nj = 0, cpu = 0;
-            for (uint32_t i = 0; i < n; i++)
-                if (b->jpeg_row[i] && record(b, i)->kind == STK_GS_REGION) {
-                    b->jpeg_batch[nj] = b->jpeg_items[i];
-                    b->jpeg_batch_row[nj++] = i;
-                }
-            rc = stk_gpu_jdec_decode(p->jdec, b->jstate, b->jpeg_batch, b->jpeg_batch_row, nj,
-                                     b->stream, &cpu);
-            pthread_mutex_lock(&b->mu);
-            b->jpeg_cpu += cpu;
-            pthread_mutex_unlock(&b->mu);
-            if (rc < 0)
-                return rc;
-        }
         stk_gpu_args a;
         memset(&a, 0, sizeof a);
         a.samples = b->d_stage;

@@ -76,8 +76,10 @@ typedef struct stk_gpu_batch {
     stk_gpu_jstate *jstate;
     stk_gpu_jitem *jpeg_items;   /* [rows] */
     uint8_t *jpeg_row;           /* [rows] */
-    stk_gpu_jitem *jpeg_batch;   /* [rows]: the submit's list */
+    stk_gpu_jitem *jpeg_batch;   /* [rows]: stk_gpu_batch_decode's list */
     uint32_t *jpeg_batch_row;    /* [rows] */
+    uint8_t *jpeg_bad;           /* [rows]: of the list, corrupt */
+    uint8_t *jpeg_failed;        /* [rows]: output rows dropped as corrupt */
 } stk_gpu_batch;
 
 int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b);
@@ -95,6 +97,17 @@ int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
                       stk_rng *rng, stk_scratch *scratch);
 /* Mark output row `row` as left out (skip policy). */
 void stk_gpu_stage_skip(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row);
+
+/* Decoder nvjpeg, once every row is staged and before the rows are
+ * compacted (the worker that finished the batch): decode the batch's JPEG
+ * rows into the work arena on the slot's stream. A corrupt row (libjpeg-
+ * turbo rejects it as well) is, with keep_going (the skip policy), left out
+ * (stk_gpu_row_failed) for the caller to drop; without, the call returns
+ * STK_EDATA with *failed_row = that output row (the message says why;
+ * the caller names the sample). No-op with decoder cpu. */
+int stk_gpu_batch_decode(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, int keep_going,
+                         uint32_t *failed_row);
+int stk_gpu_row_failed(const stk_gpu_batch *b, uint32_t row);
 
 /* Queue the batch: output rows [0, staged) were staged, `rows` of them
  * kept (COPY: the first `rows` rows of b->host, already compacted); the

@@ -442,6 +442,17 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
     return 0;
 }
 
+/* Both axes of a prepared row, from its geometry and draws. */
+static void prepared_axes(const img_geo *g, const stk_draws *dr, stk_img_prepared *pr)
+{
+    pr->xp = g->xa.p;
+    pr->yp = g->ya.p;
+    pr->xf = g->xa.f;
+    pr->yf = g->ya.f;
+    pr->need_h = !g->xa.identity || dr->hflip;
+    pr->need_v = !g->ya.identity;
+}
+
 int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
                         stk_scratch *scratch, stk_draws *dr, stk_img_prepared *pr)
 {
@@ -452,12 +463,7 @@ int stk_imgplan_prepare(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     int32_t kx = stk_rs_ksize(g.xa.p.scale, g.xa.p.filter);
     if ((rc = img_source(ip, in, scratch, &g, dr, 0, kx, &pr->view, &pr->ws_off)) < 0)
         return rc;
-    pr->xp = g.xa.p;
-    pr->yp = g.ya.p;
-    pr->xf = g.xa.f;
-    pr->yf = g.ya.f;
-    pr->need_h = !g.xa.identity || dr->hflip;
-    pr->need_v = !g.ya.identity;
+    prepared_axes(&g, dr, pr);
     return 0;
 }
 
@@ -477,12 +483,7 @@ int stk_imgplan_prepare_jpeg(const stk_imgplan *ip, const stk_plan_input *in, st
     pr->view.width = (uint32_t)g.cols;
     pr->view.height = (uint32_t)g.rows;
     pr->view.channels = 3;
-    pr->xp = g.xa.p;
-    pr->yp = g.ya.p;
-    pr->xf = g.xa.f;
-    pr->yf = g.ya.f;
-    pr->need_h = !g.xa.identity || dr->hflip;
-    pr->need_v = !g.ya.identity;
+    prepared_axes(&g, dr, pr);
     jr->info = g.info;
     jr->region.x = (uint32_t)g.rx0;
     jr->region.y = (uint32_t)g.ry0;

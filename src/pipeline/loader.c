@@ -520,6 +520,43 @@ static void compact_rows(stk_loader *l, worker *w, slot *s)
     atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0, memory_order_relaxed);
 }
 
+/* Decoder nvjpeg: the GPU decodes the slot's JPEG rows, once all are
+ * staged and before they are compacted (the worker that finished the
+ * batch; no lock held, the slot kept active). A JPEG that turns out to be
+ * corrupt only now (its header was sound; libjpeg-turbo rejects it too) is
+ * treated as a row failing in a worker: under the skip policy it is left
+ * out and counted, otherwise the error names the sample. */
+static int gpu_decode_rows(stk_loader *l, worker *w, slot *s)
+{
+    uint32_t k = l->views, failed;
+    uint64_t t0 = stk_ticks();
+    int rc = stk_gpu_batch_decode(l->gpipe, &s->gb, s->rows * k,
+                                  l->opt.on_error == STK_ON_ERROR_SKIP, &failed);
+    atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0, memory_order_relaxed);
+    if (rc < 0) {
+        if (failed != UINT32_MAX) {
+            char name[1024];
+            stk_dataset_sample_name(l->ds, s->indices[failed], name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
+        }
+        return rc;
+    }
+    for (uint32_t r = 0; r < s->rows; r++) {
+        int bad = 0;
+        for (uint32_t v = 0; v < k; v++)
+            bad |= stk_gpu_row_failed(&s->gb, r * k + v);
+        if (!bad || !s->row_ok[r])
+            continue;
+        s->row_ok[r] = false;
+        s->skipped++;
+        for (uint32_t v = 0; v < k; v++) {
+            s->labels[(size_t)r * k + v] = -1;
+            stk_gpu_stage_skip(l->gpipe, &s->gb, r * k + v);
+        }
+    }
+    return 0;
+}
+
 /* Process rows [row0, row1) of slot s. No lock held. Returns 0 or the fatal
  * error code (message in the thread-local buffer). */
 static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t pos,
@@ -693,10 +730,10 @@ static void *worker_main(void *arg)
                 s->active++;
                 pthread_mutex_unlock(&l->mu);
                 uint64_t c0 = stk_ticks();
-                if (s->skipped)
+                int crc = l->gpipe ? gpu_decode_rows(l, w, s) : 0;
+                if (crc == 0 && s->skipped)
                     compact_rows(l, w, s);
-                int crc = 0;
-                if (s->fields && l->lf->nvar) {
+                if (crc == 0 && s->fields && l->lf->nvar) {
                     uint64_t t0 = stk_ticks();
                     crc = stk_slot_fields_collate(l->lf, s->fields,
                                                   (s->rows - s->skipped) * l->views);

@@ -187,20 +187,24 @@ def host_array(images):
     return t.numpy()
 
 
-def run_loader(root, spec, device=None, placement="auto", epochs=EPOCHS, **kw):
+def run_loader(root, spec, device=None, placement="auto", epochs=EPOCHS, with_loader=False,
+               **kw):
     """Every batch of `epochs` shuffled epochs: (image array, dtype name,
-    labels, indices)."""
+    labels, indices); with_loader: (those, the closed loader's stats and
+    device_info)."""
     loader = stoker.Loader(root, batch_size=BATCH, shuffle=True, seed=11, pipeline=spec,
                            num_threads=2, output="dlpack", device=device, placement=placement,
                            **kw)
     out = []
     with loader:
+        info = loader.device_info
         for _ in range(epochs):
             for images, labels, indices in loader.iter_with_indices():
                 out.append((host_array(images), images.dtype, np.array(labels),
                             np.array(indices)))
                 del images
-    return out
+        st = loader.stats()
+    return (out, st, info) if with_loader else out
 
 
 _reference = {}
@@ -636,18 +640,9 @@ def test_nvjpeg_share(photos, monkeypatch):
     spec = "imagenet-train-extensive"
     want = reference(photos, spec)
     monkeypatch.setenv("STOKER_NVJPEG_SHARE", "0.5")
-    loader = stoker.Loader(photos, batch_size=BATCH, shuffle=True, seed=11, pipeline=spec,
-                           num_threads=2, output="dlpack", device=DEVICE, placement="gpu",
-                           decoder="nvjpeg")
-    assert "JPEGs (a share)" in loader.device_info
-    got = []
-    with loader:
-        for _ in range(EPOCHS):
-            for images, labels, indices in loader.iter_with_indices():
-                got.append((host_array(images), images.dtype, np.array(labels),
-                            np.array(indices)))
-                del images
-        st = loader.stats()
+    got, st, info = run_loader(photos, spec, device=DEVICE, placement="gpu", decoder="nvjpeg",
+                               with_loader=True)
+    assert "JPEGs (a share)" in info
     if REAL:
         assert_close_batches(got, want, "photos %r share 0.5" % spec, 255.0 * 0.225)
     else:
@@ -658,3 +653,43 @@ def test_nvjpeg_share(photos, monkeypatch):
     with pytest.raises(stoker.InvalidArgument, match="STOKER_NVJPEG_SHARE"):
         stoker.Loader(photos, batch_size=BATCH, pipeline=spec, output="dlpack", device=DEVICE,
                       placement="gpu", decoder="nvjpeg")
+
+
+@pytest.fixture(scope="module")
+def with_cut_scan(tmp_path_factory):
+    """2 classes x 6 photos plus a JPEG whose header is sound and which ends
+    in an EOI marker, but whose entropy-coded data is cut in half: it passes
+    every check a worker makes before handing a JPEG to nvJPEG, and only the
+    decode finds it corrupt."""
+    d = str(tmp_path_factory.mktemp("cutscan"))
+    _link_photos(d, 2, 6)
+    second = sorted(os.listdir(d))[1]
+    src = sorted(os.listdir(os.path.join(d, second)))[0]
+    with open(os.path.join(d, second, src), "rb") as f:
+        good = f.read()
+    with open(os.path.join(d, second, "zz_cut_scan.jpg"), "wb") as f:
+        f.write(good[:len(good) // 2] + b"\xff\xd9")
+    return d
+
+
+def test_nvjpeg_corrupt_scan_is_skipped_or_named(with_cut_scan):
+    """A JPEG found corrupt only at decode time (after the rows are staged):
+    under the skip policy the same rows are delivered as on the CPU path
+    (which skips it in the worker); under raise the error names the file."""
+    spec = "imagenet-train-extensive"
+    want = reference(with_cut_scan, spec, on_error="skip")
+    kept = set(np.concatenate([w[3] for w in want]).tolist())
+    assert len(kept) == 12  # the CPU path skips the cut file, and only it
+    got, st, _ = run_loader(with_cut_scan, spec, device=DEVICE, placement="gpu",
+                            decoder="nvjpeg", on_error="skip", with_loader=True)
+    if REAL:
+        assert_close_batches(got, want, "cut scan %r decoder=nvjpeg" % spec, 255.0 * 0.225)
+    else:
+        assert_same_batches(got, want, "cut scan %r decoder=nvjpeg" % spec)
+    assert st["skipped"] == EPOCHS
+    loader = stoker.Loader(with_cut_scan, batch_size=BATCH, pipeline=spec, num_threads=2,
+                           output="dlpack", device=DEVICE, placement="gpu", decoder="nvjpeg")
+    # (the message says it failed at decode time, so the test took that path)
+    with pytest.raises(stoker.DataError, match="zz_cut_scan.*GPU JPEG decode"):
+        for _ in loader:
+            pass
