@@ -5,7 +5,8 @@
  *
  *  - decode-bound: 3000x2000 JPEGs through a cheap pipeline (resize 256 |
  *    center_crop 224 | to u8): the decoder's share dwarfs the rest, and
- *    re-encoding smaller is recommended with a measured gain;
+ *    re-encoding smaller is recommended with a measured gain (the verdict
+ *    is not asserted under ThreadSanitizer: see UNDER_TSAN);
  *  - consumer-bound: small images and a 5 s training step per batch of 256
  *    (51 images/s), far below what one core decodes;
  *  - storage-bound: every pread of a file under the slow directory sleeps
@@ -32,6 +33,21 @@
 #include "core/util.h"
 #include "stoker/stoker.h"
 #include "testutil.h"
+
+/* ThreadSanitizer instruments stoker's own code (the reader's copy, the
+ * resample) several times over but not libjpeg-turbo's: in that build the
+ * decode-bound case's proportions are not the real ones, so its verdict is
+ * asserted only in builds without it (release, clang, ASan, coverage). */
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
 
 /* --- the storage throttle ------------------------------------------------ */
 
@@ -153,10 +169,12 @@ static void test_decode_bound(void **state)
         fail_msg("%s", stk_errmsg());
     print_report(&r, dir, spec);
     check_report(&r, 2);
-    assert_int_equal(r.bottleneck, STK_DOCTOR_DECODE);
     assert_int_equal(r.median_width, 3000);
     assert_int_equal(r.median_height, 2000);
-    assert_true(r.decode_ms > r.augment_ms);
+    if (!UNDER_TSAN) {
+        assert_int_equal(r.bottleneck, STK_DOCTOR_DECODE);
+        assert_true(r.decode_ms > r.augment_ms);
+    }
     /* Photos 13 times the output's side: re-encoding them at 448 is timed
      * on the sample and must help. */
     const stk_doctor_recommendation *x = find_rec(&r, STK_DOCTOR_ADVICE_REENCODE);
