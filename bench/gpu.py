@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The CUDA backend on a GPU machine: what GPU augmentation buys, and whether the copy is hidden.
 
-    /usr/bin/python3 bench/gpu.py DATASET [--device cuda:0] [--threads16] [--out FILE]
+    /usr/bin/python3 bench/gpu.py DATASET [--device cuda:0] [--threads16] [--parts 1,2,3]
+                                          [--out FILE]
     /usr/bin/python3 bench/gpu.py DATASET --emulate          # smoke test without a GPU
 
 DATASET is a .stk shard set or an image folder (ImageNet-like JPEGs: the photos set).
@@ -34,6 +35,15 @@ with a host synchronisation as `loss.item()` does. Two ways to feed it:
 Recorded per way: the loop's wait in next(), the time of the .cuda() copy (host delivery),
 the step time, and the data share = (wait + copy) / loop time. The issue's target: the
 device delivery's data share is no higher than the host delivery's (the copy is hidden).
+
+Part 3, the kernels: one launch per op or one fused launch (docs/gpu.md, "Kernels and their
+cost"). placement gpu, at --threads threads, for imagenet-train-few (no colour jitter: the
+vertical pass and the output run as one fused kernel) and imagenet-train-extensive (a
+contrast step in every row: its mean needs the whole image first, so both ways launch per
+op), each with STOKER_GPU_KERNELS=per-op and =fused. Recorded: images/s, and from
+Loader.device_timing the device milliseconds per batch from the first launch to the last
+one's end, launches per batch, and the fused share. Part 1 also records the device time per
+batch of its gpu and nvjpeg runs (kernels; nvJPEG's decode as stream time).
 
 --emulate sets STOKER_CUDA_EMULATE=1: the device is emulated (host memory, kernels on the
 CPU), torch runs on the CPU, and the sizes shrink (--images 48, --batch 16, --steps 6,
@@ -92,10 +102,11 @@ def child_throughput(cfg):
     stoker = import_stoker()
     dev = torch_device(cfg)
     loader = stoker.Loader(cfg["dataset"], batch_size=cfg["batch"], shuffle=True, seed=0,
-                           pipeline=SPEC, num_threads=cfg["threads"], prefetch=4,
-                           drop_last=True, output="torch", device=cfg["device"],
+                           pipeline=cfg.get("spec", SPEC), num_threads=cfg["threads"],
+                           prefetch=4, drop_last=True, output="torch", device=cfg["device"],
                            placement=cfg["placement"], decoder=cfg.get("decoder", "cpu"))
     check_epoch(loader, cfg)
+    info = loader.device_info
     it = iter(loader)
     images, _ = next(it)  # warm-up: threads, pool, device, first fill
     sync(dev)
@@ -114,10 +125,22 @@ def child_throughput(cfg):
     sync(dev)
     t, c = time.perf_counter() - t0, time.process_time() - c0
     st = loader.stats()
+    timing = loader.device_timing
     loader.close()
     return {"images": n, "elapsed_s": t, "cpu_s": c, "images_per_s": n / t,
             "images_per_cpu_s": n / c if c > 0 else None,
-            "gpu_decode_cpu_rows": st["gpu_decode_cpu_rows"], "samples": st["samples"]}
+            "gpu_decode_cpu_rows": st["gpu_decode_cpu_rows"], "samples": st["samples"],
+            "device_info": info, "device_timing": timing}
+
+
+def per_batch_ms(r, key="kernel_s", count="batches"):
+    """Device ms per timed batch of a throughput result, or None."""
+    t = r.get("device_timing")
+    return 1e3 * t[key] / t[count] if t and t.get(count) else None
+
+
+def fmt_ms(v):
+    return "%8.3f" % v if v is not None else "%8s" % "-"
 
 
 def calibrate_step(dev, step_ms):
@@ -187,6 +210,8 @@ def run_child(cfg):
     env = dict(os.environ)
     if cfg["emulate"]:
         env["STOKER_CUDA_EMULATE"] = "1"
+    if cfg.get("kernels"):
+        env["STOKER_GPU_KERNELS"] = cfg["kernels"]
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(cfg)],
                        env=env, capture_output=True, text=True)
     if p.returncode != 0:
@@ -210,6 +235,7 @@ def main():
                     help="STOKER_CUDA_EMULATE=1, torch on the CPU, tiny sizes: a smoke test")
     ap.add_argument("--no-nvjpeg", action="store_true",
                     help="leave out decoder nvjpeg (a machine without libnvjpeg)")
+    ap.add_argument("--parts", default="1,2,3", help="which parts to run (1,2,3)")
     ap.add_argument("--out", help="write the results here (JSON)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -226,12 +252,27 @@ def main():
             "batch": args.batch or (16 if tiny else 256)}
     images = args.images or (48 if tiny else 5120)
     results = {"dataset": args.dataset, "device": args.device, "emulated": args.emulate,
-               "spec": SPEC, "batch": base["batch"], "throughput": [], "train": []}
+               "spec": SPEC, "batch": base["batch"], "throughput": [], "train": [],
+               "kernels": []}
+    parts = {int(x) for x in args.parts.split(",") if x}
+    if 1 in parts:
+        part1(args, base, images, results)
+    if 2 in parts:
+        part2(args, base, tiny, results)
+    if 3 in parts:
+        part3(args, base, images, results)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print("results: %s" % args.out)
 
+
+def part1(args, base, images, results):
     print("part 1: %s, batch %d, %d images per run%s" % (SPEC, base["batch"], images,
                                                          " (EMULATED: numbers mean nothing)"
-                                                         if tiny else ""))
-    print("  %-8s %-10s %12s %14s" % ("threads", "placement", "images/s", "images/CPU-s"))
+                                                         if args.emulate else ""))
+    print("  %-8s %-10s %12s %14s %9s %9s" % ("threads", "placement", "images/s", "images/CPU-s",
+                                              "GPU ms/b", "jpeg ms/b"))
     for threads in [args.threads] + ([16] if args.threads16 and args.threads != 16 else []):
         row = {"threads": threads}
         for name, placement, decoder in (("cpu", "cpu", "cpu"), ("gpu", "gpu", "cpu"),
@@ -241,8 +282,9 @@ def main():
             r = run_child(dict(base, part=1, threads=threads, placement=placement,
                                decoder=decoder, images=images))
             row[name] = r
-            print("  %-8d %-10s %12.1f %14.1f%s" % (
+            print("  %-8d %-10s %12.1f %14.1f %s %s%s" % (
                 threads, name, r["images_per_s"], r["images_per_cpu_s"] or 0.0,
+                fmt_ms(per_batch_ms(r)), fmt_ms(per_batch_ms(r, "decode_s", "decode_batches")),
                 "   (%d of %d rows decoded on the CPU)" % (r["gpu_decode_cpu_rows"],
                                                            r["samples"])
                 if name == "nvjpeg" else ""))
@@ -258,6 +300,8 @@ def main():
                                                      ratio_cpu or 0.0))
         results["throughput"].append(row)
 
+
+def part2(args, base, tiny, results):
     steps = args.steps or (6 if tiny else 40)
     step_ms = args.step_ms or (5.0 if tiny else 100.0)
     print("part 2: simulated training step of %.0f ms, %d steps, %d threads, device delivery "
@@ -270,10 +314,35 @@ def main():
         print("  %-16s %9.3f %9.3f %9.3f %10.1f%%" % (
             way + (" + .cuda()" if way == "host" else ""), r["wait_s"], r["copy_s"],
             r["step_s"], 100.0 * (r["data_share"] or 0.0)))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-        print("results: %s" % args.out)
+
+
+def part3(args, base, images, results):
+    print("part 3: kernels per op vs fused, placement gpu, %d threads, batch %d, %d images per "
+          "run" % (args.threads, base["batch"], images))
+    print("  %-26s %-7s %10s %9s %9s %8s %8s" % ("spec", "kernels", "images/s", "GPU ms/b",
+                                                 "GPU us/im", "launch/b", "fused"))
+    for spec in ("imagenet-train-few", "imagenet-train-extensive"):
+        by = {}
+        for kernels in ("per-op", "fused"):
+            r = run_child(dict(base, part=1, threads=args.threads, placement="gpu",
+                               decoder="cpu", images=images, spec=spec, kernels=kernels))
+            t = r["device_timing"] or {}
+            ms = per_batch_ms(r)
+            row = {"spec": spec, "kernels": kernels, "images_per_s": r["images_per_s"],
+                   "images_per_cpu_s": r["images_per_cpu_s"], "gpu_ms_per_batch": ms,
+                   "launches_per_batch": t["launches"] / t["batches"] if t.get("batches")
+                   else None,
+                   "fused_share": t["fused_batches"] / t["batches"] if t.get("batches")
+                   else None, "device_timing": t}
+            by[kernels] = row
+            results["kernels"].append(row)
+            print("  %-26s %-7s %10.1f %s %9.2f %8.2f %7.0f%%" % (
+                spec, kernels, row["images_per_s"], fmt_ms(ms),
+                1e3 * ms / base["batch"] if ms else 0.0, row["launches_per_batch"] or 0.0,
+                100.0 * (row["fused_share"] or 0.0)))
+        a, b = by["per-op"]["gpu_ms_per_batch"], by["fused"]["gpu_ms_per_batch"]
+        if a and b:
+            print("  %-26s fused/per-op device time %.2fx" % (spec, b / a))
 
 
 if __name__ == "__main__":

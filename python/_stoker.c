@@ -2888,6 +2888,21 @@ static PyObject *loader_device_info(LoaderObject *self, PyObject *noargs)
     return PyUnicode_FromString(stk_loader_device_info(self->l));
 }
 
+static PyObject *loader_device_timing(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_alive(self) < 0)
+        return NULL;
+    stk_device_timing t;
+    if (stk_loader_device_timing(self->l, &t) < 0)
+        Py_RETURN_NONE; /* no device, or no kernels to time (copy mode) */
+    return Py_BuildValue("{sKsKsKsdsKsd}", "batches", (unsigned long long)t.batches, "launches",
+                         (unsigned long long)t.launches, "fused_batches",
+                         (unsigned long long)t.fused_batches, "kernel_s", t.kernel_s,
+                         "decode_batches", (unsigned long long)t.decode_batches, "decode_s",
+                         t.decode_s);
+}
+
 static PyObject *loader_profile(LoaderObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"reset", NULL};
@@ -3093,6 +3108,8 @@ static PyMethodDef loader_methods[] = {
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "Counters and per-stage times, a dict."},
     {"device_info", (PyCFunction)loader_device_info, METH_NOARGS,
      "With a CUDA device: what runs where (mode, reason, JPEG decoder); '' without."},
+    {"device_timing", (PyCFunction)loader_device_timing, METH_NOARGS,
+     "Device time of the GPU work of the batches timed so far, a dict; None without."},
     {"profile", (PyCFunction)(void (*)(void))loader_profile, METH_VARARGS | METH_KEYWORDS,
      "profile(reset=False)\n--\n\nThe data-stall profile of the window, a dict."},
     {"profile_events", (PyCFunction)loader_profile_events, METH_NOARGS,

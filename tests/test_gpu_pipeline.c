@@ -10,8 +10,11 @@
  * corrupt sample. The reference is the CPU pipeline, itself checked
  * against Pillow/torchvision in tests/python. Also: rows too large for
  * the staging memory (raw images of 700 px at scale 1) take the head
- * fallback and still match; placement gpu refuses an op it lacks and
- * names it; a device without a driver is STK_EUNSUPPORTED.
+ * fallback and still match; the kernels one launch per op
+ * (STOKER_GPU_KERNELS=per-op) and with the fused vertical pass + output
+ * give the same batches, and the device timing counts each way's launches;
+ * placement gpu refuses an op it lacks and names it; a device without a
+ * driver is STK_EUNSUPPORTED.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,6 +113,7 @@ typedef struct run {
     uint32_t rows;
     uint64_t head_rows;
     uint32_t decode_cpu_rows;
+    stk_device_timing timing; /* with a device that runs kernels */
 } run;
 
 /* Two epochs of `spec`, all batches' bytes appended. */
@@ -152,6 +156,9 @@ static int drain(stk_dataset *ds, const char *spec, const stk_device_options *de
     stk_loader_stats_get(l, &st);
     r->head_rows = st.gpu_head_rows;
     r->decode_cpu_rows = st.gpu_decode_cpu_rows;
+    rc = stk_loader_device_timing(l, &r->timing);
+    if (!dev)
+        assert_int_equal(rc, STK_EUNSUPPORTED);
     stk_loader_destroy(l);
     return 0;
 }
@@ -212,6 +219,71 @@ static void test_placements_match_cpu(void **state)
     unsetenv("STOKER_CUDA_EMULATE");
 }
 
+/* The fused STK_K_VOUT (the default) runs for batches in which no row has
+ * a contrast step; per-op runs VPASS then OUT. Same bytes either way, and
+ * the timing says which ran: per batch, fused saves the VPASS launch. */
+static void test_kernels_fused_and_per_op(void **state)
+{
+    (void)state;
+    setenv("STOKER_CUDA_EMULATE", "1", 1);
+    stk_dataset *ds = open_dataset(NSAMPLES);
+    /* specs[2], [4], [5], [7] have no contrast step; [1] always has one */
+    static const size_t which[] = {2, 4, 5, 7, 1};
+    for (size_t w = 0; w < sizeof which / sizeof which[0]; w++) {
+        size_t k = which[w];
+        uint32_t views = k == 1 ? 2 : 1;
+        int contrast = k == 1;
+        stk_device_options dev = {0};
+        dev.device = "cuda:0";
+        dev.placement = STK_PLACE_GPU;
+        run ref, fused, perop;
+        if (drain(ds, specs[k], NULL, views, &ref) < 0)
+            fail_msg("%s: %s", specs[k], stk_errmsg());
+        unsetenv("STOKER_GPU_KERNELS");
+        if (drain(ds, specs[k], &dev, views, &fused) < 0)
+            fail_msg("%s, fused: %s", specs[k], stk_errmsg());
+        setenv("STOKER_GPU_KERNELS", "per-op", 1);
+        if (drain(ds, specs[k], &dev, views, &perop) < 0)
+            fail_msg("%s, per-op: %s", specs[k], stk_errmsg());
+        unsetenv("STOKER_GPU_KERNELS");
+        assert_int_equal(fused.nbytes, ref.nbytes);
+        assert_int_equal(perop.nbytes, ref.nbytes);
+        assert_memory_equal(fused.bytes, ref.bytes, ref.nbytes);
+        assert_memory_equal(perop.bytes, ref.bytes, ref.nbytes);
+        /* Timed batches: two epochs of 3 (13 samples, one skipped, 5 a
+         * batch) through a pool of a few slots: some slots were reused. */
+        const stk_device_timing *f = &fused.timing, *p = &perop.timing;
+        assert_true(f->batches > 0 && p->batches > 0);
+        assert_true(f->kernel_s > 0 && p->kernel_s > 0);
+        assert_int_equal(p->fused_batches, 0);
+        assert_int_equal(f->fused_batches, contrast ? 0 : f->batches);
+        assert_int_equal(f->decode_batches, 0);
+        /* per op: [HPASS] VPASS OUT; fused: [HPASS] VOUT */
+        /* with a contrast step: + ROWSUM IMGSUM per contrast, both ways */
+        if (contrast) {
+            assert_true(p->launches >= 4 * p->batches);
+            assert_true(f->launches >= 4 * f->batches);
+        } else {
+            assert_true(p->launches >= 2 * p->batches && p->launches <= 3 * p->batches);
+            assert_true(f->launches >= f->batches && f->launches <= 2 * f->batches);
+        }
+        free(ref.bytes);
+        free(fused.bytes);
+        free(perop.bytes);
+    }
+    /* A value it does not know is refused, by name. */
+    setenv("STOKER_GPU_KERNELS", "fast", 1);
+    stk_device_options dev = {0};
+    dev.device = "cuda:0";
+    dev.placement = STK_PLACE_GPU;
+    run r;
+    assert_int_equal(drain(ds, "imagenet-val", &dev, 1, &r), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "STOKER_GPU_KERNELS=fast"));
+    unsetenv("STOKER_GPU_KERNELS");
+    stk_dataset_close(ds);
+    unsetenv("STOKER_CUDA_EMULATE");
+}
+
 /* Decoder nvjpeg on the emulated device (whose nvJPEG is libjpeg-turbo):
  * the JPEG rows are staged as bytes and decoded at submit into the work
  * arena, the rest take the CPU path; batches equal the CPU loader's. */
@@ -241,6 +313,7 @@ static void test_nvjpeg_decoder_matches_cpu(void **state)
          * pixels) and regions too large for the arena go to the CPU. */
         if (got.decode_cpu_rows >= 2 * 9 * views)
             fail_msg("%s: %u rows decoded on the CPU", specs[k], got.decode_cpu_rows);
+        assert_true(got.timing.decode_batches > 0);
         free(got.bytes);
         free(ref.bytes);
     }
@@ -352,6 +425,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_placements_match_cpu),
+        cmocka_unit_test(test_kernels_fused_and_per_op),
         cmocka_unit_test(test_nvjpeg_decoder_matches_cpu),
         cmocka_unit_test(test_gpu_placement_refuses_missing_kernels),
         cmocka_unit_test(test_no_driver_is_unsupported),

@@ -1286,6 +1286,30 @@ STK_API void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *stats);
  * Valid while the loader lives. */
 STK_API const char *stk_loader_device_info(const stk_loader *l);
 
+/* With a CUDA device and the GPU running part of the spec (gpu or format,
+ * not copy): the device time of the loader's GPU work, summed over the
+ * batches timed so far (docs/gpu.md, "Kernels and their cost"). A batch
+ * is timed by events on its slot's stream and counted once a later batch
+ * has reused the slot, so the last few batches are not in the totals yet;
+ * divide by `batches`, not by the batches delivered. */
+typedef struct stk_device_timing {
+    uint64_t batches;        /* batches whose kernels were timed */
+    uint64_t launches;       /* their kernel launches */
+    uint64_t fused_batches;  /* of them, run with the fused vertical pass +
+                                output kernel (no row had a contrast step) */
+    double kernel_s;         /* device seconds from each batch's first launch
+                                to its last one's end */
+    uint64_t decode_batches; /* decoder nvjpeg: batches whose decode was timed */
+    double decode_s;         /* their stream time from before nvJPEG's first
+                                operation to after its last (CPU parts of a
+                                hybrid backend included) */
+    uint64_t reserved_[4];   /* zeroed by the library */
+} stk_device_timing;
+
+/* 0 and the totals; STK_EUNSUPPORTED (message says why) without a device
+ * or when the finished batch is copied (no GPU work to time). */
+STK_API int stk_loader_device_timing(const stk_loader *l, stk_device_timing *timing);
+
 /*
  * The data-stall profile (docs/engine.md, "Profile"): measured per delivered
  * batch, without changing the training loop. For each batch the loader

@@ -1103,6 +1103,19 @@ class Loader:
         return self._core.device_info()
 
     @property
+    def device_timing(self):
+        """With a CUDA device whose GPU runs kernels (mode 'gpu' or
+        'format'): the device time of the loader's GPU work so far, a dict:
+        ``batches`` timed, their kernel ``launches``, ``fused_batches`` (run
+        with the fused vertical pass + output kernel), ``kernel_s`` (device
+        seconds from each batch's first launch to its last one's end), and
+        with decoder 'nvjpeg' ``decode_batches`` and ``decode_s`` (the
+        decode's stream time). A batch is counted once a later batch has
+        reused its slot: divide by ``batches``. None without a device or in
+        'copy' mode."""
+        return self._core.device_timing()
+
+    @property
     def decoder(self):
         """Who decodes JPEGs with a device: 'cpu' or 'nvjpeg'."""
         return self._options["decoder"]

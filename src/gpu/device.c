@@ -127,6 +127,9 @@ static stk_cu_api cu;
 static int cu_ok;            /* every symbol resolved and cuInit ran */
 static CUresult cu_init_rc;  /* cuInit's result (CUDA_ERROR_NO_DEVICE: none) */
 static char cu_why[512];     /* why the driver is unusable (!cu_ok) */
+/* cuEventElapsedTime (_v2 where the driver has it, CUDA 12.8 and later);
+ * optional: NULL leaves the timing of stk_gpu_event_elapsed out. */
+static CUresult (*cu_elapsed)(float *, CUevent, CUevent);
 
 static void cu_load(void)
 {
@@ -147,6 +150,8 @@ static void cu_load(void)
     memcpy(&cu.field, &sym, sizeof sym);
     STK_CU_FUNCS(STK_CU_RESOLVE)
 #undef STK_CU_RESOLVE
+    if ((sym = dlsym(lib, "cuEventElapsedTime_v2")) || (sym = dlsym(lib, "cuEventElapsedTime")))
+        memcpy(&cu_elapsed, &sym, sizeof sym);
     cu_init_rc = cu.Init(0);
     cu_ok = 1;
 }
@@ -167,6 +172,9 @@ struct stk_gpu {
 #define STK_EMU_EVENT 0x53544b45u  /* "STKE" */
 typedef struct stk_emu_token {
     uint32_t magic;
+    double at; /* an event: stk_now() at its last record (emulation runs
+                  each operation at once, so this is when the work before
+                  it finished) */
 } stk_emu_token;
 
 /* The driver's words for a result code. */
@@ -431,6 +439,7 @@ static int emu_token_new(const stk_gpu *g, uint32_t magic, uint64_t *h, const ch
     if (!t)
         return stk_fail(STK_ENOMEM, "%s: a %s", g->name, what);
     t->magic = magic;
+    t->at = 0;
     *h = (uint64_t)(uintptr_t)t;
     return 0;
 }
@@ -480,7 +489,7 @@ void stk_gpu_stream_destroy(stk_gpu *g, uint64_t stream)
         cu.StreamDestroy((CUstream)(uintptr_t)stream);
 }
 
-int stk_gpu_event_create(stk_gpu *g, uint64_t *event)
+static int event_create(stk_gpu *g, uint64_t *event, unsigned flags)
 {
     *event = 0;
     if (g->emulated)
@@ -489,10 +498,46 @@ int stk_gpu_event_create(stk_gpu *g, uint64_t *event)
     if (rc < 0)
         return rc;
     CUevent e = NULL;
-    CUresult r = cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING);
+    CUresult r = cu.EventCreate(&e, flags);
     if (r != CUDA_SUCCESS)
         return cu_fail(g->ordinal, r, "cuEventCreate");
     *event = (uint64_t)(uintptr_t)e;
+    return 0;
+}
+
+int stk_gpu_event_create(stk_gpu *g, uint64_t *event)
+{
+    return event_create(g, event, CU_EVENT_DISABLE_TIMING);
+}
+
+int stk_gpu_event_create_timed(stk_gpu *g, uint64_t *event)
+{
+    return event_create(g, event, 0);
+}
+
+int stk_gpu_event_elapsed(stk_gpu *g, uint64_t start, uint64_t end, double *seconds)
+{
+    *seconds = 0;
+    if (g->emulated) {
+        int rc;
+        if ((rc = emu_token_check(g, start, STK_EMU_EVENT, "event")) < 0 ||
+            (rc = emu_token_check(g, end, STK_EMU_EVENT, "event")) < 0)
+            return rc;
+        const stk_emu_token *a = (const stk_emu_token *)(uintptr_t)start;
+        const stk_emu_token *b = (const stk_emu_token *)(uintptr_t)end;
+        *seconds = b->at > a->at ? b->at - a->at : 0;
+        return 0;
+    }
+    if (!cu_elapsed)
+        return stk_fail(STK_EUNSUPPORTED, "%s: the driver has no cuEventElapsedTime", g->name);
+    int rc = cu_enter(g);
+    if (rc < 0)
+        return rc;
+    float ms = 0;
+    CUresult r = cu_elapsed(&ms, (CUevent)(uintptr_t)start, (CUevent)(uintptr_t)end);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(g->ordinal, r, "cuEventElapsedTime");
+    *seconds = ms * 1e-3;
     return 0;
 }
 
@@ -519,7 +564,9 @@ int stk_gpu_event_record(stk_gpu *g, uint64_t event, uint64_t stream)
 {
     if (g->emulated) {
         int rc = emu_stream(g, stream);
-        return rc < 0 ? rc : emu_token_check(g, event, STK_EMU_EVENT, "event");
+        if (rc == 0 && (rc = emu_token_check(g, event, STK_EMU_EVENT, "event")) == 0)
+            ((stk_emu_token *)(uintptr_t)event)->at = stk_now();
+        return rc;
     }
     int rc = cu_enter(g);
     if (rc < 0)

@@ -63,6 +63,11 @@ int stk_gpu_stream_create(stk_gpu *g, uint64_t *stream);
 void stk_gpu_stream_destroy(stk_gpu *g, uint64_t stream);
 int stk_gpu_event_create(stk_gpu *g, uint64_t *event);
 void stk_gpu_event_destroy(stk_gpu *g, uint64_t event);
+/* An event that keeps time, and the seconds between two such events once
+ * both are complete (cuEventElapsedTime; in emulation the host clock at
+ * each record). STK_EUNSUPPORTED from a driver without the call. */
+int stk_gpu_event_create_timed(stk_gpu *g, uint64_t *event);
+int stk_gpu_event_elapsed(stk_gpu *g, uint64_t start, uint64_t end, double *seconds);
 
 /* Queue on `stream`: a host-to-device copy (src should be from
  * stk_gpu_host_alloc for the copy to be asynchronous), a kernel launch,

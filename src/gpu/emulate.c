@@ -16,8 +16,8 @@
 
 typedef void (*stk_gpu_body)(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t z);
 
-static const stk_gpu_body bodies[STK_K_COUNT] = {stk_gb_hpass, stk_gb_vpass, stk_gb_rowsum,
-                                                 stk_gb_imgsum, stk_gb_out};
+static const stk_gpu_body bodies[STK_K_COUNT] = {stk_gb_hpass,  stk_gb_vpass, stk_gb_rowsum,
+                                                 stk_gb_imgsum, stk_gb_out,   stk_gb_vout};
 
 int stk_gpu_emu_launch(stk_kernel_id k, const uint32_t grid[3], const uint32_t block[3],
                        const void *args, size_t args_bytes)

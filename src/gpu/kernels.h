@@ -30,6 +30,18 @@
  *   STK_K_OUT      every pixel through the colour steps in drawn order,
  *                  normalize, dtype and layout, into the batch
  *
+ * or, for a batch none of whose rows has a contrast step (nothing needs
+ * the image's mean, so no pixel waits for the whole head), the fused
+ *
+ *   STK_K_VOUT     STK_K_VPASS's pixel, kept in registers, straight through
+ *                  STK_K_OUT's work: one launch instead of two, and the
+ *                  head is never written to device memory or read back.
+ *
+ * The two ways run the same per-element functions in the same order, so
+ * their outputs are equal bit for bit (tests compare them in emulation);
+ * which is cheaper on a device is measured by bench/gpu.py ("kernels").
+ * STOKER_GPU_KERNELS=per-op keeps the separate launches (stage.c).
+ *
  * Exactness. Each function repeats the CPU path's operations in the same
  * order: the resample sums are integers (order-free); ToTensor is the
  * correctly rounded v/255; the jitter steps, the grayscale sums (eight
@@ -67,12 +79,13 @@ typedef enum stk_kernel_id {
     STK_K_ROWSUM = 2,
     STK_K_IMGSUM = 3,
     STK_K_OUT = 4,
+    STK_K_VOUT = 5,
     STK_K_COUNT
 } stk_kernel_id;
 
 /* The kernels' names in the fat binary (extern "C"), by stk_kernel_id. */
 #define STK_KERNEL_NAMES                                                                  \
-    { "stk_k_hpass", "stk_k_vpass", "stk_k_rowsum", "stk_k_imgsum", "stk_k_out" }
+    { "stk_k_hpass", "stk_k_vpass", "stk_k_rowsum", "stk_k_imgsum", "stk_k_out", "stk_k_vout" }
 
 #define STK_GPU_BLOCK 64      /* threads per block of every kernel (x) */
 #define STK_GPU_MAX_STEPS 16  /* colour steps per row the GPU path takes */
@@ -295,27 +308,20 @@ STK_HD void stk_gb_hpass(const stk_gpu_args *a, uint32_t x, uint32_t r, uint32_t
     }
 }
 
-/* STK_K_VPASS: grid (ceil(OW / BLOCK), OH, n). Head pixel (y, x) of
- * record s: vertical pass (vpass_c) or the row itself, then the table. */
-STK_HD void stk_gb_vpass(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
+/* Head pixel (y, x) of REGION record sm, every channel, into v: the
+ * vertical pass (vpass_c) or the row itself, then the table. */
+STK_HD void stk_ge_vpix(const stk_gpu_args *a, const stk_gpu_sample *sm, int32_t x, int32_t y,
+                        uint8_t *v)
 {
-    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
-        return;
-    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
-    if (sm->kind != STK_GS_REGION)
-        return;
     int nc = a->nc;
-    size_t rowb = (size_t)a->out_w * (size_t)nc;
     const uint8_t *src;
     size_t stride;
     if (sm->need_h) {
         src = (const uint8_t *)(uintptr_t)(a->work + sm->tmp);
-        stride = rowb;
+        stride = (size_t)a->out_w * (size_t)nc;
     } else {
         src = stk_ge_region(a, sm, &stride);
     }
-    uint8_t *dst = (uint8_t *)(uintptr_t)(a->work + sm->head) + (size_t)y * rowb + (size_t)x * nc;
-    uint8_t v[4];
     if (sm->need_v) {
         const int32_t *bounds = (const int32_t *)(uintptr_t)(a->stage + sm->ybounds);
         const int32_t *k =
@@ -329,13 +335,32 @@ STK_HD void stk_gb_vpass(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t
             v[c] = stk_ge_clip8(acc);
         }
     } else {
-        int32_t sy = sm->vflip ? a->out_h - 1 - (int32_t)y : (int32_t)y;
+        int32_t sy = sm->vflip ? a->out_h - 1 - y : y;
         const uint8_t *px = src + (size_t)sy * stride + (size_t)x * nc;
         for (int c = 0; c < nc; c++)
             v[c] = px[c];
     }
+    if (sm->has_lut)
+        for (int c = 0; c < nc; c++)
+            v[c] = sm->lut[v[c]];
+}
+
+/* STK_K_VPASS: grid (ceil(OW / BLOCK), OH, n). Head pixel (y, x) of
+ * record s into the head. */
+STK_HD void stk_gb_vpass(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
+{
+    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
+        return;
+    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
+    if (sm->kind != STK_GS_REGION)
+        return;
+    int nc = a->nc;
+    uint8_t v[4];
+    stk_ge_vpix(a, sm, (int32_t)x, (int32_t)y, v);
+    uint8_t *dst = (uint8_t *)(uintptr_t)(a->work + sm->head) +
+                   ((size_t)y * (size_t)a->out_w + x) * (size_t)nc;
     for (int c = 0; c < nc; c++)
-        dst[c] = sm->has_lut ? sm->lut[v[c]] : v[c];
+        dst[c] = v[c];
 }
 
 /* STK_K_ROWSUM: grid (ceil(OH / BLOCK), 1, n). Row y's grayscale sum of
@@ -402,25 +427,18 @@ STK_HD void stk_ge_store(const stk_gpu_fmt *o, void *out, size_t at, float v)
     }
 }
 
-/* STK_K_OUT: grid (ceil(OW / BLOCK), OH, n). Output pixel (y, x) of record
- * s: the colour steps, then normalize, dtype and layout (color_impl.h's
+/* Output pixel (y, x) of record sm from its head pixel px (nc values):
+ * the colour steps, then normalize, dtype and layout (color_impl.h's
  * u8_to_out without colour steps, float_to_out with them). */
-STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
+STK_HD void stk_ge_emit(const stk_gpu_args *a, const stk_gpu_sample *sm, uint32_t x, uint32_t y,
+                        const uint8_t *px)
 {
-    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
-        return;
-    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
-    if (sm->kind == STK_GS_SKIP)
-        return;
     const stk_gpu_fmt *o = &a->fmt;
     int nc = o->nc;
     void *out = (void *)(uintptr_t)(a->out + (uint64_t)sm->out_row * a->sample_bytes);
     size_t plane = (size_t)o->width * (size_t)o->height;
     int planar = o->layout == STK_GL_CHW || nc == 1;
     if (sm->nsteps == 0) {
-        const uint8_t *head = (const uint8_t *)(uintptr_t)(
-            (sm->kind == STK_GS_HEAD ? a->stage : a->work) + sm->head);
-        const uint8_t *px = head + ((size_t)y * (size_t)o->width + x) * (size_t)nc;
         for (int c = 0; c < nc; c++) {
             size_t at = planar ? (size_t)c * plane + (size_t)y * (size_t)o->width + x
                                : ((size_t)y * (size_t)o->width + x) * (size_t)nc + (size_t)c;
@@ -432,7 +450,10 @@ STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s
         return;
     }
     float v[3];
-    stk_ge_pixel(a, sm, (int32_t)y, (int32_t)x, sm->nseg, v);
+    for (int c = 0; c < nc; c++)
+        v[c] = stk_ge_unit(px[c]);
+    for (int32_t j = 0; j < sm->nseg; j++)
+        stk_ge_steps(sm, sm->seg[j], sm->seg[j + 1], sm->contrast_b[j], nc, v);
     for (int c = 0; c < nc; c++) {
         size_t at = planar ? (size_t)c * plane + (size_t)y * (size_t)o->width + x
                            : ((size_t)y * (size_t)o->width + x) * (size_t)nc + (size_t)c;
@@ -441,6 +462,48 @@ STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s
         else
             stk_ge_store(o, out, at, v[c] * o->fscale[c] + o->fbias[c]);
     }
+}
+
+/* A record's head pixel (y, x): in the stage (HEAD) or the work arena. */
+STK_HD const uint8_t *stk_ge_head_px(const stk_gpu_args *a, const stk_gpu_sample *sm,
+                                     uint32_t x, uint32_t y)
+{
+    const uint8_t *head = (const uint8_t *)(uintptr_t)(
+        (sm->kind == STK_GS_HEAD ? a->stage : a->work) + sm->head);
+    return head + ((size_t)y * (size_t)a->out_w + x) * (size_t)a->nc;
+}
+
+/* STK_K_OUT: grid (ceil(OW / BLOCK), OH, n). Output pixel (y, x) of record
+ * s from its head. */
+STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
+{
+    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
+        return;
+    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
+    if (sm->kind == STK_GS_SKIP)
+        return;
+    stk_ge_emit(a, sm, x, y, stk_ge_head_px(a, sm, x, y));
+}
+
+/* STK_K_VOUT: grid (ceil(OW / BLOCK), OH, n); only for a batch in which no
+ * record has a contrast step (nseg == 1: no mean to wait for). Output
+ * pixel (y, x) of record s: STK_K_VPASS's pixel, not stored, through
+ * STK_K_OUT's work. A HEAD record's pixel comes from the stage as in
+ * STK_K_OUT. */
+STK_HD void stk_gb_vout(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
+{
+    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
+        return;
+    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
+    if (sm->kind == STK_GS_SKIP)
+        return;
+    if (sm->kind == STK_GS_HEAD) {
+        stk_ge_emit(a, sm, x, y, stk_ge_head_px(a, sm, x, y));
+        return;
+    }
+    uint8_t v[4];
+    stk_ge_vpix(a, sm, (int32_t)x, (int32_t)y, v);
+    stk_ge_emit(a, sm, x, y, v);
 }
 
 #endif

@@ -58,6 +58,19 @@
  * marked (jpeg_failed) and the loader drops it as it drops rows that fail
  * in a worker; otherwise the error names it.
  *
+ * Kernels (kernels.h). A batch in which no row has a contrast step runs
+ * STK_K_HPASS then the fused STK_K_VOUT (the vertical pass straight into
+ * the output); one with a contrast step needs the head's grayscale mean
+ * before any output pixel, so it runs the five kernels one launch per op.
+ * STOKER_GPU_KERNELS=per-op keeps the separate launches always (the
+ * outputs are equal bit for bit; bench/gpu.py measures both).
+ *
+ * Timing. Each slot has two pairs of timed events: around its kernels
+ * (first launch to last) and around the nvJPEG decode. When a later
+ * worker has waited for the slot's event (stk_gpu_batch_ready), the
+ * elapsed device times are added to the pipe's totals
+ * (stk_gpu_pipe_timing; stk_loader_device_timing).
+ *
  * FORMAT stages each row as its head: the CPU runs the spec into uint8
  * HWC (a shallow copy of the image plan with that output format), the GPU
  * runs STK_K_OUT. COPY stages the finished rows in pinned memory and
@@ -89,6 +102,10 @@ struct stk_gpu_pipe {
     stk_gpu_jdec *jdec;       /* decoder nvjpeg (owned); NULL: libjpeg-turbo */
     uint32_t jshare;          /* of 65536 JPEG rows, those offered to jdec
                                  ($STOKER_NVJPEG_SHARE, 0-1; default all) */
+    int fused;                /* AUGMENT: STK_K_VOUT for batches without a
+                                 contrast step ($STOKER_GPU_KERNELS) */
+    pthread_mutex_t tmu;      /* guards `timing` */
+    stk_device_timing timing; /* totals of the batches timed so far */
 };
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -188,11 +205,17 @@ int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
         free(p);
         return STK_EINVAL;
     }
+    const char *kernels = getenv("STOKER_GPU_KERNELS");
+    if (kernels && *kernels && strcmp(kernels, "fused") != 0 && strcmp(kernels, "per-op") != 0) {
+        free(p);
+        return stk_fail(STK_EINVAL, "STOKER_GPU_KERNELS=%s: expected fused or per-op", kernels);
+    }
     if (placement != STK_PLACE_CPU && !blocker) {
         p->mode = STK_GPU_AUGMENT;
+        p->fused = !(kernels && strcmp(kernels, "per-op") == 0);
         snprintf(p->reason, sizeof p->reason, "placement %s: the resample, tables, colour steps "
-                 "and output format run on the GPU",
-                 placement == STK_PLACE_GPU ? "gpu" : "auto");
+                 "and output format run on the GPU (kernels %s)",
+                 placement == STK_PLACE_GPU ? "gpu" : "auto", p->fused ? "fused" : "per op");
     } else if (p->ip && format_ok) {
         p->mode = STK_GPU_FORMAT;
         snprintf(p->reason, sizeof p->reason, "%s%s; uint8 HWC is copied and the output format "
@@ -279,6 +302,7 @@ int stk_gpu_pipe_create(stk_gpu *g, const stk_plan *plan, const char *spec,
         snprintf(p->reason + at, sizeof p->reason - at, "; JPEGs%s: %s",
                  p->jshare < 65536 ? " (a share)" : "", stk_gpu_jdec_name(p->jdec));
     }
+    pthread_mutex_init(&p->tmu, NULL);
     *out = p;
     return 0;
 }
@@ -288,7 +312,47 @@ void stk_gpu_pipe_free(stk_gpu_pipe *p)
     if (!p)
         return;
     stk_gpu_jdec_close(p->jdec);
+    pthread_mutex_destroy(&p->tmu);
     free(p);
+}
+
+void stk_gpu_pipe_timing(stk_gpu_pipe *p, stk_device_timing *t)
+{
+    pthread_mutex_lock(&p->tmu);
+    *t = p->timing;
+    pthread_mutex_unlock(&p->tmu);
+}
+
+/* Add a finished batch's timed work to the pipe's totals (its event has
+ * completed, so every event recorded before it has). Errors are not the
+ * batch's: a pair that cannot be read is left out. */
+static void collect_timing(stk_gpu_pipe *p, stk_gpu_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    int kernels = b->timed_kernels, decode = b->timed_decode;
+    uint32_t launches = b->launches;
+    int fused = b->fused_used;
+    b->timed_kernels = b->timed_decode = 0;
+    pthread_mutex_unlock(&b->mu);
+    double ks = 0, ds = 0;
+    if (kernels && stk_gpu_event_elapsed(p->g, b->t_kernels[0], b->t_kernels[1], &ks) < 0)
+        kernels = 0;
+    if (decode && stk_gpu_event_elapsed(p->g, b->t_decode[0], b->t_decode[1], &ds) < 0)
+        decode = 0;
+    if (!kernels && !decode)
+        return;
+    pthread_mutex_lock(&p->tmu);
+    if (kernels) {
+        p->timing.batches++;
+        p->timing.launches += launches;
+        p->timing.fused_batches += (uint64_t)fused;
+        p->timing.kernel_s += ks;
+    }
+    if (decode) {
+        p->timing.decode_batches++;
+        p->timing.decode_s += ds;
+    }
+    pthread_mutex_unlock(&p->tmu);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -314,6 +378,12 @@ void stk_gpu_batch_free(stk_gpu_pipe *p, stk_gpu_batch *b)
         stk_gpu_event_destroy(p->g, b->event);
     if (b->release_event)
         stk_gpu_event_destroy(p->g, b->release_event);
+    for (int i = 0; i < 2; i++) {
+        if (b->t_kernels[i])
+            stk_gpu_event_destroy(p->g, b->t_kernels[i]);
+        if (b->t_decode[i])
+            stk_gpu_event_destroy(p->g, b->t_decode[i]);
+    }
     if (b->stream)
         stk_gpu_stream_destroy(p->g, b->stream);
     if (b->jstate)
@@ -342,6 +412,10 @@ int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b)
         (rc = stk_gpu_event_create(g, &b->event)) < 0 ||
         (rc = stk_gpu_event_create(g, &b->release_event)) < 0)
         goto fail;
+    for (int i = 0; i < 2 && p->mode != STK_GPU_COPY; i++)
+        if ((rc = stk_gpu_event_create_timed(g, &b->t_kernels[i])) < 0 ||
+            (p->jdec && (rc = stk_gpu_event_create_timed(g, &b->t_decode[i])) < 0))
+            goto fail;
     if (p->mode != STK_GPU_COPY &&
         ((rc = stk_gpu_dev_alloc(g, b->host_bytes, &b->d_stage)) < 0 ||
          (rc = stk_gpu_dev_alloc(g, p->work_cap, &b->d_work)) < 0 ||
@@ -373,7 +447,12 @@ int stk_gpu_batch_ready(stk_gpu_pipe *p, stk_gpu_batch *b)
 {
     /* Idempotent: an event already complete returns at once, and several
      * workers may wait on it together. */
-    return b->in_flight ? stk_gpu_event_sync(p->g, b->event) : 0;
+    if (!b->in_flight)
+        return 0;
+    int rc = stk_gpu_event_sync(p->g, b->event);
+    if (rc == 0)
+        collect_timing(p, b);
+    return rc;
 }
 
 void stk_gpu_batch_begin(stk_gpu_pipe *p, stk_gpu_batch *b)
@@ -699,6 +778,7 @@ static int launch(stk_gpu_pipe *p, stk_gpu_batch *b, stk_kernel_id k, uint32_t g
 {
     uint32_t grid[3] = {gx ? gx : 1, gy ? gy : 1, gz ? gz : 1};
     uint32_t block[3] = {STK_GPU_BLOCK, 1, 1};
+    b->launches++;
     return stk_gpu_launch(p->g, k, grid, block, a, sizeof *a, b->stream);
 }
 
@@ -715,8 +795,16 @@ int stk_gpu_batch_decode(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, int
             b->jpeg_batch[nj] = b->jpeg_items[i];
             b->jpeg_batch_row[nj++] = i;
         }
-    int rc = stk_gpu_jdec_decode(p->jdec, b->jstate, b->jpeg_batch, b->jpeg_batch_row, nj,
-                                 b->stream, keep_going, b->jpeg_bad, &failed, &cpu);
+    int rc = nj ? stk_gpu_event_record(p->g, b->t_decode[0], b->stream) : 0;
+    if (rc < 0)
+        return rc;
+    rc = stk_gpu_jdec_decode(p->jdec, b->jstate, b->jpeg_batch, b->jpeg_batch_row, nj,
+                             b->stream, keep_going, b->jpeg_bad, &failed, &cpu);
+    if (rc == 0 && nj && (rc = stk_gpu_event_record(p->g, b->t_decode[1], b->stream)) == 0) {
+        pthread_mutex_lock(&b->mu);
+        b->timed_decode = 1;
+        pthread_mutex_unlock(&b->mu);
+    }
     pthread_mutex_lock(&b->mu);
     b->jpeg_cpu += cpu;
     pthread_mutex_unlock(&b->mu);
@@ -793,10 +881,15 @@ int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uin
         a.out_h = p->out_h;
         a.fmt = p->fmt;
         uint32_t gx = (uint32_t)((p->out_w + STK_GPU_BLOCK - 1) / STK_GPU_BLOCK);
+        /* fused: no row waits for its head's mean (kernels.h) */
+        int fused = p->mode == STK_GPU_AUGMENT && p->fused && max_seg == 1;
+        b->launches = 0;
+        if ((rc = stk_gpu_event_record(g, b->t_kernels[0], b->stream)) < 0)
+            return rc;
         if (p->mode == STK_GPU_AUGMENT) {
             if (max_rows && (rc = launch(p, b, STK_K_HPASS, gx, (uint32_t)max_rows, n, &a)) < 0)
                 return rc;
-            if ((rc = launch(p, b, STK_K_VPASS, gx, (uint32_t)p->out_h, n, &a)) < 0)
+            if (!fused && (rc = launch(p, b, STK_K_VPASS, gx, (uint32_t)p->out_h, n, &a)) < 0)
                 return rc;
             for (int32_t j = 0; j + 1 < max_seg; j++) {
                 a.seg = j;
@@ -808,8 +901,15 @@ int stk_gpu_batch_submit(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t staged, uin
             }
             a.seg = 0;
         }
-        if (rows && (rc = launch(p, b, STK_K_OUT, gx, (uint32_t)p->out_h, n, &a)) < 0)
+        if (rows && (rc = launch(p, b, fused ? STK_K_VOUT : STK_K_OUT, gx, (uint32_t)p->out_h, n,
+                                 &a)) < 0)
             return rc;
+        if ((rc = stk_gpu_event_record(g, b->t_kernels[1], b->stream)) < 0)
+            return rc;
+        pthread_mutex_lock(&b->mu);
+        b->timed_kernels = 1;
+        b->fused_used = fused;
+        pthread_mutex_unlock(&b->mu);
     }
     if ((rc = stk_gpu_event_record(g, b->event, b->stream)) < 0)
         return rc;

@@ -46,6 +46,8 @@ const char *stk_gpu_mode_name(stk_gpu_mode m);
 /* Why the mode is what it is ("colour jitter runs on the GPU", "rotate has
  * no GPU kernel", ...): for stats and the CLI. */
 const char *stk_gpu_pipe_reason(const stk_gpu_pipe *p);
+/* The device time of the batches timed so far (stage.c, "Timing"). */
+void stk_gpu_pipe_timing(stk_gpu_pipe *p, stk_device_timing *t);
 
 /* One batch's buffers (one per loader slot). Host memory is pinned. */
 typedef struct stk_gpu_batch {
@@ -80,6 +82,13 @@ typedef struct stk_gpu_batch {
     uint32_t *jpeg_batch_row;    /* [rows] */
     uint8_t *jpeg_bad;           /* [rows]: of the list, corrupt */
     uint8_t *jpeg_failed;        /* [rows]: output rows dropped as corrupt */
+    /* Timing (stage.c, "Timing"): events around the kernels and around the
+     * decode (not in COPY mode), written by the submitting worker; the
+     * flags (mu) say a pair was recorded and is not yet collected. */
+    uint64_t t_kernels[2], t_decode[2];
+    int timed_kernels, timed_decode; /* mu */
+    int fused_used;                  /* mu: the batch ran STK_K_VOUT */
+    uint32_t launches;               /* kernel launches of the batch */
 } stk_gpu_batch;
 
 int stk_gpu_batch_init(stk_gpu_pipe *p, stk_gpu_batch *b);

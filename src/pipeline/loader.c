@@ -993,6 +993,22 @@ const char *stk_loader_device_info(const stk_loader *l)
     return l && l->gpipe ? l->device_info : "";
 }
 
+int stk_loader_device_timing(const stk_loader *l, stk_device_timing *timing)
+{
+    if (!timing)
+        return stk_fail(STK_EINVAL, "stk_loader_device_timing: timing is NULL");
+    memset(timing, 0, sizeof *timing);
+    if (!l)
+        return stk_fail(STK_EINVAL, "stk_loader_device_timing: loader is NULL");
+    if (!l->gpipe)
+        return stk_fail(STK_EUNSUPPORTED, "stk_loader_device_timing: the loader has no device");
+    if (l->gmode == STK_GPU_COPY)
+        return stk_fail(STK_EUNSUPPORTED, "stk_loader_device_timing: the GPU runs no kernels "
+                        "for this loader (%s)", l->device_info);
+    stk_gpu_pipe_timing(l->gpipe, timing);
+    return 0;
+}
+
 static int open_device(stk_loader *l, const char *spec)
 {
     const stk_device_options *d = l->opt.device;

@@ -271,6 +271,67 @@ def test_device_batches_equal_host_batches(request, data, spec, extra, placement
     assert_same_batches(got, want, "%s %r placement=%s" % (data, spec, placement))
 
 
+@pytest.mark.parametrize("spec,contrast", [("imagenet-train-few", False),
+                                           ("imagenet-val", False),
+                                           ("imagenet-train-extensive", True)])
+def test_kernels_per_op_equal_fused(photos, monkeypatch, spec, contrast):
+    """STOKER_GPU_KERNELS=per-op (VPASS then OUT) and the default fused
+    STK_K_VOUT give the host loader's batches; Loader.device_timing counts
+    the timed batches, their launches and which ran fused (none when every
+    row has a contrast step, whose mean needs the whole head first)."""
+    want = reference(photos, spec)
+    timings = {}
+    for kernels in ("per-op", "fused"):
+        monkeypatch.setenv("STOKER_GPU_KERNELS", kernels)
+        loader = stoker.Loader(photos, batch_size=BATCH, shuffle=True, seed=11, pipeline=spec,
+                               num_threads=2, output="dlpack", device=DEVICE, placement="gpu")
+        got = []
+        with loader:
+            assert "kernels %s" % kernels.replace("-", " ") in loader.device_info
+            for _ in range(EPOCHS):
+                for images, labels, indices in loader.iter_with_indices():
+                    got.append((host_array(images), images.dtype, np.array(labels),
+                                np.array(indices)))
+                    del images
+            timings[kernels] = t = loader.device_timing
+        assert_same_batches(got, want, "%r kernels=%s" % (spec, kernels))
+        assert t["batches"] > 0 and t["kernel_s"] > 0, t
+        assert t["decode_batches"] == 0 and t["decode_s"] == 0, t
+    per_op, fused = timings["per-op"], timings["fused"]
+    assert per_op["fused_batches"] == 0
+    assert fused["fused_batches"] == (0 if contrast else fused["batches"])
+    per_batch = lambda t: t["launches"] / t["batches"]
+    if contrast:
+        assert per_batch(fused) == pytest.approx(per_batch(per_op), abs=1.0)
+    else:  # one launch (VPASS) fewer a batch
+        assert per_batch(fused) == pytest.approx(per_batch(per_op) - 1, abs=0.5)
+    monkeypatch.setenv("STOKER_GPU_KERNELS", "fastest")
+    with pytest.raises(ValueError, match="STOKER_GPU_KERNELS=fastest"):
+        stoker.Loader(photos, batch_size=BATCH, pipeline=spec, output="dlpack", device=DEVICE,
+                      placement="gpu")
+
+
+def test_device_timing_without_kernels(synthetic):
+    """No device: None; copy mode (the GPU runs nothing): None; format mode
+    (placement cpu: the GPU runs only the output kernel): a dict."""
+    spec = "random_resized_crop 48 | rotate 10 | normalize imagenet | to f32 chw"
+    with stoker.Loader(synthetic, batch_size=BATCH, pipeline=spec) as loader:
+        assert loader.device_timing is None
+    with stoker.Loader(synthetic, batch_size=BATCH, pipeline=spec, output="dlpack",
+                       device=DEVICE, placement="auto") as loader:
+        assert loader.device_info.startswith("copy")
+        assert loader.device_timing is None
+    spec = "random_resized_crop 48 | normalize imagenet | to f32 chw"
+    with stoker.Loader(synthetic, batch_size=BATCH, pipeline=spec, output="dlpack",
+                       device=DEVICE, placement="cpu") as loader:
+        assert loader.device_info.startswith("format")
+        for _ in range(3):
+            for images, labels in loader:
+                del images
+        t = loader.device_timing
+        assert t["batches"] > 0 and t["launches"] == t["batches"] and t["fused_batches"] == 0
+
+
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_skip_policy_gives_the_same_rows(with_corrupt, placement):
     spec = "imagenet-train-extensive"
