@@ -44,7 +44,13 @@
  * (interleaved RGB; the region; the scale factor); nvjpegDecodeBatchedSupportedEx
  * says whether the backend takes it. Those it takes go to one
  * nvjpegDecodeBatchedEx call on the slot's stream, writing straight into the
- * slot's device work arena. An image it does not take, or every image of a
+ * slot's device work arena. That call, with its per-image parameters, is the
+ * hardware engine's alone: on the H100 the hybrid and GPU-hybrid backends
+ * answered it NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED for every image.
+ * Those two take the plain nvjpegDecodeBatched (the output format set at
+ * nvjpegDecodeBatchedInitialize; no region, no scale), so with them whole
+ * images are decoded at scale 1 and the kernels read the region in place;
+ * their self-test tries only that way. An image it does not take, or every image of a
  * batch the call fails, is decoded on the CPU by libjpeg-turbo — the CPU
  * path's decoder, at the same region and scale — and copied into place; the
  * caller counts those (stk_loader_stats.gpu_decode_cpu_rows). An image
@@ -114,7 +120,10 @@ typedef void *cudaStream_t;
       (nvjpegHandle_t, nvjpegJpegStream_t, nvjpegDecodeParams_t, int *))                   \
     X(BatchedEx, "nvjpegDecodeBatchedEx",                                                  \
       (nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *, const size_t *,    \
-       nvjpegImage_t *, nvjpegDecodeParams_t *, cudaStream_t))
+       nvjpegImage_t *, nvjpegDecodeParams_t *, cudaStream_t))                             \
+    X(Batched, "nvjpegDecodeBatched",                                                      \
+      (nvjpegHandle_t, nvjpegJpegState_t, const unsigned char *const *, const size_t *,    \
+       nvjpegImage_t *, cudaStream_t))
 
 typedef struct stk_nvj_api {
 #define STK_NVJ_FIELD(field, sym, args) nvjpegStatus_t (*field) args;
@@ -505,11 +514,15 @@ int stk_gpu_jdec_decode(stk_gpu_jdec *j, stk_gpu_jstate *s, const stk_gpu_jitem 
             st = nvj.BatchedInitialize(s->h, s->st, (int)ngpu, 1, NVJPEG_OUTPUT_RGBI);
             s->init_n = st == NVJPEG_STATUS_SUCCESS ? (int)ngpu : 0;
         }
+        int ex = j->backend == NVJPEG_BACKEND_HARDWARE;
         if (st == NVJPEG_STATUS_SUCCESS)
-            st = nvj.BatchedEx(s->h, s->st, s->data, s->len, s->dst, s->params,
-                               (cudaStream_t)(uintptr_t)stream);
+            st = ex ? nvj.BatchedEx(s->h, s->st, s->data, s->len, s->dst, s->params,
+                                    (cudaStream_t)(uintptr_t)stream)
+                    : nvj.Batched(s->h, s->st, s->data, s->len, s->dst,
+                                  (cudaStream_t)(uintptr_t)stream);
         if (st != NVJPEG_STATUS_SUCCESS) {
-            snprintf(s->why, sizeof s->why, "nvjpegDecodeBatchedEx: %s", nvj_status_name(st));
+            snprintf(s->why, sizeof s->why, "%s: %s",
+                     ex ? "nvjpegDecodeBatchedEx" : "nvjpegDecodeBatched", nvj_status_name(st));
             /* The whole call failed: every image it had goes to the CPU,
              * and the state is initialised afresh next time. */
             s->init_n = 0;
@@ -625,8 +638,9 @@ static int self_test(stk_gpu_jdec *j, char *report, size_t report_size)
     }
     int chosen = -1;
     for (size_t t = 0; t < sizeof trials / sizeof trials[0]; t++) {
-        if (trials[t].d > 1 && j->backend != NVJPEG_BACKEND_HARDWARE)
-            continue; /* scaled decoding is the hardware backend's alone */
+        if ((trials[t].d > 1 || trials[t].roi) && j->backend != NVJPEG_BACKEND_HARDWARE)
+            continue; /* regions and scales are the hardware backend's alone
+                         (nvjpegDecodeBatchedEx; the others: whole images) */
         j->roi = trials[t].roi;
         j->roi_scaled = trials[t].roi_scaled;
         j->align = trials[t].align;
