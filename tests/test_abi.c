@@ -108,6 +108,10 @@ static void test_struct_sizes_are_pinned(void **state)
      * decoder + reserved32_, 5 reserved */
     assert_int_equal(sizeof(stk_device_options), 8 + 8 + 48);
     assert_int_equal(offsetof(stk_device_options, decoder), 16);
+    /* batches, launches, fused_batches, kernel_s, decode_batches,
+     * decode_s, 4 reserved words */
+    assert_int_equal(sizeof(stk_device_timing), 6 * 8 + 32);
+    assert_int_equal(offsetof(stk_device_timing, decode_s), 40);
     assert_int_equal(offsetof(stk_device_options, reserved_), 24);
     /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
      * shape[5], 2 reserved */

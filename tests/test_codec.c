@@ -553,6 +553,65 @@ static void test_jpeg_window(void **state)
     stk_scratch_free(&s);
 }
 
+/* stk_jpeg_scan_check (decoder nvjpeg's guard): a restart-marked JPEG is
+ * complete (1) as written, damaged (-1) when cut short (with an EOI
+ * appended, as nvJPEG would take it), with a restart marker gone or
+ * renumbered, or without its EOI; a JPEG without restart markers, or
+ * progressive, or CMYK cannot be checked (0). libjpeg-turbo agrees on the
+ * damage: each damaged file fails to decode. */
+static void test_jpeg_scan_check(void **state)
+{
+    (void)state;
+    stk_scratch s = {0};
+    int checked = 0;
+    for (size_t i = 0; i < N_JPEG_CASES; i++) {
+        const jpeg_case *jc = &jpeg_cases[i];
+        size_t n;
+        uint8_t *d = case_jpeg(jc, 700 + i, &n, NULL);
+        int checkable = jc->o.restart && !jc->o.progressive && jc->o.comps != 4;
+        int rc = stk_jpeg_scan_check(d, n);
+        if (rc != checkable)
+            print_error("%s: scan check %d, expected %d\n", jc->name, rc, checkable);
+        assert_int_equal(rc, checkable);
+        if (!checkable) {
+            free(d);
+            continue;
+        }
+        checked++;
+        uint8_t *bad = malloc(n + 2);
+        assert_non_null(bad);
+        /* cut in half, EOI appended */
+        size_t sos = find_marker(d, n, 0xDA);
+        size_t half = sos + (n - sos) / 2;
+        memcpy(bad, d, half);
+        bad[half] = 0xFF;
+        bad[half + 1] = 0xD9;
+        assert_int_equal(stk_jpeg_scan_check(bad, half + 2), -1);
+        assert_int_equal(stk_image_decode(bad, half + 2, NULL, NULL, 1, &s, &(stk_image_view){0}),
+                         STK_EDATA);
+        /* the first restart marker taken out */
+        size_t rst = find_marker(d, n, 0xD0);
+        assert_true(rst > sos);
+        memcpy(bad, d, rst);
+        memcpy(bad + rst, d + rst + 2, n - rst - 2);
+        assert_int_equal(stk_jpeg_scan_check(bad, n - 2), -1);
+        /* renumbered */
+        memcpy(bad, d, n);
+        bad[rst + 1] = 0xD3;
+        assert_int_equal(stk_jpeg_scan_check(bad, n), -1);
+        /* no EOI */
+        assert_int_equal(stk_jpeg_scan_check(d, n - 2), -1);
+        free(bad);
+        free(d);
+    }
+    assert_true(checked >= 9);
+    /* Not a JPEG at all, or nothing after the SOS: 0 or -1, never a read
+     * past the end. */
+    static const uint8_t junk[] = {0xFF, 0xD8, 0xFF};
+    assert_int_equal(stk_jpeg_scan_check(junk, sizeof junk), 0);
+    stk_scratch_free(&s);
+}
+
 /* stk_jpeg_add_restarts (pack --restart): the same pixels at every scale,
  * a DRI that divides the MCU row (so crops get windows), CMYK left alone,
  * damage reported. */
@@ -1151,6 +1210,7 @@ int main(void)
         cmocka_unit_test(test_jpeg_full_matches_reference),
         cmocka_unit_test(test_jpeg_regions_exact),
         cmocka_unit_test(test_jpeg_window),
+        cmocka_unit_test(test_jpeg_scan_check),
         cmocka_unit_test(test_jpeg_add_restarts),
         cmocka_unit_test(test_jpeg_limits),
         cmocka_unit_test(test_jpeg_hostile),

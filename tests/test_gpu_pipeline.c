@@ -13,8 +13,10 @@
  * fallback and still match; the kernels one launch per op
  * (STOKER_GPU_KERNELS=per-op) and with the fused vertical pass + output
  * give the same batches, and the device timing counts each way's launches;
- * placement gpu refuses an op it lacks and names it; a device without a
- * driver is STK_EUNSUPPORTED.
+ * decoder nvjpeg sends a restart-marked JPEG whose scan is cut short to
+ * the CPU (nvJPEG would decode it without an error); placement gpu refuses
+ * an op it lacks and names it; a device without a driver is
+ * STK_EUNSUPPORTED.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec_write.h"
+#include "core/util.h"
 #include "testutil.h"
 
 #define NSAMPLES 13
@@ -351,6 +355,94 @@ static void test_nvjpeg_decoder_matches_cpu(void **state)
     unsetenv("STOKER_CUDA_EMULATE");
 }
 
+/* decoder nvjpeg's guard (stk_jpeg_scan_check): of a complete
+ * restart-marked JPEG, the same cut in half with an EOI appended, and a
+ * plain JPEG cut the same way, only the cut restart-marked one is staged
+ * for the CPU (counted in gpu_decode_cpu_rows): its scan is checked before
+ * the hand-over. The plain one reaches the decoder (on a device nvJPEG
+ * takes it silently: docs/gpu.md, "Damaged files"; here the emulated
+ * decoder is libjpeg-turbo, which finds it). Both cut ones are skipped. */
+static sample guard[3];
+
+/* user: the guard sample each index reads (int[2]) */
+static int read_guard(void *user, uint64_t index, stk_callback_sample *out)
+{
+    const sample *g = &guard[((const int *)user)[index]];
+    out->data = g->bytes;
+    out->size = g->size;
+    out->label = (int64_t)index;
+    return 0;
+}
+
+static uint8_t *cut_with_eoi(const uint8_t *d, size_t n, size_t *out)
+{
+    size_t half = n / 2;
+    uint8_t *c = malloc(half + 2);
+    assert_non_null(c);
+    memcpy(c, d, half);
+    c[half] = 0xFF;
+    c[half + 1] = 0xD9;
+    *out = half + 2;
+    return c;
+}
+
+static void test_nvjpeg_guard_sends_cut_restart_scans_to_the_cpu(void **state)
+{
+    (void)state;
+    setenv("STOKER_CUDA_EMULATE", "1", 1);
+    uint8_t *rgb = tu_smooth_image(240, 320, 5);
+    size_t plain_n;
+    uint8_t *plain = tu_encode_jpeg(rgb, 240, 320, 90, &plain_n);
+    free(rgb);
+    stk_scratch rst = {0};
+    size_t rst_n;
+    assert_int_equal(stk_jpeg_add_restarts(plain, plain_n, 1u << 26, 4, &rst, &rst_n), 1);
+    guard[0].bytes = malloc(rst_n);
+    assert_non_null(guard[0].bytes);
+    memcpy(guard[0].bytes, rst.data, rst_n);
+    guard[0].size = rst_n;
+    guard[1].bytes = cut_with_eoi(rst.data, rst_n, &guard[1].size);
+    guard[2].bytes = cut_with_eoi(plain, plain_n, &guard[2].size);
+    stk_scratch_free(&rst);
+    free(plain);
+
+    /* The complete one with each cut one in turn: the same rows as the CPU
+     * path (the cut one skipped); only with the cut restart-marked one are
+     * rows decoded on the CPU. */
+    static const int pairs[2][2] = {{0, 1}, {0, 2}};
+    uint32_t cpu_rows[2];
+    for (int k = 0; k < 2; k++) {
+        stk_dataset_callbacks cb = {0};
+        cb.read = read_guard;
+        stk_callback_options co = {0};
+        co.count = 2;
+        stk_dataset *ds = NULL;
+        assert_int_equal(stk_dataset_from_callbacks(&cb, (void *)pairs[k], &co, &ds), 0);
+        const char *spec = "resize 64,64 | to u8 hwc";
+        stk_device_options dev = {0};
+        dev.device = "cuda:0";
+        dev.placement = STK_PLACE_GPU;
+        dev.decoder = STK_DECODER_NVJPEG;
+        run ref, got;
+        if (drain(ds, spec, NULL, 1, &ref) < 0 || drain(ds, spec, &dev, 1, &got) < 0)
+            fail_msg("%s: %s", spec, stk_errmsg());
+        assert_int_equal(ref.rows, 2); /* the complete one, each epoch */
+        assert_int_equal(got.rows, 2);
+        assert_int_equal(got.indices[0], 0);
+        assert_int_equal(got.indices[1], 0);
+        assert_memory_equal(got.bytes, ref.bytes, ref.nbytes);
+        cpu_rows[k] = got.decode_cpu_rows;
+        free(ref.bytes);
+        free(got.bytes);
+        stk_dataset_close(ds);
+    }
+    assert_true(cpu_rows[0] >= 2); /* each epoch (and maybe rows staged ahead) */
+    assert_int_equal(cpu_rows[1], 0);
+    for (int i = 0; i < 3; i++)
+        free(guard[i].bytes);
+    unsetenv("STOKER_CUDA_EMULATE");
+}
+
 static void test_gpu_placement_refuses_missing_kernels(void **state)
 {
     (void)state;
@@ -427,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_placements_match_cpu),
         cmocka_unit_test(test_kernels_fused_and_per_op),
         cmocka_unit_test(test_nvjpeg_decoder_matches_cpu),
+        cmocka_unit_test(test_nvjpeg_guard_sends_cut_restart_scans_to_the_cpu),
         cmocka_unit_test(test_gpu_placement_refuses_missing_kernels),
         cmocka_unit_test(test_no_driver_is_unsupported),
     };

@@ -63,6 +63,14 @@ typedef struct stk_jpeg_window {
  * the file itself), STK_ENOMEM. Never reports damage: it declines instead. */
 int stk_jpeg_window_build(const uint8_t *data, size_t size, uint64_t max_pixels,
                           const stk_rect *r, stk_scratch *buf, stk_jpeg_window *win);
+/* A restart-marked JPEG of the shape the window takes (one sequential
+ * Huffman scan of every component, a DRI): 1 when its scan holds every
+ * restart interval (RST0-7 in order, as many as the MCUs need) and ends in
+ * EOI; -1 when it does not (cut short, markers lost or out of order); 0
+ * when the file is not of that shape (no DRI, progressive, ...), so the
+ * scan cannot be checked without decoding it. No decoding: one memchr walk
+ * over the entropy-coded data. decoder nvjpeg uses it (gpu/nvjpeg.c). */
+int stk_jpeg_scan_check(const uint8_t *data, size_t size);
 /* The calling thread's window buffer (freed at thread exit); NULL if none
  * could be made. */
 stk_scratch *stk_jpeg_window_scratch(void);

@@ -280,6 +280,45 @@ static pthread_key_t win_key;
 static pthread_once_t win_once = PTHREAD_ONCE_INIT;
 static int win_key_ok;
 
+/* Whether a restart-marked JPEG's scan is all there (codec_internal.h).
+ * The walk is the window's: memchr for 0xFF over the entropy-coded data;
+ * a stuffed 0x00 or fill bytes are data, RST0-7 must come in order, and
+ * the first other marker ends the scan. */
+int stk_jpeg_scan_check(const uint8_t *d, size_t n)
+{
+    win_header h;
+    if (!win_parse(d, n, &h))
+        return 0;
+    uint64_t mcus;
+    if (h.ncomp == 1) /* one component, not interleaved: an MCU is a block */
+        mcus = (uint64_t)((h.width + 7) / 8) * ((h.height + 7) / 8);
+    else
+        mcus = (uint64_t)((h.width + 8 * h.max_h - 1) / (8 * h.max_h)) *
+               ((h.height + 8 * h.max_v - 1) / (8 * h.max_v));
+    uint64_t want = (mcus + h.restart - 1) / h.restart - 1; /* RSTs between intervals */
+    uint64_t seen = 0;
+    size_t p = h.scan_at;
+    for (;;) {
+        const uint8_t *ff = p < n ? memchr(d + p, 0xFF, n - p) : NULL;
+        if (!ff)
+            return -1; /* no end of scan */
+        p = (size_t)(ff - d) + 1;
+        while (p < n && d[p] == 0xFF) /* fill bytes */
+            p++;
+        if (p >= n)
+            return -1;
+        uint8_t m = d[p++];
+        if (m == 0x00)
+            continue;
+        if (m >= 0xD0 && m <= 0xD7) {
+            if (m - 0xD0 != (int)(seen % 8) || ++seen > want)
+                return -1;
+            continue;
+        }
+        return m == 0xD9 && seen == want ? 1 : -1;
+    }
+}
+
 static void win_free(void *p)
 {
     stk_scratch_free(p);

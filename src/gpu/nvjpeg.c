@@ -71,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/codec_internal.h"
 #include "codec/codec_write.h"
 #include "core/error.h"
 #include "core/util.h"
@@ -289,10 +290,19 @@ int stk_gpu_jdec_accepts(const stk_gpu_jdec *j, const stk_image_info *info, cons
      * so that the same files fail. (Junk after the EOI is allowed, as
      * libjpeg allows it: look a little way back.) */
     size_t from = size > 64 ? size - 64 : 0;
-    for (size_t i = size; i-- > from + 1;)
-        if (data[i - 1] == 0xFF && data[i] == 0xD9)
-            return 1;
-    return 0;
+    int eoi = 0;
+    for (size_t i = size; i-- > from + 1 && !eoi;)
+        eoi = data[i - 1] == 0xFF && data[i] == 0xD9;
+    if (!eoi)
+        return 0;
+    /* nvJPEG reports no damage inside the entropy-coded data: on the H100
+     * every backend decoded a scan cut in half (then an EOI) without an
+     * error, where libjpeg-turbo fails it. A restart-marked JPEG's scan is
+     * checked here (its restart markers counted, no decoding): one that is
+     * short goes to the CPU, which names it. One without restart markers
+     * cannot be checked short of decoding it (docs/gpu.md, "Damaged
+     * files"). */
+    return stk_jpeg_scan_check(data, size) >= 0;
 }
 
 void stk_gpu_jstate_free(stk_gpu_jdec *j, stk_gpu_jstate *s)

@@ -737,6 +737,11 @@ def test_nvjpeg_corrupt_scan_is_skipped_or_named(with_cut_scan):
     """A JPEG found corrupt only at decode time (after the rows are staged):
     under the skip policy the same rows are delivered as on the CPU path
     (which skips it in the worker); under raise the error names the file."""
+    if REAL:
+        pytest.skip("nvJPEG decodes a scan cut short without an error (measured on the H100 "
+                    "with the hardware and GPU-hybrid backends): docs/gpu.md, 'Damaged files'; "
+                    "a restart-marked JPEG is checked before the hand-over "
+                    "(tests/test_gpu_pipeline.c)")
     spec = "imagenet-train-extensive"
     want = reference(with_cut_scan, spec, on_error="skip")
     kept = set(np.concatenate([w[3] for w in want]).tolist())
