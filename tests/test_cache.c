@@ -799,6 +799,73 @@ static void test_crash_mid_fill(void **state)
     free(bytes);
 }
 
+/* The first read of a chunk in a process checks its CRC on the bytes the
+ * read brings in, plus the chunk's parts outside the read: damage anywhere
+ * in a chunk the read touches is found, inside the read or outside it,
+ * also when the read spans more chunks than are checked that way. */
+static void test_read_checks_whole_chunks(void **state)
+{
+    (void)state;
+    const char *dir = tu_path("readcheck");
+    const char *key = "http://h/readcheck.stk";
+    const uint32_t cs = 1024;
+    const uint64_t size = 40 * 1024 + 300; /* a short last chunk */
+    uint8_t *bytes = object_bytes(size, 31);
+    uint8_t *buf = malloc(size);
+    assert_non_null(buf);
+    char map[512], data[512];
+    stk_cache *c;
+    stk_cache_object *o;
+    stk_cache_stats st;
+    key_paths(dir, key, map, data);
+
+    assert_int_equal(stk_cache_open(dir, 0, &c), 0);
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    fill_all(o, bytes);
+    stk_cache_object_close(o);
+    /* Damage: chunk 2 before the read's start, chunk 5 inside the read,
+     * chunk 7 after the read's end, chunk 39 (a span of 40 chunks). */
+    const uint64_t at[4] = {2 * cs + 10, 5 * cs + 500, 7 * cs + 1000, 39 * cs + 3};
+    for (int i = 0; i < 4; i++) {
+        uint8_t x = bytes[at[i]] ^ 0x01;
+        patch_file(data, at[i], &x, 1);
+    }
+    stk_cache_stats_reset();
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    /* Good chunks, read across their boundaries: the bytes, and checked. */
+    assert_int_equal(stk_cache_read(o, buf, 1500, 300), 0);
+    assert_memory_equal(buf, bytes + 300, 1500);
+    assert_true(stk_cache_has(o, 0) && stk_cache_has(o, 1));
+    /* Chunk 2 damaged before the read: found. */
+    assert_int_equal(stk_cache_read(o, buf, 200, 2 * cs + 600), STK_ENOENT);
+    /* Chunk 5 damaged inside a read of chunks 3-6: found; 3 and 4 stay
+     * unchecked or good, never wrong. */
+    assert_int_equal(stk_cache_read(o, buf, 3 * cs, 3 * cs + 100), STK_ENOENT);
+    /* Chunk 7 damaged after the read's end. */
+    assert_int_equal(stk_cache_read(o, buf, 100, 7 * cs), STK_ENOENT);
+    /* A read of chunks 8-20: checked on its bytes, and good. */
+    assert_int_equal(stk_cache_read(o, buf, 13 * cs, 8 * cs), 0);
+    assert_memory_equal(buf, bytes + 8 * cs, 13 * cs);
+    /* Chunks 8 to the end, more than a read checks on its own bytes: each
+     * checked apart, chunk 39 found. */
+    assert_int_equal(stk_cache_read(o, buf, size - 8 * cs, 8 * cs), STK_ENOENT);
+    stk_cache_stats_get(&st);
+    assert_int_equal(st.bad_chunks, 4);
+    /* The bad ones fetched again (claim, fill): every read is good. */
+    const uint64_t bad[4] = {2, 5, 7, 39};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(stk_cache_claim(o, bad[i]), STK_CACHE_MINE);
+        size_t len = bad[i] == 40 ? 300 : cs;
+        assert_int_equal(stk_cache_fill(o, bad[i], bytes + bad[i] * cs, len), 0);
+    }
+    assert_int_equal(stk_cache_read(o, buf, size, 0), 0);
+    assert_memory_equal(buf, bytes, size);
+    stk_cache_object_close(o);
+    stk_cache_close(c);
+    free(buf);
+    free(bytes);
+}
+
 static void test_corruption(void **state)
 {
     (void)state;
@@ -1064,7 +1131,7 @@ int main(void)
         cmocka_unit_test(test_reopen_and_reset), cmocka_unit_test(test_threads_claim),
         cmocka_unit_test(test_wait_threads),     cmocka_unit_test(test_processes_share),
         cmocka_unit_test(test_processes_wait),   cmocka_unit_test(test_crash_mid_fill),
-        cmocka_unit_test(test_corruption),       cmocka_unit_test(test_evict_lru),
+        cmocka_unit_test(test_corruption),       cmocka_unit_test(test_read_checks_whole_chunks),       cmocka_unit_test(test_evict_lru),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -65,7 +65,11 @@
  * and the bytes' CRC checked once: trusted from then on), BAD (the entry
  * says present but the bytes do not match its CRC: absent until a claim
  * re-checks it under the lock, clears the entry and lets it be fetched
- * again). A chunk once PRESENT stays so for this process: nobody rewrites
+ * again). The check of a chunk rides on the first read that touches it
+ * (read_checking: the CRC is taken over the bytes the read brings in plus
+ * the chunk's parts outside it), so a chunk's first read in a process
+ * reads its bytes once, not once to check and once to deliver. A chunk
+ * once PRESENT stays so for this process: nobody rewrites
  * a present, good chunk (a claim of one answers PRESENT), and a reset or
  * an eviction by another process unlinks the files, whose inodes this
  * process keeps reading through its descriptors.
@@ -897,21 +901,22 @@ static int entry_write(const stk_cache_object *o, uint64_t k, const entry *e)
     return 0;
 }
 
-/* Do chunk k's bytes in .data have CRC `crc`? 1 yes, 0 no, STK_EIO/ENOMEM. */
-static int chunk_verify(const stk_cache_object *o, uint64_t k, uint32_t crc)
+/* CRC-32C of .data's bytes [from, from + len), continuing `crc`, read a
+ * piece at a time: 1 (in *out), 0 when the file is shorter, STK_EIO or
+ * STK_ENOMEM. */
+static int crc_range(const stk_cache_object *o, uint64_t from, size_t len, uint32_t crc,
+                     uint32_t *out)
 {
     char ebuf[128];
-    size_t len = chunk_len(o, k), piece = len < VERIFY_PIECE ? len : VERIFY_PIECE;
+    size_t piece = len < VERIFY_PIECE ? len : VERIFY_PIECE;
     uint8_t *buf = malloc(piece ? piece : 1);
     if (!buf)
-        return stk_fail(STK_ENOMEM, "%s: out of memory checking chunk %llu", o->data_path,
-                        (unsigned long long)k);
-    uint64_t off = k * o->chunk_size;
-    uint32_t got = 0;
+        return stk_fail(STK_ENOMEM, "%s: out of memory checking bytes at %llu", o->data_path,
+                        (unsigned long long)from);
     int rc = 1;
     for (size_t done = 0; done < len;) {
         size_t n = len - done < piece ? len - done : piece;
-        ssize_t r = stk_pread_upto(o->data_fd, buf, n, off + done);
+        ssize_t r = stk_pread_upto(o->data_fd, buf, n, from + done);
         if (r < 0) {
             rc = stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
                           errtext(errno, ebuf, sizeof ebuf));
@@ -921,10 +926,19 @@ static int chunk_verify(const stk_cache_object *o, uint64_t k, uint32_t crc)
             rc = 0;
             break;
         }
-        got = stk_crc32c(got, buf, n);
+        crc = stk_crc32c(crc, buf, n);
         done += n;
     }
     free(buf);
+    *out = crc;
+    return rc;
+}
+
+/* Do chunk k's bytes in .data have CRC `crc`? 1 yes, 0 no, STK_EIO/ENOMEM. */
+static int chunk_verify(const stk_cache_object *o, uint64_t k, uint32_t crc)
+{
+    uint32_t got;
+    int rc = crc_range(o, k * o->chunk_size, chunk_len(o, k), 0, &got);
     return rc == 1 ? got == crc : rc;
 }
 
@@ -1262,6 +1276,81 @@ out:
     return rc;
 }
 
+/* Chunks a read checks on its own bytes at most (more: checked apart). */
+#define READ_CHECK_MAX 16
+
+/* stk_cache_read of chunks [k0, k1] when some are not yet checked in this
+ * process: the check rides on the read (verify on read). The entries of
+ * the unchecked chunks are read first (absent: STK_ENOENT), then the bytes
+ * into `buf`, and each unchecked chunk's CRC is taken over the part of it
+ * in `buf` plus the parts outside the read (the first chunk's head, the
+ * last one's tail) read from .data. So a chunk's first read in a process
+ * costs one read of its bytes, not two (the separate check, then the
+ * read). A chunk that does not match is re-checked from disk as
+ * check_present does (a torn read of its entry, or a fill that finished
+ * in between, is not damage); then the bytes are read again. */
+static int read_checking(stk_cache_object *o, uint8_t *buf, size_t n, uint64_t off, uint64_t k0,
+                         uint64_t k1)
+{
+    char ebuf[128];
+    uint64_t end = off + n, cs = o->chunk_size;
+    entry e[READ_CHECK_MAX];
+    bool check[READ_CHECK_MAX];
+    int rc;
+    for (uint64_t k = k0; k <= k1; k++) {
+        uint8_t st = atomic_load_explicit(&o->state[k], memory_order_acquire);
+        check[k - k0] = st != ST_PRESENT;
+        if (st == ST_BAD)
+            return STK_ENOENT;
+        if (check[k - k0]) {
+            if ((rc = entry_read(o, k, &e[k - k0])) < 0)
+                return rc;
+            if (!e[k - k0].present)
+                return STK_ENOENT;
+        }
+    }
+    ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
+    if (got < 0)
+        return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
+                        errtext(errno, ebuf, sizeof ebuf));
+    bool again = (size_t)got < n;
+    for (uint64_t k = k0; k <= k1; k++) {
+        if (!check[k - k0])
+            continue;
+        uint64_t c0 = k * cs, c1 = c0 + chunk_len(o, k);
+        uint64_t m0 = c0 > off ? c0 : off, m1 = c1 < end ? c1 : end; /* the part in buf */
+        uint32_t crc = 0;
+        rc = 1;
+        if (c0 < m0)
+            rc = crc_range(o, c0, (size_t)(m0 - c0), crc, &crc);
+        if (rc == 1 && !again)
+            crc = stk_crc32c(crc, buf + (m0 - off), (size_t)(m1 - m0));
+        if (rc == 1 && m1 < c1)
+            rc = crc_range(o, m1, (size_t)(c1 - m1), crc, &crc);
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && !again && crc == e[k - k0].crc) {
+            atomic_store_explicit(&o->state[k], ST_PRESENT, memory_order_release);
+            continue;
+        }
+        /* Not matching on these bytes: decide from disk. */
+        if ((rc = check_present(o, k)) < 0)
+            return rc;
+        if (rc == 0)
+            return STK_ENOENT;
+        again = true;
+    }
+    if (again) {
+        got = stk_pread_upto(o->data_fd, buf, n, off);
+        if (got < 0)
+            return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
+                            errtext(errno, ebuf, sizeof ebuf));
+        if ((size_t)got < n)
+            return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
+    }
+    return 0;
+}
+
 int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
 {
     char ebuf[128];
@@ -1271,19 +1360,28 @@ int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
                         o->key, n, (unsigned long long)off, (unsigned long long)o->size);
     if (n == 0)
         return 0;
-    for (uint64_t k = off / o->chunk_size; k <= (end - 1) / o->chunk_size; k++) {
-        int rc = check_present(o, k);
-        if (rc < 0)
+    uint64_t k0 = off / o->chunk_size, k1 = (end - 1) / o->chunk_size;
+    bool checked = true;
+    for (uint64_t k = k0; k <= k1 && checked; k++)
+        checked = atomic_load_explicit(&o->state[k], memory_order_acquire) == ST_PRESENT;
+    int rc;
+    if (!checked && k1 - k0 < READ_CHECK_MAX) {
+        if ((rc = read_checking(o, buf, n, off, k0, k1)) < 0)
             return rc;
-        if (rc == 0)
-            return STK_ENOENT;
+    } else {
+        for (uint64_t k = k0; k <= k1 && !checked; k++) {
+            if ((rc = check_present(o, k)) < 0)
+                return rc;
+            if (rc == 0)
+                return STK_ENOENT;
+        }
+        ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
+        if (got < 0)
+            return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
+                            errtext(errno, ebuf, sizeof ebuf));
+        if ((size_t)got < n)
+            return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
     }
-    ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
-    if (got < 0)
-        return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
-                        errtext(errno, ebuf, sizeof ebuf));
-    if ((size_t)got < n)
-        return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
     atomic_fetch_add_explicit(&g_hit_bytes, n, memory_order_relaxed);
     touch(o);
     return 0;
