@@ -473,16 +473,24 @@ STK_HD const uint8_t *stk_ge_head_px(const stk_gpu_args *a, const stk_gpu_sample
     return head + ((size_t)y * (size_t)a->out_w + x) * (size_t)a->nc;
 }
 
+/* The record whose output pixel (y, x) thread (x, y, s) of an output
+ * kernel writes; NULL outside the grid's work or for a skipped row. */
+STK_HD const stk_gpu_sample *stk_ge_out_record(const stk_gpu_args *a, uint32_t x, uint32_t y,
+                                               uint32_t s)
+{
+    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
+        return NULL;
+    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
+    return sm->kind == STK_GS_SKIP ? NULL : sm;
+}
+
 /* STK_K_OUT: grid (ceil(OW / BLOCK), OH, n). Output pixel (y, x) of record
  * s from its head. */
 STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
 {
-    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
-        return;
-    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
-    if (sm->kind == STK_GS_SKIP)
-        return;
-    stk_ge_emit(a, sm, x, y, stk_ge_head_px(a, sm, x, y));
+    const stk_gpu_sample *sm = stk_ge_out_record(a, x, y, s);
+    if (sm)
+        stk_ge_emit(a, sm, x, y, stk_ge_head_px(a, sm, x, y));
 }
 
 /* STK_K_VOUT: grid (ceil(OW / BLOCK), OH, n); only for a batch in which no
@@ -492,10 +500,8 @@ STK_HD void stk_gb_out(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s
  * STK_K_OUT. */
 STK_HD void stk_gb_vout(const stk_gpu_args *a, uint32_t x, uint32_t y, uint32_t s)
 {
-    if ((int32_t)s >= a->n || (int32_t)x >= a->out_w || (int32_t)y >= a->out_h)
-        return;
-    const stk_gpu_sample *sm = stk_ge_sample(a, (int32_t)s);
-    if (sm->kind == STK_GS_SKIP)
+    const stk_gpu_sample *sm = stk_ge_out_record(a, x, y, s);
+    if (!sm)
         return;
     if (sm->kind == STK_GS_HEAD) {
         stk_ge_emit(a, sm, x, y, stk_ge_head_px(a, sm, x, y));

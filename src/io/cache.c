@@ -1276,6 +1276,19 @@ out:
     return rc;
 }
 
+/* All n bytes of .data at off: 0 or STK_EIO (the file's name and why). */
+static int data_read(const stk_cache_object *o, void *buf, size_t n, uint64_t off)
+{
+    char ebuf[128];
+    ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
+    if (got < 0)
+        return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
+                        errtext(errno, ebuf, sizeof ebuf));
+    if ((size_t)got < n)
+        return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
+    return 0;
+}
+
 /* Chunks a read checks on its own bytes at most (more: checked apart). */
 #define READ_CHECK_MAX 16
 
@@ -1340,20 +1353,11 @@ static int read_checking(stk_cache_object *o, uint8_t *buf, size_t n, uint64_t o
             return STK_ENOENT;
         again = true;
     }
-    if (again) {
-        got = stk_pread_upto(o->data_fd, buf, n, off);
-        if (got < 0)
-            return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
-                            errtext(errno, ebuf, sizeof ebuf));
-        if ((size_t)got < n)
-            return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
-    }
-    return 0;
+    return again ? data_read(o, buf, n, off) : 0;
 }
 
 int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
 {
-    char ebuf[128];
     uint64_t end;
     if (!stk_add_ok(off, n, &end) || end > o->size)
         return stk_fail(STK_EINVAL, "%s: read of %zu bytes at %llu past the end (%llu bytes)",
@@ -1375,12 +1379,8 @@ int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
             if (rc == 0)
                 return STK_ENOENT;
         }
-        ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
-        if (got < 0)
-            return stk_fail(STK_EIO, "%s: read failed: %s", o->data_path,
-                            errtext(errno, ebuf, sizeof ebuf));
-        if ((size_t)got < n)
-            return stk_fail(STK_EIO, "%s: read failed: unexpected end of file", o->data_path);
+        if ((rc = data_read(o, buf, n, off)) < 0)
+            return rc;
     }
     atomic_fetch_add_explicit(&g_hit_bytes, n, memory_order_relaxed);
     touch(o);
