@@ -88,6 +88,9 @@ typedef struct jpeg_opts {
                             decoder's block smoothing kicks in */
 } jpeg_opts;
 
+/* enc_jpeg writes optimised Huffman tables (only the codes used) while set. */
+static int enc_optimize;
+
 /* Encoded bytes (malloc'd by libjpeg; free()). libjpeg's default error
  * handler exits, which is a test failure. */
 static uint8_t *enc_jpeg(const uint8_t *px, unsigned w, unsigned h, const jpeg_opts *o,
@@ -120,6 +123,7 @@ static uint8_t *enc_jpeg(const uint8_t *px, unsigned w, unsigned h, const jpeg_o
             c.comp_info[3].h_samp_factor = o->hs, c.comp_info[3].v_samp_factor = o->vs;
     }
     c.dct_method = JDCT_ISLOW;
+    c.optimize_coding = enc_optimize ? TRUE : FALSE;
     c.restart_interval = (unsigned)o->restart;
     if (o->progressive)
         jpeg_simple_progression(&c);
@@ -551,6 +555,111 @@ static void test_jpeg_window(void **state)
     assert_true(windowed >= 8);
     stk_scratch_free(&buf);
     stk_scratch_free(&s);
+}
+
+/* The sync index (jpeg_sync.c): crops of JPEGs without restart markers are
+ * decoded from synthesised windows (test_jpeg_regions_exact checks their
+ * pixels for every sampling and scale); the index is made once per file
+ * and walked only as far as a crop needs; files it cannot serve decline. */
+static void test_jpeg_sync(void **state)
+{
+    (void)state;
+    stk_scratch buf = {0}, s = {0}, fs = {0};
+    stk_jpeg_window win;
+    stk_image_info info;
+    stk_jpeg_sync_counters c0, c1;
+    jpeg_opts o420 = {3, 90, 2, 2, 0, 0, 0, 0, 0};
+    const unsigned W = 203, H = 157;
+    uint8_t *px = make_pixels(W, H, 3, 901);
+    size_t n;
+    uint8_t *d = enc_jpeg(px, W, H, &o420, &n);
+    stk_rect top = {60, 20, 70, 30}, low = {40, 120, 100, 30}, all = {0, 0, W, H};
+
+    /* First crop: an index is made (walked down to the crop only), the
+     * window is smaller and holds the crop. */
+    stk_jpeg_sync_counters_get(&c0);
+    assert_int_equal(stk_jpeg_sync_window(d, n, 1u << 28, &top, &buf, &win), 1);
+    stk_jpeg_sync_counters_get(&c1);
+    assert_int_equal(c1.indexed, c0.indexed + 1);
+    assert_int_equal(c1.windows, c0.windows + 1);
+    assert_true(c1.bytes > c0.bytes);
+    assert_true(win.size < n);
+    assert_int_equal(stk_image_probe(buf.data, win.size, NULL, &info), 0);
+    assert_true(info.height < H);
+    assert_true(win.x <= top.x && win.y <= top.y);
+    assert_true(win.x + info.width >= top.x + top.width);
+    assert_true(win.y + info.height >= top.y + top.height);
+    assert_false(info.progressive);
+    /* Later crops reuse it (extended further down for `low`); the whole
+     * image is declined (nothing to save). */
+    assert_int_equal(stk_jpeg_sync_window(d, n, 1u << 28, &low, &buf, &win), 1);
+    assert_int_equal(stk_jpeg_sync_window(d, n, 1u << 28, &top, &buf, &win), 1);
+    assert_int_equal(stk_jpeg_sync_window(d, n, 1u << 28, &all, &buf, &win), 0);
+    stk_jpeg_sync_counters_get(&c0);
+    assert_int_equal(c0.indexed, c1.indexed);
+    assert_int_equal(c0.windows, c1.windows + 2);
+    /* Over the pixel limit: declined (the ordinary path says why). */
+    assert_int_equal(stk_jpeg_sync_window(d, n, (uint64_t)W * H - 1, &top, &buf, &win), 0);
+
+    /* Through the decoder: the same pixels as a full decode. */
+    stk_image_view fv, v;
+    assert_int_equal(stk_image_decode(d, n, NULL, NULL, 1, &fs, &fv), 0);
+    uint8_t *full = dense(&fv);
+    const stk_rect *rs[] = {&top, &low};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(stk_image_decode(d, n, NULL, rs[i], 1, &s, &v), 0);
+        expect_view_eq(&v, full, W, rs[i]->x, rs[i]->y, rs[i]->width, rs[i]->height, "sync");
+    }
+    free(full);
+
+    /* Cut short: a crop above the cut is served (the walk stops before
+     * it, as libjpeg would); one below it finds the end, declines, and the
+     * ordinary decode reports the damage. */
+    size_t sos = find_marker(d, n, 0xDA);
+    size_t cut = sos + (n - sos) / 2;
+    uint8_t *cutd = malloc(cut);
+    assert_non_null(cutd);
+    memcpy(cutd, d, cut);
+    assert_int_equal(stk_jpeg_sync_window(cutd, cut, 1u << 28, &top, &buf, &win), 1);
+    stk_jpeg_sync_counters_get(&c0);
+    assert_int_equal(stk_jpeg_sync_window(cutd, cut, 1u << 28, &low, &buf, &win), 0);
+    stk_jpeg_sync_counters_get(&c1);
+    assert_int_equal(c1.declined, c0.declined + 1);
+    assert_int_equal(stk_image_decode(cutd, cut, NULL, &low, 1, &s, &v), STK_EDATA);
+    free(cutd);
+
+    /* Not served: restart markers (jpeg_window.c's), progressive, CMYK,
+     * and optimised tables that lack a DC category (a flat image codes
+     * few). */
+    static const jpeg_opts others[] = {{3, 90, 2, 2, 0, 4, 0, 0, 0},
+                                       {3, 90, 2, 2, 1, 0, 0, 0, 0},
+                                       {4, 90, 1, 1, 0, 0, 1, 0, 0}};
+    for (int i = 0; i < 3; i++) {
+        uint8_t *px4 = make_pixels(W, H, (unsigned)others[i].comps, 902 + (uint64_t)i);
+        size_t m;
+        uint8_t *e = enc_jpeg(px4, W, H, &others[i], &m);
+        assert_int_equal(stk_jpeg_sync_window(e, m, 1u << 28, &top, &buf, &win), 0);
+        free(e);
+        free(px4);
+    }
+    uint8_t *flat = calloc((size_t)W * H, 3);
+    assert_non_null(flat);
+    size_t m;
+    enc_optimize = 1;
+    uint8_t *e = enc_jpeg(flat, W, H, &o420, &m);
+    enc_optimize = 0;
+    assert_int_equal(stk_jpeg_sync_window(e, m, 1u << 28, &top, &buf, &win), 0);
+    free(e); /* the standard tables have every category */
+    e = enc_jpeg(flat, W, H, &o420, &m);
+    assert_int_equal(stk_jpeg_sync_window(e, m, 1u << 28, &top, &buf, &win), 1);
+    free(e);
+    free(flat);
+
+    free(d);
+    free(px);
+    stk_scratch_free(&buf);
+    stk_scratch_free(&s);
+    stk_scratch_free(&fs);
 }
 
 /* stk_jpeg_scan_check (decoder nvjpeg's guard): a restart-marked JPEG is
@@ -1210,6 +1319,7 @@ int main(void)
         cmocka_unit_test(test_jpeg_full_matches_reference),
         cmocka_unit_test(test_jpeg_regions_exact),
         cmocka_unit_test(test_jpeg_window),
+        cmocka_unit_test(test_jpeg_sync),
         cmocka_unit_test(test_jpeg_scan_check),
         cmocka_unit_test(test_jpeg_add_restarts),
         cmocka_unit_test(test_jpeg_limits),

@@ -50,6 +50,27 @@ int stk_gif_decode(const stk_decode_req *req);
 void stk_codec_finish_view(const stk_decode_req *req, uint8_t *pixels, uint32_t width,
                            uint32_t height);
 
+/* The segments of a JPEG from SOI to its first SOS, as the window code
+ * (jpeg_window.c, jpeg_sync.c) needs them: a baseline or extended
+ * sequential Huffman frame (SOF0/SOF1, 8-bit, 1 or 3 components) whose
+ * first scan is sequential and holds every component; the DQT, DHT, JFIF
+ * and Adobe segments a window must keep (other APPn and COM are left out);
+ * the DRI's interval (0: none). */
+#define STK_JPEG_LAYOUT_MAX_SEGMENTS 64
+typedef struct stk_jpeg_layout {
+    struct {
+        size_t at, len; /* bytes of data, marker included */
+    } keep[STK_JPEG_LAYOUT_MAX_SEGMENTS];
+    unsigned nkeep;
+    size_t sof_at; /* offset of the SOF marker */
+    unsigned width, height;
+    unsigned ncomp, max_h, max_v;
+    unsigned restart;       /* R: MCUs per interval, 0 without a DRI */
+    size_t sos_at, scan_at; /* SOS marker; first entropy-coded byte */
+} stk_jpeg_layout;
+/* 1 when the file has that shape (layout filled), 0 otherwise. */
+int stk_jpeg_layout_parse(const uint8_t *data, size_t size, stk_jpeg_layout *layout);
+
 /* A window JPEG (jpeg_window.c): a valid JPEG of only the restart
  * intervals that cover a region, whose pixel (0, 0) is the original's
  * (x, y). */
@@ -71,6 +92,22 @@ int stk_jpeg_window_build(const uint8_t *data, size_t size, uint64_t max_pixels,
  * scan cannot be checked without decoding it. No decoding: one memchr walk
  * over the entropy-coded data. decoder nvjpeg uses it (gpu/nvjpeg.c). */
 int stk_jpeg_scan_check(const uint8_t *data, size_t size);
+/* The window of a JPEG without restart markers (jpeg_sync.c): the same
+ * contract as stk_jpeg_window_build, for baseline files whose scan has no
+ * DRI. The first call for a file walks its scan once and keeps, in a
+ * process-wide table bounded by STOKER_JPEG_INDEX_MB, where every 4th MCU
+ * of each row starts; the window is then synthesised as a restart-marked
+ * JPEG of the covered MCUs. */
+int stk_jpeg_sync_window(const uint8_t *data, size_t size, uint64_t max_pixels,
+                         const stk_rect *r, stk_scratch *buf, stk_jpeg_window *win);
+/* What the sync index has done in this process (for tests and `stoker
+ * bench`): files indexed, windows built from an index, files declined
+ * after a walk (damaged, or tables a window cannot use), bytes held. */
+typedef struct stk_jpeg_sync_counters {
+    uint64_t indexed, windows, declined, bytes;
+} stk_jpeg_sync_counters;
+void stk_jpeg_sync_counters_get(stk_jpeg_sync_counters *out);
+
 /* The calling thread's window buffer (freed at thread exit); NULL if none
  * could be made. */
 stk_scratch *stk_jpeg_window_scratch(void);

@@ -456,6 +456,11 @@ int stk_jpeg_decode(const stk_decode_req *req)
         int rc = buf ? stk_jpeg_window_build(req->data, req->size, req->max_pixels, req->region,
                                              buf, &win)
                      : 0;
+        /* Without restart markers: a window synthesised from the file's
+         * sync index (jpeg_sync.c). */
+        if (rc == 0 && buf)
+            rc = stk_jpeg_sync_window(req->data, req->size, req->max_pixels, req->region, buf,
+                                      &win);
         if (rc < 0)
             return rc;
         if (rc == 1) {

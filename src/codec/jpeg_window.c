@@ -60,28 +60,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Segments (DQT, DHT, JFIF, Adobe) copied into a window, at most. */
-#define STK_WIN_MAX_SEGMENTS 64
-
-typedef struct win_segment {
-    size_t at, len; /* bytes of data, marker included */
-} win_segment;
-
-typedef struct win_header {
-    win_segment keep[STK_WIN_MAX_SEGMENTS];
-    unsigned nkeep;
-    size_t sof_at;        /* offset of the SOF marker */
-    unsigned width, height;
-    unsigned ncomp, max_h, max_v;
-    unsigned restart;     /* R: MCUs per interval */
-    size_t sos_at, scan_at; /* SOS marker; first entropy-coded byte */
-} win_header;
+typedef stk_jpeg_layout win_header;
 
 static unsigned be16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
 
-/* Walk the segments from SOI to the first SOS. 1 when the file has the
- * shape described in the essay, 0 otherwise. */
-static int win_parse(const uint8_t *d, size_t n, win_header *h)
+/* Walk the segments from SOI to the first SOS (codec_internal.h). */
+int stk_jpeg_layout_parse(const uint8_t *d, size_t n, stk_jpeg_layout *h)
 {
     size_t p = 2;
     int have_sof = 0;
@@ -130,7 +114,7 @@ static int win_parse(const uint8_t *d, size_t n, win_header *h)
             h->restart = be16(s);
             break;
         case 0xDA: /* SOS: all components in this one scan, sequential */
-            if (!have_sof || !h->restart || body < 1 || s[0] != h->ncomp ||
+            if (!have_sof || body < 1 || s[0] != h->ncomp ||
                 body != 4 + 2u * h->ncomp)
                 return 0;
             if (s[1 + 2 * h->ncomp] != 0 || s[2 + 2 * h->ncomp] != 63 ||
@@ -143,7 +127,7 @@ static int win_parse(const uint8_t *d, size_t n, win_header *h)
         case 0xC4: /* DHT */
         case 0xE0: /* APP0 JFIF: tells libjpeg the colour space */
         case 0xEE: /* APP14 Adobe: likewise */
-            if (h->nkeep == STK_WIN_MAX_SEGMENTS)
+            if (h->nkeep == STK_JPEG_LAYOUT_MAX_SEGMENTS)
                 return 0;
             h->keep[h->nkeep].at = at;
             h->keep[h->nkeep].len = end - at;
@@ -156,6 +140,12 @@ static int win_parse(const uint8_t *d, size_t n, win_header *h)
         }
         p = end;
     }
+}
+
+/* The layout, when the file has the shape described in the essay: 1, or 0. */
+static int win_parse(const uint8_t *d, size_t n, win_header *h)
+{
+    return stk_jpeg_layout_parse(d, n, h) && h->restart != 0;
 }
 
 int stk_jpeg_window_build(const uint8_t *d, size_t n, uint64_t max_pixels, const stk_rect *r,
