@@ -71,6 +71,7 @@ def child_stoker(work, fmt, epochs, batch, threads):
                            output="numpy")
     n = 0
     t0 = c0 = None
+    marks = []
     for e in range(epochs):
         loader.set_epoch(e)
         for images, labels in loader:
@@ -78,7 +79,19 @@ def child_stoker(work, fmt, epochs, batch, threads):
                 t0, c0 = time.perf_counter(), cpu_now()
                 continue
             n += len(labels)
-    return n, time.perf_counter() - t0, cpu_now() - c0
+        marks.append((n, time.perf_counter(), cpu_now()))
+    return result(n, t0, c0, marks)
+
+
+def result(n, t0, c0, marks):
+    """The steady state from the end of the first batch, and the epochs after the first
+    (from the end of epoch 1): stoker's JPEG sync index is made in epoch 1."""
+    t1, c1 = time.perf_counter(), cpu_now()
+    r = {"images": n, "wall_s": t1 - t0, "cpu_s": c1 - c0}
+    if len(marks) > 1:
+        m, tm, cm = marks[0]
+        r.update({"images_later": n - m, "wall_s_later": t1 - tm, "cpu_s_later": c1 - cm})
+    return r
 
 
 def child_dali(work, fmt, epochs, batch, threads):
@@ -128,6 +141,7 @@ def child_dali(work, fmt, epochs, batch, threads):
     size = p.reader_meta("r")["epoch_size"]
     n = 0
     t0 = c0 = None
+    marks = []
     for e in range(epochs):
         got = 0
         while got < size:
@@ -139,7 +153,8 @@ def child_dali(work, fmt, epochs, batch, threads):
                 continue
             n += b
         p.reset()
-    return n, time.perf_counter() - t0, cpu_now() - c0
+        marks.append((n, time.perf_counter(), cpu_now()))
+    return result(n, t0, c0, marks)
 
 
 def child_crosscheck(work, fmt):
@@ -243,9 +258,8 @@ def main():
         return
     if a.child:
         lib, fmt = a.child
-        n, wall, cpu = (child_stoker if lib == "stoker" else child_dali)(
-            a.work, fmt, a.epochs, a.batch, a.threads)
-        print(json.dumps({"images": n, "wall_s": wall, "cpu_s": cpu}))
+        print(json.dumps((child_stoker if lib == "stoker" else child_dali)(
+            a.work, fmt, a.epochs, a.batch, a.threads)))
         return
     work = os.path.abspath(a.work)
     if not os.path.exists(os.path.join(work, "list.txt")):
@@ -273,22 +287,30 @@ def main():
                 print("round %d %-9s %-6s %s" % (rnd, fmt, lib, json.dumps(r)[:300]),
                       flush=True)
 
-    def med(rs, key):
-        v = [r["images"] / r[key] for r in rs if "error" not in r and r[key] > 0]
+    def med(rs, key, suffix):
+        v = [r["images" + suffix] / r[key + suffix] for r in rs
+             if "error" not in r and r.get(key + suffix, 0) > 0]
         return statistics.median(v) if v else float("nan")
-    print()
-    print("%-9s %13s %13s %15s %15s %10s %10s %10s %10s" % (
-        "format", "stoker img/s", "DALI img/s", "stoker img/cpu", "DALI img/cpu",
-        "vs DALI", "vs DALI", "vs .stk", "vs .stk"))
-    print("%-9s %13s %13s %15s %15s %10s %10s %10s %10s" % ("", "", "", "", "", "(wall)",
-                                                            "(cpu)", "(wall)", "(cpu)"))
-    stk = res.get(("stk", "stoker"))
-    for fmt in a.formats.split(","):
-        s, d = res[(fmt, "stoker")], res.get((fmt, "dali"), [])
-        sw, dw, sc, dc = med(s, "wall_s"), med(d, "wall_s"), med(s, "cpu_s"), med(d, "cpu_s")
-        kw, kc = (med(stk, "wall_s"), med(stk, "cpu_s")) if stk else (float("nan"),) * 2
-        print("%-9s %13.1f %13.1f %15.1f %15.1f %9.2fx %9.2fx %9.2fx %9.2fx" % (
-            fmt, sw, dw, sc, dc, sw / dw, sc / dc, sw / kw, sc / kc))
+    for suffix, title in (("", "all epochs, from the end of the first batch"),
+                          ("_later", "epochs 2..%d (after the first)" % a.epochs)):
+        if a.epochs < 2 and suffix:
+            continue
+        print()
+        print(title)
+        print("%-11s %13s %13s %15s %15s %10s %10s %10s %10s" % (
+            "format", "stoker img/s", "DALI img/s", "stoker img/cpu", "DALI img/cpu",
+            "vs DALI", "vs DALI", "vs .stk", "vs .stk"))
+        print("%-11s %13s %13s %15s %15s %10s %10s %10s %10s" % (
+            "", "", "", "", "", "(wall)", "(cpu)", "(wall)", "(cpu)"))
+        stk = res.get(("stk", "stoker"))
+        for fmt in a.formats.split(","):
+            s, d = res[(fmt, "stoker")], res.get((fmt, "dali"), [])
+            sw, dw = med(s, "wall_s", suffix), med(d, "wall_s", suffix)
+            sc, dc = med(s, "cpu_s", suffix), med(d, "cpu_s", suffix)
+            kw, kc = ((med(stk, "wall_s", suffix), med(stk, "cpu_s", suffix)) if stk
+                      else (float("nan"),) * 2)
+            print("%-11s %13.1f %13.1f %15.1f %15.1f %9.2fx %9.2fx %9.2fx %9.2fx" % (
+                fmt, sw, dw, sc, dc, sw / dw, sc / dc, sw / kw, sc / kc))
 
 
 if __name__ == "__main__":

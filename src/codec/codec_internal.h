@@ -94,10 +94,10 @@ int stk_jpeg_window_build(const uint8_t *data, size_t size, uint64_t max_pixels,
 int stk_jpeg_scan_check(const uint8_t *data, size_t size);
 /* The window of a JPEG without restart markers (jpeg_sync.c): the same
  * contract as stk_jpeg_window_build, for baseline files whose scan has no
- * DRI. The first call for a file walks its scan once and keeps, in a
- * process-wide table bounded by STOKER_JPEG_INDEX_MB, where every 4th MCU
- * of each row starts; the window is then synthesised as a restart-marked
- * JPEG of the covered MCUs. */
+ * DRI. A file's scan is walked (once, and only as far down as crops
+ * need) to find where every 4th MCU of each row starts, kept in a
+ * process-wide table bounded by STOKER_JPEG_INDEX_MB; the window is then
+ * synthesised as a JPEG of the covered MCUs. */
 int stk_jpeg_sync_window(const uint8_t *data, size_t size, uint64_t max_pixels,
                          const stk_rect *r, stk_scratch *buf, stk_jpeg_window *win);
 /* What the sync index has done in this process (for tests and `stoker

@@ -13,33 +13,38 @@
  *
  * The sync index. Those two facts are all a decoder needs to start
  * anywhere: the bit where an MCU begins and the DC predictors before it.
- * The first crop of a file walks its whole scan once with a Huffman
- * skipper (symbols decoded and dropped: no coefficients stored, no IDCT)
- * and writes down, for every 4th MCU of every MCU row (a sync point), the
- * byte and bit where it begins and the DC predictor of each component; and
- * the end of the scan. 16 bytes a point: 2.7 KB for a 420x370 4:2:0 photo.
- * Indexes live in a process-wide table keyed by the XXH3-128 hash of the
- * file's bytes (so any reader, any dataset, any copy of the same bytes
- * finds it; a different file is a different key), bounded by
- * STOKER_JPEG_INDEX_MB (default 256; 0 turns the index off). When the
- * budget is spent, files not yet indexed decode the ordinary way. Entries
- * are immutable once published and never freed, so a reader needs the
- * table's lock only to find one.
+ * A crop of a file walks its scan with a Huffman skipper (symbols decoded
+ * and dropped: no coefficients stored, no IDCT) down to the MCU row the
+ * crop needs, and writes down, for every 4th MCU of every MCU row (a sync
+ * point), the byte and bit where it begins and the DC predictor of each
+ * component; a later crop that reaches further continues the walk from
+ * the last point, and the point after the last MCU marks the end of the
+ * scan. 16 bytes a point: 10 KB for a 420x370 4:4:4 photo, 3 KB for a
+ * 500x375 4:2:0 one. The index of a file lives in a process-wide table
+ * keyed by the XXH3-128 hash of its bytes (so any reader, any dataset,
+ * any copy of the same bytes finds it; a different file is a different
+ * key), bounded by STOKER_JPEG_INDEX_MB (default: 1/32 of the machine's
+ * memory; 0 turns sync windows off). When the budget is spent, files not
+ * yet indexed decode the ordinary way. Points are written only past the
+ * published count (`known`, a release store after the walk, under the
+ * file's `grow` lock) and never change; entries are never freed, so a
+ * reader needs the table's lock only to find one.
  *
- * The window. A crop then becomes, exactly as for restart-marked files, a
- * smaller JPEG of the MCUs that cover it (with jpeg_window.c's margin of
- * one MCU for chroma upsampling), rounded out to sync points: its frame
- * has the window's size, its DRI says one restart interval per window row,
- * and each row's interval is synthesised from the original scan: the
- * row's bits from its first sync point to the next one past the window,
- * copied bit-shifted into a byte-aligned interval (0xFF bytes unstuffed on
- * the way in and stuffed on the way out), with the first block of each
- * component re-coded so that its DC difference is taken from zero (a
- * restart resets the predictors) instead of from the block before it;
- * then padded with 1-bits and followed by RSTn. The result is the same
- * coefficients in a valid baseline JPEG, so libjpeg decodes the same
- * pixels (test_codec.c checks every sampling, every scale and many crops
- * against full decodes, bit for bit).
+ * The window. A crop then becomes, as for restart-marked files, a smaller
+ * JPEG of the MCUs that cover it (with jpeg_window.c's margin of one MCU
+ * for chroma upsampling), rounded out to sync points, with the window's
+ * size in its frame header. Its scan is synthesised from the original:
+ * each window row's bits, from its first sync point to the one past the
+ * window, copied bit-shifted (0xFF bytes unstuffed on the way in and
+ * stuffed on the way out) right after the previous row's, and the first
+ * block of each component re-coded so that its DC difference is taken
+ * from what now precedes it: zero at the start, else the DC values at the
+ * end of the previous window row (the sync point past it holds them). No
+ * restart markers: libjpeg-turbo decodes a scan with restart intervals on
+ * its slow Huffman path, which cost more than the markers saved. The
+ * result is the same coefficients in a valid baseline JPEG, so libjpeg
+ * decodes the same pixels (test_codec.c checks every sampling, every
+ * scale and many crops against full decodes, bit for bit).
  *
  * What qualifies: what jpeg_window.c takes (baseline or extended
  * sequential Huffman, one scan with every component, 1 or 3 components),
@@ -51,14 +56,16 @@
  * reason where libjpeg would. Like the restart window, this code never
  * decides that a file is bad.
  *
- * Cost. The walk is about half the cost of libjpeg's entropy decoding of
- * the same MCUs (it stores nothing), paid once per file per process; each
- * window then costs a bit-shifted copy of the covered rows' bytes. What it
- * saves from the second crop on is libjpeg's Huffman decoding of every MCU
- * above and beside the crop (docs/codec.md has the measurements).
+ * Cost. The walk costs about what libjpeg's entropy decoding of the same
+ * MCUs costs (about 0.9 ms for a whole 106 KB photo here), once per file
+ * and process; each window then costs hashing the file and a bit-shifted
+ * copy of the covered rows (about 40 us). What it saves, from a file's
+ * second crop on, is libjpeg's Huffman decoding of every MCU above and
+ * beside the crop (docs/codec.md, docs/benchmarks.md).
  *
- * Locking: `tab.mu` guards the table (slots, count, bytes) and the
- * counters; entries are read without it once found.
+ * Locking: `tab.mu` guards the table (slots, count) and the counters;
+ * an entry's `grow` serialises the walks that extend it; its points below
+ * `known` are read without a lock.
  */
 #include "codec/codec_internal.h"
 
@@ -72,9 +79,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SYNC_EVERY 4u           /* MCUs between sync points in a row */
-#define DEFAULT_INDEX_MB 256u   /* STOKER_JPEG_INDEX_MB when unset */
 #define LOOK 9                  /* Huffman lookahead bits */
 #define SKIP_LOOK 11            /* lookahead bits of the AC skip table */
 #define MAX_SCAN_BYTES (1u << 28) /* bit positions are 32-bit */
@@ -523,15 +530,17 @@ static struct {
 
 static void tab_init(void)
 {
-    uint64_t mb = DEFAULT_INDEX_MB;
+    /* Default: 1/32 of the machine's memory, at least 64 MiB. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 32 : 0;
+    tab.budget = bytes > ((uint64_t)64 << 20) ? bytes : (uint64_t)64 << 20;
     const char *e = getenv("STOKER_JPEG_INDEX_MB");
     if (e && *e) {
         char *end;
         unsigned long long v = strtoull(e, &end, 10);
         if (*end == '\0' && v < (1ull << 40))
-            mb = v;
+            tab.budget = (uint64_t)v << 20;
     }
-    tab.budget = mb << 20;
 }
 
 static size_t slot_of(XXH128_hash_t k, size_t cap) { return (size_t)k.low64 & (cap - 1); }
