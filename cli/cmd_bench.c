@@ -224,6 +224,8 @@ static int run_bench(const bench_args *a)
     snprintf(device_info, sizeof device_info, "%s", stk_loader_device_info(l));
     stk_io_stats io; /* a remote dataset's traffic (zero for local files) */
     stk_io_stats_get(&io);
+    stk_jpeg_index_stats jx; /* the JPEG sync index (docs/codec.md) */
+    stk_jpeg_index_stats_get(&jx);
     stk_loader_profile prof;
     stk_loader_profile_get(l, &prof);
     stk_dataset_info info;
@@ -287,6 +289,11 @@ static int run_bench(const bench_args *a)
                    (unsigned long long)io.failures, (unsigned long long)io.reads,
                    (unsigned long long)io.reads_waited, (unsigned long long)io.cache_hit_bytes,
                    io.wait_s);
+        if (jx.files)
+            printf(", \"jpeg_index\": {\"files\": %llu, \"windows\": %llu, \"declined\": %llu, "
+                   "\"bytes\": %llu}",
+                   (unsigned long long)jx.files, (unsigned long long)jx.windows,
+                   (unsigned long long)jx.declined, (unsigned long long)jx.bytes);
         if (hash)
             printf(", \"digest\": \"%s\"", digest);
         printf("}\n");
@@ -328,6 +335,11 @@ static int run_bench(const bench_args *a)
                    (unsigned long long)io.reads, io.wait_s,
                    st.read_s > 0 ? 100.0 * (io.wait_s < st.read_s ? io.wait_s : st.read_s) / st.read_s
                                  : 0.0);
+        if (jx.files)
+            printf("  jpeg index: %llu files (%.1f MB), %llu crops from sync windows, %llu "
+                   "declined\n",
+                   (unsigned long long)jx.files, (double)jx.bytes / 1e6,
+                   (unsigned long long)jx.windows, (unsigned long long)jx.declined);
         printf("  peak RSS:   %.1f MB\n", rss);
         if (hash)
             printf("digest: %s\n", digest);

@@ -3776,6 +3776,19 @@ static PyObject *mod_io_stats(PyObject *self, PyObject *args, PyObject *kw)
                          "prefetch_bytes", (unsigned long long)s.prefetch_bytes);
 }
 
+/* jpeg_index_stats(): stk_jpeg_index_stats as a dict. */
+static PyObject *mod_jpeg_index_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    stk_jpeg_index_stats s;
+    stk_jpeg_index_stats_get(&s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "files", (unsigned long long)s.files,
+                         "windows", (unsigned long long)s.windows, "declined",
+                         (unsigned long long)s.declined, "bytes", (unsigned long long)s.bytes,
+                         "budget", (unsigned long long)s.budget);
+}
+
 static PyMethodDef module_methods[] = {
     {"_dlpack_stream", mod_dlpack_stream, METH_O,
      "_dlpack_stream(stream) -> the CUstream a CUDA batch's __dlpack__(stream=...) makes wait "
@@ -3789,6 +3802,9 @@ static PyMethodDef module_methods[] = {
      "datasets (stk_remote_configure): None / -1 keep the current value."},
     {"io_stats", (PyCFunction)(void (*)(void))mod_io_stats, METH_VARARGS | METH_KEYWORDS,
      "io_stats(reset=False)\n--\n\nThe remote layer's counters (stk_io_stats) as a dict."},
+    {"jpeg_index_stats", mod_jpeg_index_stats, METH_NOARGS,
+     "jpeg_index_stats()\n--\n\nThe JPEG sync index's counters (stk_jpeg_index_stats) as a "
+     "dict."},
     {"spec_check", mod_spec_check, METH_VARARGS,
      "spec_check(spec, height, width, channels)\n--\n\nCheck a pipeline spec against an input "
      "shape: returns ((d0, d1, d2), dtype, layout) or raises SpecError."},

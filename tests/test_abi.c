@@ -112,6 +112,9 @@ static void test_struct_sizes_are_pinned(void **state)
      * decode_s, 4 reserved words */
     assert_int_equal(sizeof(stk_device_timing), 6 * 8 + 32);
     assert_int_equal(offsetof(stk_device_timing, decode_s), 40);
+    /* files, windows, declined, bytes, budget, 3 reserved */
+    assert_int_equal(sizeof(stk_jpeg_index_stats), 8 * 8);
+    assert_int_equal(offsetof(stk_jpeg_index_stats, budget), 32);
     assert_int_equal(offsetof(stk_device_options, reserved_), 24);
     /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
      * shape[5], 2 reserved */

@@ -157,6 +157,21 @@ typedef struct stk_io_stats {
 STK_API void stk_io_stats_get(stk_io_stats *out);
 STK_API void stk_io_stats_reset(void);
 
+/* The JPEG sync index (docs/codec.md, "Sync windows"): crops of JPEGs
+ * without restart markers decode from windows synthesised from a per-file
+ * index of where MCUs start, made on a file's first crop and kept for the
+ * process, within a memory budget (STOKER_JPEG_INDEX_MB; 0 turns it off). */
+typedef struct stk_jpeg_index_stats {
+    uint64_t files;    /* files with an index (walked at least in part) */
+    uint64_t windows;  /* crops decoded from a synthesised window */
+    uint64_t declined; /* files whose walk found the data unusable: decoded the ordinary way */
+    uint64_t bytes;    /* memory the indexes hold */
+    uint64_t budget;   /* the bound on it, bytes (0: sync windows off) */
+    uint64_t reserved_[3]; /* zeroed by the library */
+} stk_jpeg_index_stats;
+
+STK_API void stk_jpeg_index_stats_get(stk_jpeg_index_stats *out);
+
 
 /* Frees memory that a stoker function gave to the caller (its doc comment
  * says so: the buffers of stk_dataset_read_field and stk_dataset_read_alloc).

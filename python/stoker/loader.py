@@ -184,6 +184,14 @@ def io_stats(reset=False):
     return _stoker.io_stats(reset=bool(reset))
 
 
+def jpeg_index_stats():
+    """The JPEG sync index of this process (docs/codec.md, "Sync windows"):
+    ``files`` indexed, ``windows`` (crops decoded from a synthesised window),
+    ``declined`` (files whose walk found the data unusable), ``bytes`` held and
+    the ``budget`` bounding them (``STOKER_JPEG_INDEX_MB``; 0: off)."""
+    return _stoker.jpeg_index_stats()
+
+
 def open(uri, *, max_bytes=None, max_samples=None, max_pixels=None, cache_dir=None):
     """Open a dataset for random access (``len(ds)``, ``ds[i] -> (HWC uint8 array, label)``).
 

@@ -100,13 +100,7 @@ int stk_jpeg_scan_check(const uint8_t *data, size_t size);
  * synthesised as a JPEG of the covered MCUs. */
 int stk_jpeg_sync_window(const uint8_t *data, size_t size, uint64_t max_pixels,
                          const stk_rect *r, stk_scratch *buf, stk_jpeg_window *win);
-/* What the sync index has done in this process (for tests and `stoker
- * bench`): files indexed, windows built from an index, files declined
- * after a walk (damaged, or tables a window cannot use), bytes held. */
-typedef struct stk_jpeg_sync_counters {
-    uint64_t indexed, windows, declined, bytes;
-} stk_jpeg_sync_counters;
-void stk_jpeg_sync_counters_get(stk_jpeg_sync_counters *out);
+/* (its counters: stk_jpeg_index_stats_get, stoker.h) */
 
 /* The calling thread's window buffer (freed at thread exit); NULL if none
  * could be made. */

@@ -70,6 +70,7 @@
 #include "codec/codec_internal.h"
 
 #include "core/error.h"
+#include "stoker/stoker.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -525,7 +526,7 @@ static struct {
     uint64_t budget;     /* bytes; 0: off */
     sync_index **slot;   /* open addressing, cap a power of two */
     size_t cap, count;
-    stk_jpeg_sync_counters ctr;
+    stk_jpeg_index_stats ctr;  /* (budget filled in when read) */
 } tab = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static void tab_init(void)
@@ -598,7 +599,7 @@ static sync_index *tab_insert(sync_index *x, size_t bytes)
     tab.slot[j] = x;
     tab.count++;
     tab.ctr.bytes += bytes;
-    tab.ctr.indexed++;
+    tab.ctr.files++;
     pthread_mutex_unlock(&tab.mu);
     return x;
 }
@@ -727,11 +728,13 @@ static const sync_index *index_get(const uint8_t *d, size_t n, const stk_jpeg_la
     return x;
 }
 
-void stk_jpeg_sync_counters_get(stk_jpeg_sync_counters *out)
+STK_API void stk_jpeg_index_stats_get(stk_jpeg_index_stats *out)
 {
+    pthread_once(&tab.once, tab_init);
     pthread_mutex_lock(&tab.mu);
     *out = tab.ctr;
     pthread_mutex_unlock(&tab.mu);
+    out->budget = tab.budget;
 }
 
 /* ------------------------------------------------------------------------ */
