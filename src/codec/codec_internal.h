@@ -79,6 +79,25 @@ typedef struct stk_jpeg_window {
     size_t size; /* bytes, at the start of the buffer it was built in */
 } stk_jpeg_window;
 
+/* A window's geometry, shared by restart and sync windows: the MCU size
+ * and counts, and the covered MCUs (with one MCU of margin for chroma
+ * upsampling) rounded out to spans of R MCUs: spans [k0, k1) of the
+ * per_row = ceil(cols / R) of each row, MCU rows [my0, my1). */
+typedef struct stk_jpeg_span {
+    unsigned mcu_w, mcu_h, cols, rows, per_row;
+    unsigned k0, k1, my0, my1;
+} stk_jpeg_span;
+/* 1 with *sp filled, 0 when the window would not do (over max_pixels, the
+ * region out of bounds: the ordinary path reports those; or only rows
+ * below the region left out: the region path stops there anyway). */
+int stk_jpeg_window_span(const stk_jpeg_layout *h, uint64_t max_pixels, const stk_rect *r,
+                         unsigned R, stk_jpeg_span *sp);
+/* Write a window's SOI, the kept segments and its SOF (the window's width
+ * and height) in the file's order into o; the bytes written (at most
+ * h's segments plus the SOF and 2). The caller adds DRI, SOS and scan. */
+size_t stk_jpeg_window_head(const uint8_t *data, const stk_jpeg_layout *h,
+                            const stk_jpeg_span *sp, unsigned R, uint8_t *o);
+
 /* Build the window of `data` that covers region `r` into `buf`. 1 when
  * built, 0 when the file does not qualify or nothing would be saved (decode
  * the file itself), STK_ENOMEM. Never reports damage: it declines instead. */

@@ -63,7 +63,8 @@
  * second crop on, is libjpeg's Huffman decoding of every MCU above and
  * beside the crop (docs/codec.md, docs/benchmarks.md).
  *
- * Locking: `tab.mu` guards the table (slots, count) and the counters;
+ * Locking: `tab.mu` guards the table (slots, count) and the counters
+ * but `windows` (atomic: one lock a crop is enough, the lookup's);
  * an entry's `grow` serialises the walks that extend it; its points below
  * `known` are read without a lock.
  */
@@ -108,7 +109,8 @@ typedef struct htab {
 
 /* Build from a DHT's 16 counts and its symbols. 0, or -1 when the counts
  * do not describe a prefix code. */
-static int htab_build(htab *t, const uint8_t bits[16], const uint8_t *vals, unsigned nvals)
+static int htab_build(htab *t, const uint8_t bits[16], const uint8_t *vals, unsigned nvals,
+                      bool ac)
 {
     memset(t, 0, sizeof *t);
     memcpy(t->vals, vals, nvals);
@@ -130,7 +132,7 @@ static int htab_build(htab *t, const uint8_t bits[16], const uint8_t *vals, unsi
                 for (unsigned j = 0; j < span; j++)
                     t->look[base + j] = (uint16_t)(l << 8 | sym);
             }
-            if (l <= SKIP_LOOK) {
+            if (ac && l <= SKIP_LOOK) { /* (only the walk of AC codes uses it) */
                 unsigned base = code << (SKIP_LOOK - l), span = 1u << (SKIP_LOOK - l);
                 unsigned extra = sym & 15, all = l + extra <= SKIP_LOOK;
                 for (unsigned j = 0; j < span; j++)
@@ -151,12 +153,13 @@ typedef struct scan_info {
     unsigned blocks[3];     /* blocks of component i in one MCU */
     const htab *dc[3], *ac[3];
     htab tabs[2][4];        /* [DC=0 / AC=1][slot] */
-    unsigned mcu_w, mcu_h, cols, rows;
+    unsigned cols, rows;    /* MCUs (the window's span has the same) */
 } scan_info;
 
-/* Tables, sampling and MCU geometry from the layout. 1, or 0 when the file
- * does not qualify. */
-static int scan_setup(const uint8_t *d, const stk_jpeg_layout *h, scan_info *si)
+/* Tables and sampling from the layout, the MCU counts from the window's
+ * span. 1, or 0 when the file does not qualify. */
+static int scan_setup(const uint8_t *d, const stk_jpeg_layout *h, const stk_jpeg_span *sp,
+                      scan_info *si)
 {
     for (unsigned c = 0; c < 2; c++) /* (the tables are big: built only when defined) */
         for (unsigned t = 0; t < 4; t++)
@@ -178,7 +181,7 @@ static int scan_setup(const uint8_t *d, const stk_jpeg_layout *h, scan_info *si)
                 total += bits[l];
             if (total > 256 || p + 17 + total > len)
                 return 0;
-            if (htab_build(&si->tabs[tc][th], bits, seg + p + 17, total) < 0)
+            if (htab_build(&si->tabs[tc][th], bits, seg + p + 17, total, tc == 1) < 0)
                 return 0;
             p += 17 + total;
         }
@@ -206,10 +209,8 @@ static int scan_setup(const uint8_t *d, const stk_jpeg_layout *h, scan_info *si)
     }
     if (si->blocks[0] + si->blocks[1] + si->blocks[2] > 10) /* an MCU holds at most 10 */
         return 0;
-    si->mcu_w = h->ncomp == 1 ? 8 : 8 * h->max_h;
-    si->mcu_h = h->ncomp == 1 ? 8 : 8 * h->max_v;
-    si->cols = (h->width + si->mcu_w - 1) / si->mcu_w;
-    si->rows = (h->height + si->mcu_h - 1) / si->mcu_h;
+    si->cols = sp->cols;
+    si->rows = sp->rows;
     return 1;
 }
 
@@ -526,7 +527,8 @@ static struct {
     uint64_t budget;     /* bytes; 0: off */
     sync_index **slot;   /* open addressing, cap a power of two */
     size_t cap, count;
-    stk_jpeg_index_stats ctr;  /* (budget filled in when read) */
+    stk_jpeg_index_stats ctr;  /* (windows and budget filled in when read) */
+    _Atomic uint64_t windows;  /* crops served: counted without the lock */
 } tab = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static void tab_init(void)
@@ -602,13 +604,6 @@ static sync_index *tab_insert(sync_index *x, size_t bytes)
     tab.ctr.files++;
     pthread_mutex_unlock(&tab.mu);
     return x;
-}
-
-static void count_locked_add(uint64_t *ctr)
-{
-    pthread_mutex_lock(&tab.mu);
-    (*ctr)++;
-    pthread_mutex_unlock(&tab.mu);
 }
 
 /* Walk on from the last known point until point `want` is written. 0, or
@@ -718,13 +713,15 @@ static const sync_index *index_get(const uint8_t *d, size_t n, const stk_jpeg_la
             rc = index_walk(d, n, h, si, x, want);
         if (rc < 0) {
             atomic_store(&x->dead, 1);
-            count_locked_add(&tab.ctr.declined);
+            pthread_mutex_lock(&tab.mu);
+            tab.ctr.declined++;
+            pthread_mutex_unlock(&tab.mu);
         }
         pthread_mutex_unlock(&x->grow);
     }
     if (atomic_load(&x->dead))
         return NULL;
-    count_locked_add(&tab.ctr.windows);
+    atomic_fetch_add_explicit(&tab.windows, 1, memory_order_relaxed);
     return x;
 }
 
@@ -734,6 +731,7 @@ STK_API void stk_jpeg_index_stats_get(stk_jpeg_index_stats *out)
     pthread_mutex_lock(&tab.mu);
     *out = tab.ctr;
     pthread_mutex_unlock(&tab.mu);
+    out->windows = atomic_load_explicit(&tab.windows, memory_order_relaxed);
     out->budget = tab.budget;
 }
 
@@ -811,28 +809,15 @@ int stk_jpeg_sync_window(const uint8_t *d, size_t n, uint64_t max_pixels, const 
     stk_jpeg_layout h;
     if (n > MAX_SCAN_BYTES || !stk_jpeg_layout_parse(d, n, &h) || h.restart)
         return 0;
-    if ((uint64_t)h.width * h.height > max_pixels || r->x >= h.width || r->y >= h.height ||
-        r->width > h.width - r->x || r->height > h.height - r->y)
-        return 0; /* the ordinary path reports these */
-    scan_info si;
-    if (!scan_setup(d, &h, &si))
+    stk_jpeg_span sp;
+    if (!stk_jpeg_window_span(&h, max_pixels, r, SYNC_EVERY, &sp))
         return 0;
-
-    /* Covered MCUs, with the upsampling margin, then whole sync spans
-     * (jpeg_window.c's rule, with SYNC_EVERY for the interval). */
-    unsigned mw = si.mcu_w, mh = si.mcu_h, cols = si.cols, rows = si.rows;
-    unsigned K = (cols + SYNC_EVERY - 1) / SYNC_EVERY;
-    unsigned margin = h.ncomp > 1 && (h.max_h > 1 || h.max_v > 1) ? 1 : 0;
-    unsigned mx0 = r->x / mw, mx1 = (r->x + r->width + mw - 1) / mw;
-    unsigned my0 = r->y / mh, my1 = (r->y + r->height + mh - 1) / mh;
-    mx0 = mx0 > margin ? mx0 - margin : 0;
-    my0 = my0 > margin ? my0 - margin : 0;
-    mx1 = mx1 + margin < cols ? mx1 + margin : cols;
-    my1 = my1 + margin < rows ? my1 + margin : rows;
-    unsigned k0 = mx0 / SYNC_EVERY, k1 = (mx1 + SYNC_EVERY - 1) / SYNC_EVERY;
-    if (my0 == 0 && k0 == 0 && k1 == K)
-        return 0; /* only rows below are left out: the region path stops there anyway */
-    unsigned wc0 = k0 * SYNC_EVERY, wc1 = k1 == K ? cols : k1 * SYNC_EVERY;
+    scan_info si;
+    if (!scan_setup(d, &h, &sp, &si))
+        return 0;
+    unsigned mw = sp.mcu_w, mh = sp.mcu_h;
+    unsigned K = sp.per_row, k0 = sp.k0, k1 = sp.k1, my0 = sp.my0, my1 = sp.my1;
+    unsigned wc0 = k0 * SYNC_EVERY;
 
     /* The last point the window reads: the one after its last row. */
     uint32_t want = k1 == K ? (my1 * K) : ((my1 - 1) * K + k1);
@@ -856,27 +841,7 @@ int stk_jpeg_sync_window(const uint8_t *d, size_t n, uint64_t max_pixels, const 
     if (rc < 0)
         return rc;
     uint8_t *o = buf->data;
-    size_t w = 0;
-    o[w++] = 0xFF;
-    o[w++] = 0xD8;
-    size_t sof_len = 2 + 2 + 6 + 3 * (size_t)h.ncomp;
-    for (unsigned i = 0, sof_done = 0; i <= h.nkeep; i++) {
-        if (!sof_done && (i == h.nkeep || h.keep[i].at > h.sof_at)) {
-            unsigned ww = (wc1 == cols ? h.width : wc1 * mw) - wc0 * mw;
-            unsigned wh = (my1 == rows ? h.height : my1 * mh) - my0 * mh;
-            memcpy(o + w, d + h.sof_at, sof_len);
-            o[w + 5] = (uint8_t)(wh >> 8);
-            o[w + 6] = (uint8_t)wh;
-            o[w + 7] = (uint8_t)(ww >> 8);
-            o[w + 8] = (uint8_t)ww;
-            w += sof_len;
-            sof_done = 1;
-        }
-        if (i < h.nkeep) {
-            memcpy(o + w, d + h.keep[i].at, h.keep[i].len);
-            w += h.keep[i].len;
-        }
-    }
+    size_t w = stk_jpeg_window_head(d, &h, &sp, SYNC_EVERY, o);
     memcpy(o + w, d + h.sos_at, h.scan_at - h.sos_at);
     w += h.scan_at - h.sos_at;
 

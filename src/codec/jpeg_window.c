@@ -148,52 +148,48 @@ static int win_parse(const uint8_t *d, size_t n, win_header *h)
     return stk_jpeg_layout_parse(d, n, h) && h->restart != 0;
 }
 
-int stk_jpeg_window_build(const uint8_t *d, size_t n, uint64_t max_pixels, const stk_rect *r,
-                          stk_scratch *buf, stk_jpeg_window *win)
+int stk_jpeg_window_span(const stk_jpeg_layout *h, uint64_t max_pixels, const stk_rect *r,
+                         unsigned R, stk_jpeg_span *sp)
 {
-    win_header h;
-    if (!win_parse(d, n, &h))
-        return 0;
-    if ((uint64_t)h.width * h.height > max_pixels || r->x >= h.width || r->y >= h.height ||
-        r->width > h.width - r->x || r->height > h.height - r->y)
+    if ((uint64_t)h->width * h->height > max_pixels || r->x >= h->width || r->y >= h->height ||
+        r->width > h->width - r->x || r->height > h->height - r->y)
         return 0; /* the ordinary path reports these */
 
     /* MCU geometry. A single-component scan's MCU is one 8x8 block. */
-    unsigned mw = h.ncomp == 1 ? 8 : 8 * h.max_h, mh = h.ncomp == 1 ? 8 : 8 * h.max_v;
-    unsigned cols = (h.width + mw - 1) / mw, rows = (h.height + mh - 1) / mh;
-    unsigned R = h.restart;
-    if (cols % R)
-        return 0;
-    unsigned K = cols / R; /* intervals per MCU row */
+    unsigned mw = h->ncomp == 1 ? 8 : 8 * h->max_h, mh = h->ncomp == 1 ? 8 : 8 * h->max_v;
+    unsigned cols = (h->width + mw - 1) / mw, rows = (h->height + mh - 1) / mh;
 
-    /* Covered MCUs, with the upsampling margin, then whole intervals. */
-    unsigned margin = h.ncomp > 1 && (h.max_h > 1 || h.max_v > 1) ? 1 : 0;
+    /* Covered MCUs, with the upsampling margin, then whole spans of R. */
+    unsigned margin = h->ncomp > 1 && (h->max_h > 1 || h->max_v > 1) ? 1 : 0;
     unsigned mx0 = r->x / mw, mx1 = (r->x + r->width + mw - 1) / mw;
     unsigned my0 = r->y / mh, my1 = (r->y + r->height + mh - 1) / mh;
     mx0 = mx0 > margin ? mx0 - margin : 0;
     my0 = my0 > margin ? my0 - margin : 0;
     mx1 = mx1 + margin < cols ? mx1 + margin : cols;
     my1 = my1 + margin < rows ? my1 + margin : rows;
-    unsigned k0 = mx0 / R, k1 = (mx1 + R - 1) / R;
+    unsigned K = (cols + R - 1) / R, k0 = mx0 / R, k1 = (mx1 + R - 1) / R;
     if (my0 == 0 && k0 == 0 && k1 == K)
         return 0; /* only rows below are left out: the region path stops there anyway */
+    *sp = (stk_jpeg_span){.mcu_w = mw, .mcu_h = mh, .cols = cols, .rows = rows, .per_row = K,
+                          .k0 = k0, .k1 = k1, .my0 = my0, .my1 = my1};
+    return 1;
+}
 
-    /* Window bytes: a subset of the file's, plus at most an EOI. */
-    int rc = stk_scratch_reserve(buf, n + 16);
-    if (rc < 0)
-        return rc;
-    uint8_t *o = buf->data;
+size_t stk_jpeg_window_head(const uint8_t *d, const stk_jpeg_layout *h, const stk_jpeg_span *sp,
+                            unsigned R, uint8_t *o)
+{
+    unsigned wc0 = sp->k0 * R, wc1 = sp->k1 == sp->per_row ? sp->cols : sp->k1 * R;
+    unsigned ww = (wc1 == sp->cols ? h->width : wc1 * sp->mcu_w) - wc0 * sp->mcu_w;
+    unsigned wh = (sp->my1 == sp->rows ? h->height : sp->my1 * sp->mcu_h) - sp->my0 * sp->mcu_h;
     size_t w = 0;
     o[w++] = 0xFF;
     o[w++] = 0xD8;
-    size_t sof_len = 2 + 2 + 6 + 3 * (size_t)h.ncomp;
-    for (unsigned i = 0, sof_done = 0; i <= h.nkeep; i++) {
+    size_t sof_len = 2 + 2 + 6 + 3 * (size_t)h->ncomp;
+    for (unsigned i = 0, sof_done = 0; i <= h->nkeep; i++) {
         /* Keep the file's order: the SOF goes before the first kept
          * segment that followed it. */
-        if (!sof_done && (i == h.nkeep || h.keep[i].at > h.sof_at)) {
-            unsigned ww = (k1 == K ? h.width : k1 * R * mw) - k0 * R * mw;
-            unsigned wh = (my1 == rows ? h.height : my1 * mh) - my0 * mh;
-            memcpy(o + w, d + h.sof_at, sof_len);
+        if (!sof_done && (i == h->nkeep || h->keep[i].at > h->sof_at)) {
+            memcpy(o + w, d + h->sof_at, sof_len);
             o[w + 5] = (uint8_t)(wh >> 8);
             o[w + 6] = (uint8_t)wh;
             o[w + 7] = (uint8_t)(ww >> 8);
@@ -201,11 +197,33 @@ int stk_jpeg_window_build(const uint8_t *d, size_t n, uint64_t max_pixels, const
             w += sof_len;
             sof_done = 1;
         }
-        if (i < h.nkeep) {
-            memcpy(o + w, d + h.keep[i].at, h.keep[i].len);
-            w += h.keep[i].len;
+        if (i < h->nkeep) {
+            memcpy(o + w, d + h->keep[i].at, h->keep[i].len);
+            w += h->keep[i].len;
         }
     }
+    return w;
+}
+
+int stk_jpeg_window_build(const uint8_t *d, size_t n, uint64_t max_pixels, const stk_rect *r,
+                          stk_scratch *buf, stk_jpeg_window *win)
+{
+    win_header h;
+    stk_jpeg_span sp;
+    if (!win_parse(d, n, &h))
+        return 0;
+    unsigned R = h.restart;
+    if (!stk_jpeg_window_span(&h, max_pixels, r, R, &sp) || sp.cols % R)
+        return 0;
+    unsigned mw = sp.mcu_w, mh = sp.mcu_h, rows = sp.rows;
+    unsigned K = sp.per_row, k0 = sp.k0, k1 = sp.k1, my0 = sp.my0, my1 = sp.my1;
+
+    /* Window bytes: a subset of the file's, plus at most an EOI. */
+    int rc = stk_scratch_reserve(buf, n + 16);
+    if (rc < 0)
+        return rc;
+    uint8_t *o = buf->data;
+    size_t w = stk_jpeg_window_head(d, &h, &sp, R, o);
     static const uint8_t dri[2] = {0xFF, 0xDD};
     memcpy(o + w, dri, 2);
     o[w + 2] = 0;
