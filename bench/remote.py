@@ -14,10 +14,11 @@ DIR holds shard-NNNNN.stk files (e.g. `stoker pack PHOTOS/train DIR --restart 4
 
 The HTTP runs happen inside a network namespace (tests/net/servers.py, shaped_netns)
 whose loopback is shaped to --rate with tbf; nginx serves DIR there. The round-trip time
-comes from netem where the kernel has it, else from tests/net/accel_delay.py in front of
-nginx, which holds every response's first byte for --rtt-ms (one RTT per request, as a
-real link adds; connection set-up is not delayed) while nginx still sends the bytes
-itself, so the emulation costs the 2-core machine almost no CPU. Reported per run: images/s (wall), images
+comes from netem where the kernel has it, else from nginx itself (servers.nginx(delay_ms=):
+the echo module's echo_sleep holds every request --rtt-ms on nginx's timer before the
+static file handler answers it: one RTT per request, as a real link adds; connection set-up
+is not delayed), so the emulation costs the 2-core machine no CPU. (An earlier Python
+shim in front of nginx cost a third of a core at 900 requests/s, which the cold run paid.) Reported per run: images/s (wall), images
 per CPU-second of the stoker process tree (getrusage of the children), bytes fetched per
 epoch over the dataset's size, and the ratios to the local run of the same round. The
 link's ceiling (rate / bytes per image) is printed beside them: a cold epoch cannot beat
@@ -45,15 +46,27 @@ def rate_bits(text):
     return float(text)
 
 
+def machine_busy_s():
+    """Busy CPU-seconds of the whole machine so far (every process and the kernel's
+    softirq work: the server, the TCP stack and the shaper as well as stoker)."""
+    with open("/proc/stat") as f:
+        cols = [int(x) for x in f.readline().split()[1:]]
+    idle = cols[3] + (cols[4] if len(cols) > 4 else 0)  # idle + iowait
+    return (sum(cols[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def run_bench(argv, env, ns=None):
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    m0 = machine_busy_s()
     cmd = ns.wrap(argv) if ns else argv
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    m1 = machine_busy_s()
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit("bench failed (%d): %s\n%s" % (p.returncode, " ".join(argv), p.stderr[-2000:]))
     out = json.loads(p.stdout.strip().splitlines()[-1])
     out["cpu_s"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    out["machine_cpu_s"] = m1 - m0
     out["retry_lines"] = p.stderr.count("stoker: retrying")
     return out
 
@@ -96,7 +109,7 @@ def main():
         with servers.nginx(a.stk, netns=ns, delay_ms=latency) as ng:
             if True:
                 if latency:
-                    print("rtt: %.0f ms per request in front of nginx (accel_delay.py; netem "
+                    print("rtt: %.0f ms per request, held by nginx (echo_sleep; netem "
                           "refused: %s)" % (latency, ns.netem_refused))
                 url = "stk:%s/shard-{%s..%s}.stk" % (ng.url, nums[0], nums[-1])
                 for rnd in range(a.rounds):
@@ -150,9 +163,11 @@ def report(row, dataset_bytes, rate):
         r = row[kind]
         rem = r.get("remote", {})
         per_cpu = r["samples"] / r["cpu_s"] if r["cpu_s"] else 0
-        line = "  %-5s %7.0f img/s  %7.0f img/CPU-s  %.3fx wall  %.3fx CPU" % (
-            kind, r["samples_per_s"], per_cpu, r["samples_per_s"] / local["samples_per_s"],
-            per_cpu / (local["samples"] / local["cpu_s"]))
+        line = ("  %-5s %7.0f img/s  %7.0f img/CPU-s  %.3fx wall  %.3fx CPU  "
+                "(CPU ms/img: stoker %.2f, whole machine %.2f)" % (
+                    kind, r["samples_per_s"], per_cpu, r["samples_per_s"] / local["samples_per_s"],
+                    per_cpu / (local["samples"] / local["cpu_s"]),
+                    1e3 * r["cpu_s"] / r["samples"], 1e3 * r["machine_cpu_s"] / r["samples"]))
         if rem:
             line += "  fetched %.3fx dataset, %d requests, %d retries, wait %.2f s" % (
                 rem["bytes_fetched"] / dataset_bytes, rem["requests"], rem["retries"],

@@ -24,6 +24,7 @@ PACKAGES=(
   python3-lmdb python3-zarr python3-numcodecs python3-protobuf python3-crc32c  # independent writers for the reader tests
   python3-numba                             # NumbaOp: user-defined ops as @numba.cfunc (docs/ops.md)
   nginx-light                               # remote datasets: the HTTP server of the tests (tests/net/)
+  libnginx-mod-http-echo                    # its echo_sleep: a link's round-trip time where netem is refused
   python3-botocore                          # remote datasets: reference S3 client and SigV4 signer
   iproute2 curl openssl                     # tests/net/: ip netns + tc shaping, curl (HTTP/2 checks), test TLS certificates
 )

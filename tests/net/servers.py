@@ -181,6 +181,21 @@ def nginx_missing():
     return None
 
 
+ECHO_MODULE_PATHS = ("/usr/lib/nginx/modules/ngx_http_echo_module.so",
+                     "/usr/share/nginx/modules/ngx_http_echo_module.so")
+
+
+def _echo_module():
+    """The path of nginx's echo module (Debian package libnginx-mod-http-echo, which
+    nginx-light depends on): its echo_sleep holds a request on nginx's own timer,
+    so a delay costs no process and no CPU."""
+    for p in ECHO_MODULE_PATHS:
+        if os.path.exists(p):
+            return p
+    raise Unavailable("nginx's echo module is not installed (Debian package "
+                      "libnginx-mod-http-echo; scripts/install-deps.sh), needed for nginx(delay_ms=)")
+
+
 class Nginx:
     """A running nginx (from nginx()).
 
@@ -256,8 +271,9 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0, delay_ms=0):
     port). tls=True adds url_https with a fresh test CA (ca_file). netns: a
     shaped_netns() object (or a namespace name) to run nginx inside. delay_ms:
     every response's first byte is that late (a link's round-trip time where
-    netem is refused), from accel_delay.py in front of nginx's own file serving,
-    so the body bytes cost no Python CPU."""
+    netem is refused): the echo module's echo_sleep waits on nginx's own timer,
+    then echo_exec hands the request to nginx's static file serving (Range and
+    all), so the delay costs no extra process and no CPU per byte."""
     why = nginx_missing()
     if why:
         raise Unavailable(why)
@@ -266,18 +282,12 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0, delay_ms=0):
     with open(os.path.join(NET, "nginx.conf.in")) as f:
         template = f.read()
     server = Nginx(root, prefix)
-    delay_proc = None
     try:
         cert = _make_cert(prefix) if tls else None
-        delay_conf = ""
+        delay_conf = load_modules = ""
         if delay_ms:
-            dport = free_port()
-            delay_proc = subprocess.Popen(_netns_argv(netns, [sys.executable, os.path.join(NET, "accel_delay.py"),
-                                                              "--port", str(dport), "--delay-ms", str(delay_ms)]),
-                                          stdin=subprocess.DEVNULL)
-            _wait_port(dport, delay_proc, "accel_delay.py", os.devnull, netns, timeout)
-            delay_conf = ("proxy_pass http://127.0.0.1:%d; proxy_pass_request_body off; "
-                          "proxy_set_header Content-Length \"\";" % dport)
+            load_modules = "load_module %s;" % _echo_module()
+            delay_conf = "echo_sleep %.3f; echo_exec /__stoker_files$uri;" % (delay_ms / 1000.0)
         for attempt in range(5):
             ports = {"http": free_port()}
             if http2:
@@ -294,7 +304,7 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0, delay_ms=0):
             conf = (template.replace("@PREFIX@", prefix).replace("@ROOT@", root)
                     .replace("@USER@", "user root root;" if os.geteuid() == 0 else "")
                     .replace("@LISTEN@", "\n        ".join(listen))
-                    .replace("@DELAY@", delay_conf))
+                    .replace("@DELAY@", delay_conf).replace("@MODULES@", load_modules))
             conf_path = os.path.join(prefix, "nginx.conf")
             with open(conf_path, "w") as f:
                 f.write(conf)
@@ -323,8 +333,6 @@ def nginx(root, http2=False, tls=False, netns=None, timeout=15.0, delay_ms=0):
     finally:
         if server.proc is not None:
             _stop(server.proc)
-        if delay_proc is not None:
-            _stop(delay_proc)
         shutil.rmtree(prefix, ignore_errors=True)
 
 

@@ -95,6 +95,38 @@ def test_nginx_ranges_keepalive_and_log(ng, www):
     assert all(e["protocol"] == "HTTP/1.1" for e in log)
 
 
+def test_nginx_delay_holds_each_request_and_keeps_ranges(www):
+    """nginx(delay_ms=): each request waits on nginx's timer (echo_sleep) and is then
+    served by the static handler: Range, HEAD, 404 and listings as without the delay,
+    on one keep-alive connection, logged under the URI the client asked for."""
+    root, data = www
+    with servers.nginx(root, delay_ms=60) as s:
+        c = conn(s.url)
+        cases = [("/data.bin", {"Range": "bytes=10-19"}, "GET", 206, data[10:20]),
+                 ("/data.bin", {}, "HEAD", 200, b""),
+                 ("/data.bin", {}, "GET", 200, data),
+                 ("/missing.bin", {}, "GET", 404, None)]
+        for path, headers, method, status, want in cases:
+            t = time.monotonic()
+            r, body = get(c, path, headers, method)
+            took = time.monotonic() - t
+            assert r.status == status, (path, r.status)
+            if want is not None:
+                assert body == want
+            assert took >= 0.055, (path, took)      # held for the delay: never less
+        r, body = get(c, "/sub/")
+        assert [e["name"] for e in json.loads(body)] == ["b.txt"]
+        c.close()
+        log = s.access_log(wait_for=5)
+        assert [(e["method"], e["uri"], e["status"]) for e in log] == [
+            ("GET", "/data.bin", 206), ("HEAD", "/data.bin", 200), ("GET", "/data.bin", 200),
+            ("GET", "/missing.bin", 404), ("GET", "/sub/", 200)]
+        assert len({e["connection"] for e in log}) == 1
+        assert all(e["request_time"] >= 0.055 for e in log)
+        # no helper process: nginx's master and its one worker are all there is
+        assert "echo_sleep" in open(os.path.join(s.prefix, "nginx.conf")).read()
+
+
 def test_nginx_http2_cleartext_and_tls(ng, www, tmp_path):
     data = www[1]
     curl = shutil.which("curl")
