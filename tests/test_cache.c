@@ -865,6 +865,81 @@ static void test_read_checks_whole_chunks(void **state)
     free(bytes);
 }
 
+/* stk_cache_view: the bytes in place (no copy), the same checks as a read:
+ * absent and damaged chunks are STK_ENOENT, a refetched chunk viewed again,
+ * a view stays valid and unchanged while the object is open, even after
+ * another opener evicts the files. */
+static void test_view(void **state)
+{
+    (void)state;
+    const char *dir = tu_path("view");
+    const char *key = "http://h/view.stk";
+    const uint32_t cs = 4096;
+    const uint64_t size = 12 * 4096 + 777; /* a short last chunk */
+    uint8_t *bytes = object_bytes(size, 41);
+    char map[512], data[512];
+    stk_cache *c;
+    stk_cache_object *o;
+    stk_cache_stats st;
+    const uint8_t *p = NULL, *q = NULL;
+    key_paths(dir, key, map, data);
+
+    assert_int_equal(stk_cache_open(dir, 0, &c), 0);
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    /* Nothing present yet: no view; then chunks 0-2 filled. */
+    assert_int_equal(stk_cache_view(o, 100, 10, &p), STK_ENOENT);
+    for (uint64_t k = 0; k < 3; k++)
+        fill_chunk(o, bytes, k);
+    stk_cache_stats_reset();
+    assert_int_equal(stk_cache_view(o, 100, 3 * cs - 200, &p), 0);
+    assert_memory_equal(p, bytes + 100, 3 * cs - 200);
+    assert_int_equal(stk_cache_view(o, 2 * cs, cs + 1, &q), STK_ENOENT); /* chunk 3 absent */
+    assert_int_equal(stk_cache_view(o, 0, 0, &q), 0);                     /* empty: fine */
+    assert_int_equal(stk_cache_view(o, size - 1, 2, &q), STK_EINVAL);
+    assert_non_null(strstr(stk_errmsg(), "past the end"));
+    for (uint64_t k = 3; k < stk_cache_chunk_count(o); k++)
+        fill_chunk(o, bytes, k);
+    assert_int_equal(stk_cache_view(o, 0, (size_t)size, &q), 0);
+    assert_memory_equal(q, bytes, size);
+    assert_ptr_equal(q + 100, p); /* one mapping of the object */
+    stk_cache_stats_get(&st);
+    assert_int_equal(st.hit_bytes, 3 * cs - 200 + size);
+    stk_cache_object_close(o);
+
+    /* Damage on disk (chunk 4's bytes, chunk 9's CRC): a fresh opener's first
+     * view of them checks the mapped bytes and finds it. */
+    uint8_t x = bytes[4 * cs + 9] ^ 0x10;
+    patch_file(data, 4 * cs + 9, &x, 1);
+    uint8_t crc_bad[4] = {9, 9, 9, 9};
+    patch_file(map, header_size_of(key) + 8 * 9, crc_bad, 4);
+    stk_cache_stats_reset();
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    assert_int_equal(stk_cache_view(o, 3 * cs, 2 * cs, &p), STK_ENOENT);
+    assert_int_equal(stk_cache_view(o, 9 * cs + 5, 10, &p), STK_ENOENT);
+    assert_int_equal(stk_cache_view(o, 5 * cs, 4 * cs, &p), 0); /* 5-8 good */
+    assert_memory_equal(p, bytes + 5 * cs, 4 * cs);
+    stk_cache_stats_get(&st);
+    assert_int_equal(st.bad_chunks, 2);
+    /* Fetched again: the views see the good bytes. */
+    assert_int_equal(stk_cache_claim(o, 4), STK_CACHE_MINE);
+    assert_int_equal(stk_cache_fill(o, 4, bytes + 4 * cs, cs), 0);
+    assert_int_equal(stk_cache_claim(o, 9), STK_CACHE_MINE);
+    assert_int_equal(stk_cache_fill(o, 9, bytes + 9 * cs, cs), 0);
+    assert_int_equal(stk_cache_view(o, 0, (size_t)size, &p), 0);
+    assert_memory_equal(p, bytes, size);
+
+    /* The files unlinked under an open object (an eviction by another
+     * process, a user's rm): the view keeps reading the old inode. */
+    assert_int_equal(unlink(data), 0);
+    assert_int_equal(unlink(map), 0);
+    assert_memory_equal(p, bytes, size);
+    assert_int_equal(stk_cache_view(o, cs, 10, &q), 0);
+    assert_memory_equal(q, bytes + cs, 10);
+    stk_cache_object_close(o);
+    stk_cache_close(c);
+    free(bytes);
+}
+
 static void test_corruption(void **state)
 {
     (void)state;
@@ -1131,7 +1206,7 @@ int main(void)
         cmocka_unit_test(test_wait_threads),     cmocka_unit_test(test_processes_share),
         cmocka_unit_test(test_processes_wait),   cmocka_unit_test(test_crash_mid_fill),
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_read_checks_whole_chunks),       cmocka_unit_test(test_evict_lru),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_view),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,7 +72,7 @@ static int shards_read(const stk_dataset *ds, uint64_t index, stk_sample *out, s
         return 0;
     }
     /* pread records sit at scratch[0, len); decompress after them. */
-    size_t after = s->map ? 0 : (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
+    size_t after = stk_shard_in_place(s) ? 0 : (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
     rc = stk_shard_raw_image(set, (uint32_t)set->image_field, s, r, index, p, flen[v], scratch, after,
                    &out->image);
     /* zstd read the mapping: a failure over lost pages is the truncation. */
@@ -129,7 +129,7 @@ static int shards_read_field(const stk_dataset *ds, uint64_t index, uint32_t fie
             stk_image_view view;
             size_t after = (size_t)stk_pad_to(foff[set->nvar - 1] + flen[set->nvar - 1], 64);
             if ((rc = stk_shard_raw_image(set, field, s, r, index, src, (uint32_t)n, &scratch,
-                                s->map ? 0 : after, &view)) < 0)
+                                stk_shard_in_place(s) ? 0 : after, &view)) < 0)
                 goto done;
             src = view.pixels;
             n = (size_t)view.height * view.width * view.channels;

@@ -25,7 +25,11 @@
  * indirect call, its failures worded by the source: "PATH: read failed:
  * REASON", or a short read said here as a truncation); in mmap mode a
  * record is a pointer into the mapping, and its pages are asked for with
- * stk_mapping_advise. No system call is made here directly.
+ * stk_mapping_advise. A source that lends views (a remote shard: the
+ * bytes in place in its cache's mapping, stk_source_view) is read in
+ * pread mode's order but without the copy: the record is a pointer, as in
+ * mmap mode, valid while the shard is open. No system call is made here
+ * directly.
  *
  * Thread safety: after open everything is read-only except the "verified"
  * and "touched" bitmaps, updated with atomic OR; the pread path reads into
@@ -170,26 +174,29 @@ static bool checksum_due(const shardset *set, const shard *s, uint64_t r, bool f
              (1ull << (r % 64)));
 }
 
-/* pread `len` bytes at `off` of s into scratch[at, at + len). */
+/* The `len` bytes at `off` of s (pread mode): in place when the source
+ * lends views, else read into scratch[0, len). */
 static int record_pread(const shard *s, uint64_t r, uint64_t global, uint64_t off, uint64_t len,
-                        stk_scratch *scratch)
+                        stk_scratch *scratch, const uint8_t **bytes)
 {
-    int rc = stk_scratch_reserve(scratch, len ? len : 1);
-    if (rc < 0)
-        return rc;
-    /* One indirect call to the source's pread (src/io/source.h). */
-    if ((rc = stk_source_pread(s->src, scratch->data, len, off)) < 0)
+    int rc;
+    if (stk_source_has_view(s->src)) {
+        rc = stk_source_view(s->src, off, (size_t)len, bytes);
+    } else if ((rc = stk_scratch_reserve(scratch, len ? len : 1)) == 0) {
+        /* One indirect call to the source's pread (src/io/source.h). */
+        rc = stk_source_pread(s->src, scratch->data, len, off);
+        *bytes = scratch->data;
+    }
+    if (rc == STK_EFORMAT)
         /* A short read: the file shrank since it was opened (its size
          * was checked against the layout then). Said here, not by
          * formatting stk_errmsg() into itself. */
-        return rc == STK_EFORMAT
-                   ? stk_fail(STK_EDATA,
-                              "%s: record %llu (sample %llu): the file ends before the "
-                              "record's %llu bytes at offset %llu (truncated while open?)",
-                              s->path, (unsigned long long)r, (unsigned long long)global,
-                              (unsigned long long)len, (unsigned long long)off)
-                   : rc;
-    return 0;
+        return stk_fail(STK_EDATA,
+                        "%s: record %llu (sample %llu): the file ends before the "
+                        "record's %llu bytes at offset %llu (truncated while open?)",
+                        s->path, (unsigned long long)r, (unsigned long long)global,
+                        (unsigned long long)len, (unsigned long long)off);
+    return rc;
 }
 
 static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r, uint64_t global,
@@ -209,10 +216,8 @@ static int record_get_unchecked(const shardset *set, const shard *s, uint64_t r,
         if (!set->huge_pages && len && (off + len - 1) / STK_PAGE != off / STK_PAGE &&
             !(atomic_fetch_or_explicit(&s->touched[r / 64], tbit, memory_order_relaxed) & tbit))
             stk_mapping_advise(s->map, first, off + len - first, STK_ADVISE_WILLNEED);
-    } else {
-        if ((rc = record_pread(s, r, global, off, len, scratch)) < 0)
-            return rc;
-        *bytes = scratch->data;
+    } else if ((rc = record_pread(s, r, global, off, len, scratch, bytes)) < 0) {
+        return rc;
     }
     if (checksum_due(set, s, r, force_verify)) {
         uint64_t want = stk_rd64(s->checksums + r * 8), got = stk_checksum(*bytes, len);
@@ -261,16 +266,15 @@ int stk_shard_field_get(const shardset *set, const shard *s, uint64_t r, uint64_
             return rc;
         *p = bytes + foff[v];
         *len = flen[v];
-        *end = s->map ? 0 : (size_t)(foff[set->nvar - 1] + flen[set->nvar - 1]);
+        *end = stk_shard_in_place(s) ? 0 : (size_t)(foff[set->nvar - 1] + flen[set->nvar - 1]);
     } else {
         /* pread of a record already checked (or never to be): only this
          * field's bytes. */
         if ((rc = record_extent(set, s, r, global, &off, &rlen, foff, flen)) < 0 ||
-            (rc = record_pread(s, r, global, off + foff[v], flen[v], scratch)) < 0)
+            (rc = record_pread(s, r, global, off + foff[v], flen[v], scratch, p)) < 0)
             return rc;
-        *p = scratch->data;
         *len = flen[v];
-        *end = flen[v];
+        *end = stk_shard_in_place(s) ? 0 : flen[v];
     }
     return stk_shard_value_check(set, field, s, r, global, *len);
 }

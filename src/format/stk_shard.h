@@ -121,6 +121,12 @@ uint32_t stk_shard_stale_temporaries(const char *path, char *buf, size_t size, u
 void stk_shard_record_prefetch(const shardset *set, const shard *s, uint64_t r, uint64_t global);
 /* The shard holding global sample `index`, and the record in it. */
 const shard *stk_shard_locate(const shardset *set, uint64_t index, uint64_t *local);
+/* Are the shard's records read in place (a mapping, or a source that lends
+ * views: a remote shard's cache) rather than into the caller's scratch? */
+static inline bool stk_shard_in_place(const shard *s)
+{
+    return s->map || (s->src && stk_source_has_view(s->src));
+}
 /* 0, or STK_EDATA when a truncation under the mapping took bytes record r
  * depends on. Call after the bytes have been used. */
 int stk_shard_lost_check(const shardset *set, const shard *s, uint64_t r, uint64_t global);

@@ -86,6 +86,7 @@
  * the next attempt waits a second.
  */
 #include "io/cache.h"
+#include "io/map_guard.h"
 #include "io/source.h"
 
 #include "core/crc32c.h"
@@ -104,6 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,6 +129,13 @@ struct stk_cache_object {
     uint8_t hash[16];          /* XXH3-128 of the key, canonical; immutable */
     char *map_path, *data_path; /* malloc'd; immutable (messages, waits) */
     int map_fd, data_fd;       /* O_RDWR; closed (releasing every claim) at the last close */
+    /* .data mapped read-only and shared, whole, for stk_cache_view: NULL
+     * until the first view, then set once under mu (published with a
+     * release store) and unmapped at the last close. Registered with the
+     * SIGBUS guard (data_guard), so a .data cut short by hand reads as
+     * zeros, which fail the chunk's CRC, instead of killing the process. */
+    _Atomic(const uint8_t *) data_map;
+    struct stk_map_guard *data_guard; /* set with data_map */
     uint64_t size, nchunks;    /* immutable */
     uint32_t chunk_size;       /* immutable */
     uint32_t header_size;      /* entry k at header_size + 8 k; immutable */
@@ -702,6 +711,11 @@ static void object_free(stk_cache_object *o)
 {
     if (!o)
         return;
+    const uint8_t *m = atomic_load_explicit(&o->data_map, memory_order_acquire);
+    if (m) {
+        stk_map_guard_remove(o->data_guard);
+        munmap((void *)m, (size_t)o->size);
+    }
     if (o->data_fd >= 0)
         close(o->data_fd);
     if (o->map_fd >= 0)
@@ -1384,6 +1398,83 @@ int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off)
     }
     atomic_fetch_add_explicit(&g_hit_bytes, n, memory_order_relaxed);
     touch(o);
+    return 0;
+}
+
+/* .data mapped (once per object): 0 with *base, or STK_EIO / STK_ENOMEM. */
+static int data_map_get(stk_cache_object *o, const uint8_t **base)
+{
+    char ebuf[128];
+    const uint8_t *m = atomic_load_explicit(&o->data_map, memory_order_acquire);
+    if (m) {
+        *base = m;
+        return 0;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&o->mu);
+    m = atomic_load_explicit(&o->data_map, memory_order_relaxed);
+    if (!m) {
+        void *p = mmap(NULL, (size_t)o->size, PROT_READ, MAP_SHARED, o->data_fd, 0);
+        if (p == MAP_FAILED) {
+            rc = stk_fail(STK_EIO, "%s: mmap failed: %s", o->data_path,
+                          errtext(errno, ebuf, sizeof ebuf));
+        } else if ((rc = stk_map_guard_add(p, (size_t)o->size, o->data_fd, &o->data_guard)) < 0) {
+            munmap(p, (size_t)o->size);
+        } else {
+            m = p;
+            atomic_store_explicit(&o->data_map, m, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&o->mu);
+    *base = m;
+    return rc;
+}
+
+int stk_cache_view(stk_cache_object *o, uint64_t off, size_t n, const uint8_t **p)
+{
+    static const uint8_t nothing[1];
+    uint64_t end;
+    if (!stk_add_ok(off, n, &end) || end > o->size)
+        return stk_fail(STK_EINVAL, "%s: view of %zu bytes at %llu past the end (%llu bytes)",
+                        o->key, n, (unsigned long long)off, (unsigned long long)o->size);
+    if (n == 0) {
+        *p = nothing;
+        return 0;
+    }
+    const uint8_t *base;
+    int rc = data_map_get(o, &base);
+    if (rc < 0)
+        return rc;
+    uint64_t k0 = off / o->chunk_size, k1 = (end - 1) / o->chunk_size;
+    for (uint64_t k = k0; k <= k1; k++) {
+        uint8_t st = atomic_load_explicit(&o->state[k], memory_order_acquire);
+        if (st == ST_PRESENT)
+            continue;
+        if (st == ST_BAD)
+            return STK_ENOENT;
+        /* The chunk's first look in this process: its CRC over the mapped
+         * bytes (no copy), which also maps their pages for the reader. */
+        entry e;
+        if ((rc = entry_read(o, k, &e)) < 0)
+            return rc;
+        if (!e.present)
+            return STK_ENOENT;
+        uint64_t c0 = k * o->chunk_size;
+        size_t len = chunk_len(o, k);
+        if (stk_crc32c(0, base + c0, len) == e.crc && stk_map_guard_intact(o->data_guard, c0, len)) {
+            atomic_store_explicit(&o->state[k], ST_PRESENT, memory_order_release);
+            continue;
+        }
+        /* Not matching: decide from disk, as a read does (a torn read of the
+         * entry, or a fill that finished in between, is not damage). */
+        if ((rc = check_present(o, k)) < 0)
+            return rc;
+        if (rc == 0)
+            return STK_ENOENT;
+    }
+    atomic_fetch_add_explicit(&g_hit_bytes, n, memory_order_relaxed);
+    touch(o);
+    *p = base + off;
     return 0;
 }
 

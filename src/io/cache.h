@@ -118,6 +118,17 @@ bool stk_cache_has(stk_cache_object *o, uint64_t chunk);
  * (stk_cache_stats). */
 int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off);
 
+/* Bytes [off, off + n) of the object in place, for a reader that wants no
+ * copy: *p points into a read-only shared mapping of the object's .data
+ * file (made at the first view), valid until the object's last close
+ * (eviction or a reset by another process unlinks the files, whose inode
+ * the mapping keeps; a present chunk is never rewritten). Same contract
+ * as stk_cache_read otherwise: the chunks must be present (STK_ENOENT, no
+ * message, when one is not), a chunk's first look in this process checks
+ * its CRC (here over the mapped bytes), STK_EIO when .data cannot be
+ * mapped, STK_EINVAL past the end; counted as cache hits. */
+int stk_cache_view(stk_cache_object *o, uint64_t off, size_t n, const uint8_t **p);
+
 /* Claim chunk k for downloading. */
 enum {
     STK_CACHE_PRESENT = 0, /* already here: read it */

@@ -677,17 +677,20 @@ static int ensure_chunks(remote_source *s, uint64_t c0, uint64_t c1)
                     s->base.name);
 }
 
-static int remote_read_at(const stk_source *src, void *buf, size_t n, uint64_t off)
+/* Bytes [off, off + n) through the cache: copied into buf, or (buf NULL)
+ * lent in place in *view (stk_cache_view). Fetches what is missing. */
+static int remote_get(const stk_source *src, void *buf, const uint8_t **view, size_t n,
+                      uint64_t off)
 {
     remote_source *s = (remote_source *)src;
     atomic_fetch_add_explicit(&rstats.reads, 1, memory_order_relaxed);
     if (atomic_load(&s->cancelled))
         return cancelled_error(s);
     if (n == 0)
-        return 0;
+        return buf ? 0 : stk_cache_view(s->obj, off, 0, view);
     uint64_t c0 = off / s->chunk, c1 = (off + n - 1) / s->chunk + 1;
     for (int tries = 0; tries < 4; tries++) {
-        int rc = stk_cache_read(s->obj, buf, n, off);
+        int rc = buf ? stk_cache_read(s->obj, buf, n, off) : stk_cache_view(s->obj, off, n, view);
         if (rc != STK_ENOENT)
             return rc;
         atomic_fetch_add_explicit(&rstats.reads_waited, 1, memory_order_relaxed);
@@ -700,6 +703,18 @@ static int remote_read_at(const stk_source *src, void *buf, size_t n, uint64_t o
     }
     return stk_fail(STK_ENETWORK, "%s: bytes %" PRIu64 "..%" PRIu64 " could not be kept in the cache",
                     s->base.name, off, off + n);
+}
+
+static int remote_read_at(const stk_source *src, void *buf, size_t n, uint64_t off)
+{
+    return remote_get(src, buf, NULL, n, off);
+}
+
+static int remote_view(const stk_source *src, uint64_t offset, size_t n, const uint8_t **p)
+{
+    if (offset > src->size || n > src->size - offset)
+        return stk_fail(STK_EFORMAT, "%s: unexpected end of file", src->name);
+    return remote_get(src, NULL, p, n, offset);
 }
 
 static int remote_pread(const stk_source *src, void *buf, size_t n, uint64_t offset)
@@ -778,6 +793,7 @@ static const stk_source_ops remote_ops = {
     .map = remote_map,
     .advise = remote_advise,
     .close = remote_close,
+    .view = remote_view,
 };
 
 /* ------------------------------------------------------------------------ */

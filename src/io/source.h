@@ -2,8 +2,9 @@
  * source.h — byte sources: where a reader's bytes come from (internal).
  *
  * A source is a named, fixed-size run of bytes that can be read at any
- * offset (pread, read_part), may be mapped into memory whole (map), and
- * takes access hints (advise). Today the one kind is a local file
+ * offset (pread, read_part), may be mapped into memory whole (map) or lend
+ * views of parts of itself in place (view), and takes access hints
+ * (advise). Today the one kind is a local file
  * (source.c); an object store (HTTP/S3 range requests) or a cache
  * implements the same operations, answering map with STK_EUNSUPPORTED so
  * that readers fall back to pread.
@@ -104,6 +105,13 @@ typedef struct stk_source_ops {
     void (*advise)(const stk_source *s, const uint8_t *data, uint64_t offset, uint64_t len,
                    stk_advice advice);
     void (*close)(stk_source *s);
+    /* Optional (NULL: pread only). Exactly n bytes at `offset` in place, no
+     * copy: *p stays valid, unchanged, until the source is closed. Failures
+     * as pread's. A remote source lends its cache's mapping (cache.h,
+     * stk_cache_view), so a reader of a warm cache reads as it reads a
+     * mapped local file; a local file source has no view (its readers map
+     * it whole instead). */
+    int (*view)(const stk_source *s, uint64_t offset, size_t n, const uint8_t **p);
 } stk_source_ops;
 
 struct stk_source {
@@ -151,6 +159,16 @@ static inline int stk_source_map(stk_source *s, unsigned flags, const uint8_t **
                                  struct stk_map_guard **guard)
 {
     return s->ops->map(s, flags, data, guard);
+}
+/* Does the source lend views (stk_source_view)? */
+static inline int stk_source_has_view(const stk_source *s)
+{
+    return s->ops->view != NULL;
+}
+/* Only for a source that has them (stk_source_has_view). */
+static inline int stk_source_view(const stk_source *s, uint64_t offset, size_t n, const uint8_t **p)
+{
+    return s->ops->view(s, offset, n, p);
 }
 static inline void stk_source_advise(const stk_source *s, const uint8_t *data, uint64_t offset,
                                      uint64_t len, stk_advice advice)
