@@ -34,6 +34,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_preview(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* Strict unsigned parse of the whole string; prints a usage error naming
  * `what` and returns false on failure. */

@@ -47,6 +47,8 @@ static const char usage[] =
     "  doctor DATASET --pipeline SPEC  find the bottleneck (storage, decode, augment or the\n"
     "                                  training step: --step-ms), the images/s to expect with\n"
     "                                  1..N cores, and what would help most\n"
+    "  cache info|fetch|trim|clear     the local cache of remote datasets: its use, downloading\n"
+    "                                  a dataset ahead of training, removing old objects\n"
     "  demo                            Fashion-MNIST (Debian's dataset-fashion-mnist) through a\n"
     "                                  realistic pipeline, printing throughput\n"
     "  version                         print the library version\n"
@@ -69,7 +71,7 @@ static void print_usage(FILE *f)
 }
 
 static const char *const commands[] = {"bench",   "order", "pack", "inspect", "verify",
-                                       "cat",     "preview", "doctor", "demo", "version", "help"};
+                                       "cat",     "preview", "doctor", "cache", "demo", "version", "help"};
 
 size_t cli_distance(const char *a, const char *b)
 {
@@ -298,6 +300,8 @@ int stk_cli_main(int argc, char **argv)
         return cmd_preview(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cmd_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cache"))
+        return cmd_cache(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("stoker %s\n", stk_version_string());
         return 0;
@@ -323,6 +327,8 @@ int stk_cli_main(int argc, char **argv)
                 return cmd_preview(2, sub);
             if (!strcmp(argv[2], "doctor"))
                 return cmd_doctor(2, sub);
+            if (!strcmp(argv[2], "cache"))
+                return cmd_cache(2, sub);
             unknown_command("no command", argv[2]);
             return EXIT_USAGE;
         }

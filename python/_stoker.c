@@ -3776,6 +3776,67 @@ static PyObject *mod_io_stats(PyObject *self, PyObject *args, PyObject *kw)
                          "prefetch_bytes", (unsigned long long)s.prefetch_bytes);
 }
 
+static PyObject *cache_info_dict(const stk_remote_cache_info *i)
+{
+    return Py_BuildValue("{s:O&,s:K,s:K,s:K}", "dir", PyUnicode_DecodeFSDefault, i->dir, "limit",
+                         (unsigned long long)i->limit, "objects", (unsigned long long)i->objects,
+                         "bytes", (unsigned long long)i->bytes);
+}
+
+/* cache_info(): stk_remote_cache_info_get as a dict. */
+static PyObject *mod_cache_info(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    stk_remote_cache_info info;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_remote_cache_info_get(&info);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    return cache_info_dict(&info);
+}
+
+/* cache_trim(keep_bytes): (removed_objects, removed_bytes, info dict left). */
+static PyObject *mod_cache_trim(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    unsigned long long keep = PyLong_AsUnsignedLongLong(arg);
+    if (keep == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    stk_remote_cache_info left;
+    uint64_t ro = 0, rb = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_remote_cache_trim((uint64_t)keep, &ro, &rb, &left);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_last(rc);
+    return Py_BuildValue("(KKN)", (unsigned long long)ro, (unsigned long long)rb,
+                         cache_info_dict(&left));
+}
+
+/* prefetch(uri): (objects, bytes, fetched). The GIL is released while it
+ * downloads; Ctrl-C is seen when it returns. */
+static PyObject *mod_prefetch(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    uint64_t objects = 0, total = 0, fetched = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_remote_prefetch(PyBytes_AS_STRING(bytes), NULL, NULL, &objects, &total, &fetched);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (rc < 0)
+        return raise_last(rc);
+    return Py_BuildValue("(KKK)", (unsigned long long)objects, (unsigned long long)total,
+                         (unsigned long long)fetched);
+}
+
 /* jpeg_index_stats(): stk_jpeg_index_stats as a dict. */
 static PyObject *mod_jpeg_index_stats(PyObject *self, PyObject *unused)
 {
@@ -3802,6 +3863,15 @@ static PyMethodDef module_methods[] = {
      "datasets (stk_remote_configure): None / -1 keep the current value."},
     {"io_stats", (PyCFunction)(void (*)(void))mod_io_stats, METH_VARARGS | METH_KEYWORDS,
      "io_stats(reset=False)\n--\n\nThe remote layer's counters (stk_io_stats) as a dict."},
+    {"cache_info", mod_cache_info, METH_NOARGS,
+     "cache_info()\n--\n\nThe remote cache's directory, limit, objects and bytes "
+     "(stk_remote_cache_info_get) as a dict."},
+    {"cache_trim", mod_cache_trim, METH_O,
+     "cache_trim(keep_bytes)\n--\n\nRemove least-recently-used cached objects down to "
+     "keep_bytes (stk_remote_cache_trim): (removed_objects, removed_bytes, info left)."},
+    {"prefetch", mod_prefetch, METH_O,
+     "prefetch(uri)\n--\n\nDownload a remote dataset into the cache (stk_remote_prefetch): "
+     "(objects, bytes, bytes fetched)."},
     {"jpeg_index_stats", mod_jpeg_index_stats, METH_NOARGS,
      "jpeg_index_stats()\n--\n\nThe JPEG sync index's counters (stk_jpeg_index_stats) as a "
      "dict."},

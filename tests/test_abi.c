@@ -115,6 +115,9 @@ static void test_struct_sizes_are_pinned(void **state)
     /* files, windows, declined, bytes, budget, 3 reserved */
     assert_int_equal(sizeof(stk_jpeg_index_stats), 8 * 8);
     assert_int_equal(offsetof(stk_jpeg_index_stats, budget), 32);
+    /* dir[4096], limit, objects, bytes, 4 reserved */
+    assert_int_equal(sizeof(stk_remote_cache_info), 4096 + 7 * 8);
+    assert_int_equal(offsetof(stk_remote_cache_info, bytes), 4096 + 16);
     assert_int_equal(offsetof(stk_device_options, reserved_), 24);
     /* name, role + elem, text (+4), data, bytes, offsets, ndim (+4),
      * shape[5], 2 reserved */

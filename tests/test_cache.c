@@ -1128,6 +1128,67 @@ static void test_evict_lru(void **state)
 /* Errors                                                                     */
 /* ------------------------------------------------------------------------- */
 
+/* stk_cache_usage_scan and stk_cache_trim (`stoker cache info/trim/clear`):
+ * counts from the directory, least recently used removed first, an object
+ * open in this process kept even by a trim to 0. */
+static void test_usage_and_trim(void **state)
+{
+    (void)state;
+    const char *dir = tu_path("trim");
+    uint8_t *bytes = object_bytes(EV_SIZE, 43);
+    stk_cache *c;
+    stk_cache_object *keep_open;
+    uint64_t objects, nbytes, ro, rb, lo, lb;
+    char map[512], data[512];
+    assert_int_equal(stk_cache_open(dir, 0, &c), 0);
+    assert_int_equal(stk_cache_usage_scan(c, &objects, &nbytes), 0);
+    assert_int_equal(objects, 0);
+    assert_int_equal(nbytes, 0);
+    const char *keys[4] = {"http://h/t0", "http://h/t1", "http://h/t2", "http://h/t3"};
+    for (int i = 0; i < 4; i++) {
+        ev_fill(c, keys[i], bytes, i == 3 ? &keep_open : NULL);
+        key_paths(dir, keys[i], map, data);
+        set_mtime(map, 100 - i * 10); /* t0 the least recently used */
+    }
+    struct stat st;
+    key_paths(dir, keys[0], map, data);
+    assert_int_equal(stat(data, &st), 0);
+    uint64_t one = (uint64_t)st.st_blocks * 512;
+    assert_true(one >= EV_SIZE);
+    assert_int_equal(stk_cache_usage_scan(c, &objects, &nbytes), 0);
+    assert_int_equal(objects, 4);
+    assert_int_equal(nbytes, 4 * one);
+    /* Down to two objects' bytes: t0 and t1 go. */
+    assert_int_equal(stk_cache_trim(c, 2 * one, &ro, &rb, &lo, &lb), 0);
+    assert_int_equal(ro, 2);
+    assert_int_equal(rb, 2 * one);
+    assert_int_equal(lo, 2);
+    assert_int_equal(lb, 2 * one);
+    for (int i = 0; i < 4; i++) {
+        key_paths(dir, keys[i], map, data);
+        assert_int_equal(access(data, F_OK) == 0, i >= 2);
+        assert_int_equal(access(map, F_OK) == 0, i >= 2);
+    }
+    /* Under the size already: nothing to do. */
+    assert_int_equal(stk_cache_trim(c, 2 * one, &ro, &rb, NULL, NULL), 0);
+    assert_int_equal(ro, 0);
+    /* To 0: t2 goes, t3 (open here) stays and still reads. */
+    assert_int_equal(stk_cache_trim(c, 0, &ro, &rb, &lo, &lb), 0);
+    assert_int_equal(ro, 1);
+    assert_int_equal(lo, 1);
+    assert_int_equal(lb, one);
+    uint8_t buf[64];
+    assert_int_equal(stk_cache_read(keep_open, buf, sizeof buf, 100), 0);
+    assert_memory_equal(buf, bytes + 100, sizeof buf);
+    stk_cache_object_close(keep_open);
+    assert_int_equal(stk_cache_trim(c, 0, &ro, NULL, &lo, &lb), 0);
+    assert_int_equal(ro, 1);
+    assert_int_equal(lo, 0);
+    assert_int_equal(lb, 0);
+    stk_cache_close(c);
+    free(bytes);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -1207,6 +1268,7 @@ int main(void)
         cmocka_unit_test(test_processes_wait),   cmocka_unit_test(test_crash_mid_fill),
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_read_checks_whole_chunks),       cmocka_unit_test(test_evict_lru),
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_view),
+        cmocka_unit_test(test_usage_and_trim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

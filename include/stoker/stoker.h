@@ -136,6 +136,44 @@ STK_API const char *stk_errmsg(void);
  * (0: no limit). Sources already open keep the cache they opened. */
 STK_API int stk_remote_configure(const char *cache_dir, uint64_t cache_limit);
 
+/* The cache directory in use (the configured one: stk_remote_configure,
+ * else STOKER_CACHE_DIR, else $XDG_CACHE_HOME/stoker, ~/.cache/stoker) and
+ * what it holds now, counted by a scan of the directory, so objects
+ * cached by other processes count too. */
+typedef struct stk_remote_cache_info {
+    char dir[4096];          /* the directory */
+    uint64_t limit;          /* the byte limit in force (0: none) */
+    uint64_t objects;        /* objects cached (remote files: shards, tars, ...) */
+    uint64_t bytes;          /* disk bytes their data takes (what the limit bounds) */
+    uint64_t reserved_[4];   /* zeroed by the library */
+} stk_remote_cache_info;
+
+/* STK_EIO naming the directory when it cannot be created or read. */
+STK_API int stk_remote_cache_info_get(stk_remote_cache_info *out);
+
+/* Remove least-recently-used objects from the cache until their bytes are
+ * at most keep_bytes (0: empty it). Objects open in this process stay; an
+ * object another process is reading leaves the directory, and that process
+ * keeps reading its unlinked files. What was removed in *removed_objects /
+ * *removed_bytes (may be NULL), what is left in *left (may be NULL). */
+STK_API int stk_remote_cache_trim(uint64_t keep_bytes, uint64_t *removed_objects,
+                                  uint64_t *removed_bytes, stk_remote_cache_info *left);
+
+/* Download every object that `uri` names into the cache ahead of training
+ * (on a node before a job starts, say), with the read-ahead's parallel
+ * range requests: a dataset URI with or without its reader prefix
+ * ("stk:s3://bucket/train/", "https://host/train-{000..127}.stk"), brace
+ * ranges and s3:// listings expanded as a reader expands them. Chunks
+ * already cached are not fetched again. `progress` (may be NULL) is called
+ * after each object with the count done, the total and the object's URL.
+ * On return *objects and *bytes (may be NULL) hold the objects and their
+ * bytes, *fetched (may be NULL) the bytes downloaded by this call. Errors
+ * as a reader's: the URL, the status and the attempts after the retries. */
+STK_API int stk_remote_prefetch(const char *uri,
+                                void (*progress)(void *ctx, uint32_t done, uint32_t total,
+                                                 const char *url),
+                                void *ctx, uint64_t *objects, uint64_t *bytes, uint64_t *fetched);
+
 /* Counters of the remote layer since the process started (or the last
  * reset), all datasets together. */
 typedef struct stk_io_stats {

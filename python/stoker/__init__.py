@@ -19,9 +19,8 @@ from ._stoker import (Batch, DataError, ForkError, FormatError, Interrupted, Inv
                       LimitError, NetworkError, AccessDenied, NotFound, OutOfMemory, PoolExhausted, SpecError, StateError,
                       StokerError, StokerIOError, StoppedError, ThreadError, Timeout,
                       UnsupportedError, spec_check, strerror)
-from .loader import (Dataset, Loader, build_spec, concat, from_numpy, io_stats, jpeg_index_stats,
-                     open, pack,
-                     set_cache)
+from .loader import (Dataset, Loader, build_spec, cache_info, cache_trim, concat, from_numpy,
+                     io_stats, jpeg_index_stats, open, pack, prefetch, set_cache)
 from .mixup import Mixup
 from .fields import Ragged
 from .writer import ShardWriter
@@ -36,7 +35,8 @@ __version__ = _stoker.version
 
 __all__ = [
     "Loader", "Dataset", "Batch", "Mixup", "Ragged", "ShardWriter", "BatchOp", "ExternalSource",
-    "doctor", "open", "concat", "set_cache", "io_stats", "jpeg_index_stats", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
+    "doctor", "open", "concat", "set_cache", "cache_info", "cache_trim", "prefetch", "io_stats",
+    "jpeg_index_stats", "from_numpy", "pack", "build_spec", "spec_check", "strerror",
     "StokerError", "InvalidArgument", "OutOfMemory", "StokerIOError", "NotFound", "FormatError",
     "SpecError", "StateError", "StoppedError", "LimitError", "UnsupportedError", "DataError",
     "ThreadError", "PoolExhausted", "Interrupted", "Timeout", "ForkError",

@@ -184,6 +184,32 @@ def io_stats(reset=False):
     return _stoker.io_stats(reset=bool(reset))
 
 
+def cache_info():
+    """The local cache of remote datasets (:func:`set_cache`, docs/remote.md) as it is
+    now, counted from its directory, so what other processes cached counts too:
+    ``dir``, ``limit`` (bytes; 0: none), ``objects`` and ``bytes`` (on disk)."""
+    return _stoker.cache_info()
+
+
+def cache_trim(keep_bytes=0):
+    """Remove least-recently-used objects from the cache until at most ``keep_bytes``
+    remain (``0``: empty it). Objects open in this process stay; one that another
+    process is reading leaves the directory while that process keeps reading it.
+    Returns ``{"removed_objects", "removed_bytes", "left": cache_info()}``."""
+    ro, rb, left = _stoker.cache_trim(operator.index(keep_bytes))
+    return {"removed_objects": ro, "removed_bytes": rb, "left": left}
+
+
+def prefetch(uri):
+    """Download every object of a remote dataset into the cache now (``uri`` as for
+    :func:`open`: ``stk:s3://bucket/train/``, ``stk:https://host/train-{000..127}.stk``),
+    with parallel range requests, so that training starts from a warm cache; chunks
+    already cached are not fetched again. Returns ``{"objects", "bytes", "fetched"}``.
+    The same as ``stoker cache fetch URI``."""
+    objects, total, fetched = _stoker.prefetch(os.fspath(uri))
+    return {"objects": objects, "bytes": total, "fetched": fetched}
+
+
 def jpeg_index_stats():
     """The JPEG sync index of this process (docs/codec.md, "Sync windows"):
     ``files`` indexed, ``windows`` (crops decoded from a synthesised window),

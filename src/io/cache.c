@@ -1153,10 +1153,11 @@ static int scan(const stk_cache *c, evict_item **items_out, size_t *n_out, uint6
 }
 
 /* Remove one object's files unless another descriptor holds its header
- * lock: the bytes freed (0: left alone). Under c->mu, and the caller has
- * checked the object is not open in this process. */
-static uint64_t evict_one(const stk_cache *c, const evict_item *it)
+ * lock: true when removed, with the bytes freed in *freed. Under c->mu,
+ * and the caller has checked the object is not open in this process. */
+static bool evict_one(const stk_cache *c, const evict_item *it, uint64_t *freed_out)
 {
+    bool removed = false;
     char map[64], data[64], *mp, *dp;
     snprintf(map, sizeof map, "%.2s/%s.map", it->hex, it->hex);
     snprintf(data, sizeof data, "%.2s/%s.data", it->hex, it->hex);
@@ -1181,6 +1182,7 @@ static uint64_t evict_one(const stk_cache *c, const evict_item *it)
         goto out;
     }
     (void)unlink(mp);
+    removed = true;
     atomic_fetch_add_explicit(&g_evicted_bytes, freed, memory_order_relaxed);
     atomic_fetch_add_explicit(&g_evicted_objects, 1, memory_order_relaxed);
 out:
@@ -1188,46 +1190,95 @@ out:
         close(fd);
     free(mp);
     free(dp);
-    return freed;
+    *freed_out = freed;
+    return removed;
+}
+
+/* Under DIR/lock (flock: one evicting process at a time): scan, and when
+ * the objects' bytes exceed `trigger`, remove least-recently-used objects
+ * (those open in this process, or being opened by another, are skipped)
+ * until at most `target` remain. *left: the bytes left; *objects_left,
+ * *removed_objects, *removed_bytes (each may be NULL). STK_EIO when the
+ * directory cannot be locked or read. */
+static int evict_down(stk_cache *c, uint64_t trigger, uint64_t target, uint64_t *left,
+                      uint64_t *objects_left, uint64_t *removed_objects, uint64_t *removed_bytes)
+{
+    char ebuf[128];
+    uint64_t total = 0, nrem = 0, brem = 0;
+    evict_item *items = NULL;
+    size_t n = 0;
+    int lfd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (lfd < 0)
+        return stk_fail(STK_EIO, "%s: cannot open: %s", c->lock_path,
+                        errtext(errno, ebuf, sizeof ebuf));
+    while (flock(lfd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+            close(lfd);
+            return stk_fail(STK_EIO, "%s: cannot lock: %s", c->lock_path,
+                            errtext(e, ebuf, sizeof ebuf));
+        }
+    }
+    if (scan(c, &items, &n, &total) != 0) {
+        int e = errno;
+        close(lfd);
+        return stk_fail(STK_EIO, "%s: cannot read: %s", c->objects, errtext(e, ebuf, sizeof ebuf));
+    }
+    /* Over the trigger: oldest first, down to the target. */
+    bool over = total > trigger;
+    for (size_t i = 0; over && i < n && total > target; i++) {
+        uint8_t h[16];
+        if (!hex_parse(items[i].hex, h))
+            continue;
+        uint64_t freed = 0;
+        pthread_mutex_lock(&c->mu);
+        bool gone = !table_find(c, h, NULL, 0) && evict_one(c, &items[i], &freed);
+        pthread_mutex_unlock(&c->mu);
+        if (gone) {
+            nrem++;
+            brem += freed;
+        }
+        total -= freed < total ? freed : total;
+    }
+    free(items);
+    close(lfd); /* drops the flock */
+    if (left)
+        *left = total;
+    if (objects_left)
+        *objects_left = n - nrem;
+    if (removed_objects)
+        *removed_objects = nrem;
+    if (removed_bytes)
+        *removed_bytes = brem;
+    return 0;
 }
 
 /* One pass: scan, and evict down to 90% of the limit when over it. */
 static void evict_pass(stk_cache *c)
 {
     uint64_t limit = atomic_load(&c->limit), total = 0;
-    evict_item *items = NULL;
-    size_t n = 0;
-    int lfd = open(c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (lfd < 0)
-        return;
-    while (flock(lfd, LOCK_EX) != 0) {
-        if (errno != EINTR) {
-            close(lfd);
-            return;
-        }
-    }
-    if (scan(c, &items, &n, &total) != 0) {
-        close(lfd);
+    char keep[STK_ERRMSG_MAX];
+    snprintf(keep, sizeof keep, "%s", stk_errmsg());
+    if (evict_down(c, limit ? limit : UINT64_MAX, limit - limit / 10, &total, NULL, NULL, NULL) < 0) {
+        stk_errmsg_set(keep); /* best effort: the fill that called it succeeded */
         return;
     }
-    uint64_t target = limit - limit / 10;
-    /* Over the limit: oldest first, down to the target. */
-    bool over = limit && total > limit;
-    for (size_t i = 0; over && i < n && total > target; i++) {
-        uint8_t h[16];
-        if (!hex_parse(items[i].hex, h))
-            continue;
-        pthread_mutex_lock(&c->mu);
-        uint64_t freed = table_find(c, h, NULL, 0) ? 0 : evict_one(c, &items[i]);
-        pthread_mutex_unlock(&c->mu);
-        total -= freed < total ? freed : total;
-    }
-    free(items);
-    close(lfd); /* drops the flock */
     int64_t now = mono_ms();
     atomic_store(&c->est_bytes, total);
     atomic_store(&c->scanned_ms, now);
     atomic_store(&c->retry_ms, limit && total > limit ? now + 1000 : INT64_MIN);
+}
+
+int stk_cache_usage_scan(stk_cache *c, uint64_t *objects, uint64_t *bytes)
+{
+    return evict_down(c, UINT64_MAX, UINT64_MAX, bytes, objects, NULL, NULL);
+}
+
+int stk_cache_trim(stk_cache *c, uint64_t keep_bytes, uint64_t *removed_objects,
+                   uint64_t *removed_bytes, uint64_t *left_objects, uint64_t *left_bytes)
+{
+    return evict_down(c, keep_bytes, keep_bytes, left_bytes, left_objects, removed_objects,
+                      removed_bytes);
 }
 
 /* After a fill of n bytes: evict when the estimate is over the limit, or

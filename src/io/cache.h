@@ -129,6 +129,20 @@ int stk_cache_read(stk_cache_object *o, void *buf, size_t n, uint64_t off);
  * mapped, STK_EINVAL past the end; counted as cache hits. */
 int stk_cache_view(stk_cache_object *o, uint64_t off, size_t n, const uint8_t **p);
 
+/* What the cache directory holds now (a scan under DIR/lock): the number
+ * of objects and the disk bytes their .data files take (allocated blocks:
+ * what the limit bounds). STK_EIO when the directory cannot be read. */
+int stk_cache_usage_scan(stk_cache *c, uint64_t *objects, uint64_t *bytes);
+
+/* Remove least-recently-used objects until their bytes are at most
+ * keep_bytes (0: all). Objects open in this process, or being opened by
+ * another, stay; one that another process is reading goes from the
+ * directory, and that process keeps reading its unlinked files. What was
+ * removed and what is left, in the out-parameters (each may be NULL).
+ * STK_EIO when the directory cannot be locked or read. */
+int stk_cache_trim(stk_cache *c, uint64_t keep_bytes, uint64_t *removed_objects,
+                   uint64_t *removed_bytes, uint64_t *left_objects, uint64_t *left_bytes);
+
 /* Claim chunk k for downloading. */
 enum {
     STK_CACHE_PRESENT = 0, /* already here: read it */

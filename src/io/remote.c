@@ -1128,6 +1128,122 @@ void stk_remote_list_free(char **list, uint32_t n)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The cache as a whole: usage, trimming, downloading ahead                 */
+/* ------------------------------------------------------------------------ */
+
+STK_API int stk_remote_cache_info_get(stk_remote_cache_info *out)
+{
+    memset(out, 0, sizeof *out);
+    stk_cache *c;
+    uint32_t chunk;
+    int rc = settings_cache(&c, &chunk);
+    if (rc < 0)
+        return rc;
+    snprintf(out->dir, sizeof out->dir, "%s", stk_cache_dir(c));
+    pthread_mutex_lock(&cfg.mu);
+    out->limit = cfg.limit;
+    pthread_mutex_unlock(&cfg.mu);
+    rc = stk_cache_usage_scan(c, &out->objects, &out->bytes);
+    stk_cache_close(c);
+    return rc;
+}
+
+STK_API int stk_remote_cache_trim(uint64_t keep_bytes, uint64_t *removed_objects,
+                                  uint64_t *removed_bytes, stk_remote_cache_info *left)
+{
+    stk_remote_cache_info now;
+    memset(&now, 0, sizeof now);
+    stk_cache *c;
+    uint32_t chunk;
+    int rc = settings_cache(&c, &chunk);
+    if (rc < 0)
+        return rc;
+    snprintf(now.dir, sizeof now.dir, "%s", stk_cache_dir(c));
+    pthread_mutex_lock(&cfg.mu);
+    now.limit = cfg.limit;
+    pthread_mutex_unlock(&cfg.mu);
+    uint64_t ro = 0, rb = 0;
+    rc = stk_cache_trim(c, keep_bytes, &ro, &rb, &now.objects, &now.bytes);
+    stk_cache_close(c);
+    if (removed_objects)
+        *removed_objects = ro;
+    if (removed_bytes)
+        *removed_bytes = rb;
+    if (left)
+        *left = now;
+    return rc;
+}
+
+/* The URL part of a dataset URI: "stk:https://..." -> "https://...". */
+static const char *uri_url(const char *uri)
+{
+    if (stk_is_remote(uri))
+        return uri;
+    const char *colon = strchr(uri, ':');
+    return colon && stk_is_remote(colon + 1) ? colon + 1 : NULL;
+}
+
+#define PREFETCH_PIECE ((uint64_t)16 << 20) /* bytes waited for at a time */
+
+STK_API int stk_remote_prefetch(const char *uri,
+                                void (*progress)(void *ctx, uint32_t done, uint32_t total,
+                                                 const char *url),
+                                void *ctx, uint64_t *objects, uint64_t *bytes, uint64_t *fetched)
+{
+    if (objects)
+        *objects = 0;
+    if (bytes)
+        *bytes = 0;
+    if (fetched)
+        *fetched = 0;
+    const char *url = uri ? uri_url(uri) : NULL;
+    if (!url)
+        return stk_fail(STK_EINVAL, "%s: not a remote dataset (http://, https:// or s3://, with or "
+                                    "without a reader prefix such as stk:)", uri ? uri : "(null)");
+    char **urls;
+    uint32_t n;
+    int rc = stk_remote_list(url, NULL, &urls, &n);
+    if (rc < 0)
+        return rc;
+    stk_source **src = calloc(n ? n : 1, sizeof *src);
+    if (!src) {
+        stk_remote_list_free(urls, n);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
+    uint64_t fetched0 = atomic_load(&rstats.bytes_fetched), total = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        if ((rc = stk_remote_open(urls[i], UINT64_MAX, &src[i])) == 0)
+            total += src[i]->size;
+    /* Every object hinted at once: the read-ahead keeps its budget of
+     * bytes in flight, in this order; then each object is waited for a
+     * piece at a time (a piece nobody fetched yet is fetched by the wait). */
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        stk_source_advise(src[i], NULL, 0, src[i]->size, STK_ADVISE_WILLNEED);
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        for (uint64_t off = 0; off < src[i]->size && rc == 0; off += PREFETCH_PIECE) {
+            uint64_t len = src[i]->size - off < PREFETCH_PIECE ? src[i]->size - off : PREFETCH_PIECE;
+            const uint8_t *p;
+            rc = stk_source_view(src[i], off, (size_t)len, &p);
+        }
+        if (rc == 0 && progress)
+            progress(ctx, i + 1, n, urls[i]);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        stk_source_close(src[i]);
+    free(src);
+    stk_remote_list_free(urls, n);
+    if (rc < 0)
+        return rc;
+    if (objects)
+        *objects = n;
+    if (bytes)
+        *bytes = total;
+    if (fetched)
+        *fetched = atomic_load(&rstats.bytes_fetched) - fetched0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Counters                                                                  */
 /* ------------------------------------------------------------------------ */
 

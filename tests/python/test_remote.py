@@ -231,6 +231,111 @@ def test_cold_fetches_each_chunk_once(data, ng, tmp_path):
     assert fetched == sum(r["body_bytes"] for r in log if r["method"] == "GET") == data["total"]
 
 
+# --------------------------------------------------------------------------- stoker cache
+
+def cache_cli(*args, cache, check=True):
+    p = subprocess.run([STOKER, "cache", *args, "--dir", str(cache)], capture_output=True,
+                       text=True, env=env_for(cache), timeout=HANG_GUARD)
+    if check:
+        assert p.returncode == 0, (args, p.returncode, p.stderr)
+    return p
+
+
+def cache_info(cache):
+    out = dict(line.split(":", 1) for line in cache_cli("info", cache=cache).stdout.splitlines())
+    return int(out["objects"]), int(out["bytes"].split("(")[1].split()[0])
+
+
+def test_cache_fetch_then_train_warm_then_trim_and_clear(data, ng, tmp_path):
+    """`stoker cache fetch` downloads every chunk once (nginx's log), after which a
+    training run fetches nothing and gives the local digest; a second fetch sends no
+    GET; trim keeps the newest objects under the size; clear empties the cache."""
+    cache = tmp_path / "cache"
+    uri = pattern(ng.url, data)
+    assert cache_info(cache) == (0, 0)
+    ng.clear_log()
+    p = cache_cli("fetch", uri, cache=cache)
+    assert "fetched %.1f MB of %d objects" % (data["total"] / 1e6, len(data["names"])) in p.stdout
+    assert p.stderr.count("fetch: ") == len(data["names"])       # a progress line per object
+    log = ng.access_log(wait_for=2 * len(data["names"]))
+    chunks = collections.Counter(chunks_of(ranged_gets(log), data["sizes"]))
+    assert set(chunks) == all_chunks(data["sizes"]) and max(chunks.values()) == 1
+    objects, nbytes = cache_info(cache)
+    assert objects == len(data["names"]) and nbytes >= data["total"]
+
+    ng.clear_log()
+    warm = bench(uri, cache)
+    assert warm["digest"] == data["digest"] and warm["remote"]["bytes_fetched"] == 0
+    p = cache_cli("fetch", uri, "-q", cache=cache)
+    assert "fetched 0.0 MB" in p.stdout and p.stderr == ""
+    assert not ranged_gets(ng.access_log(wait_for=2 * len(data["names"])))
+
+    # trim to about two objects' bytes: the least recently used go first
+    # (last use is the .map's mtime: set one second apart, in the shards' order)
+    order = sorted(cache_maps(cache).items())
+    now = time.time_ns()
+    for i, (_, m) in enumerate(order):
+        os.utime(m[0], ns=(now - (len(order) - i) * 10**9,) * 2)
+    keep = sum(os.stat(m[1]).st_blocks * 512 for _, m in order[-2:])
+    p = cache_cli("trim", str(keep), cache=cache)
+    assert p.stdout.startswith("removed %d objects" % (len(order) - 2)), p.stdout
+    left = cache_maps(cache)
+    assert sorted(left) == [k for k, _ in order[-2:]]
+    assert cache_info(cache) == (2, keep)
+    # the trimmed objects are fetched again, the two kept are not
+    ng.clear_log()
+    assert bench(uri, cache)["digest"] == data["digest"]
+    got = {u for u, _, _ in ranged_gets(ng.access_log(wait_for=len(data["names"])))}
+    kept = {"/" + k.split("#")[0].rsplit("/", 1)[1] for k in left}
+    assert got == set(data["sizes"]) - kept, (got, kept)
+    p = cache_cli("clear", cache=cache)
+    assert p.stdout.startswith("removed %d objects" % len(data["names"])), p.stdout
+    assert cache_info(cache) == (0, 0) and cache_maps(cache) == {}
+
+
+def test_cache_from_python(data, ng, tmp_path):
+    """stoker.prefetch / cache_info / cache_trim: the same as the CLI, in a process."""
+    code = """
+        import sys, stoker
+        stoker.set_cache(sys.argv[2])
+        assert stoker.cache_info()["objects"] == 0
+        r = stoker.prefetch(sys.argv[1])
+        assert r["objects"] == int(sys.argv[3]) and r["fetched"] == r["bytes"] > 0, r
+        info = stoker.cache_info()
+        assert info["dir"] == sys.argv[2] and info["objects"] == r["objects"], info
+        assert info["bytes"] >= r["bytes"] and info["limit"] == 0, info
+        assert stoker.prefetch(sys.argv[1])["fetched"] == 0
+        t = stoker.cache_trim(0)
+        assert t["removed_objects"] == r["objects"] and t["left"]["objects"] == 0, t
+        try:
+            stoker.prefetch(sys.argv[1].replace("shard-", "nope-"))
+        except stoker.NotFound as e:
+            assert "nope-" in str(e), e
+        else:
+            raise AssertionError("a missing object was prefetched")
+        print("ok")
+    """
+    p = subprocess.run([PYTHON, "-c", textwrap.dedent(code), pattern(ng.url, data),
+                        str(tmp_path / "pycache"), str(len(data["names"]))],
+                       capture_output=True, text=True, env=env_for(tmp_path / "unused"),
+                       timeout=HANG_GUARD)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+def test_cache_cli_errors(data, ng, tmp_path):
+    cache = tmp_path / "cache"
+    p = cache_cli("fetch", "stk:%s/missing-{0..1}.stk" % ng.url, cache=cache, check=False)
+    assert p.returncode == 1 and "missing-0.stk" in p.stderr and "404" in p.stderr, p.stderr
+    p = cache_cli("fetch", data["pack"], cache=cache, check=False)
+    assert p.returncode == 1 and "not a remote dataset" in p.stderr, p.stderr
+    for args, says in ((("trim", "12X"), "SIZE must be a byte count"), (("infp",), "did you mean 'info'"),
+                       (("fetch",), "expected one DATASET"), (("info", "extra"), "expected no argument"),
+                       (("clear", "--bogus"), "--bogus")):
+        p = cache_cli(*args, cache=cache, check=False)
+        assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
+    assert cache_info(cache) == (0, 0)
+
+
 # --------------------------------------------------------------------------- 3: faults
 
 def test_faults_same_digest_and_logged_retries(data, ng, tmp_path):
