@@ -1145,7 +1145,8 @@ static int scan(const stk_cache *c, evict_item **items_out, size_t *n_out, uint6
         closedir(sub);
     }
     closedir(top);
-    qsort(items, n, sizeof *items, item_cmp);
+    if (n)
+        qsort(items, n, sizeof *items, item_cmp);
     *items_out = items;
     *n_out = n;
     *total_out = total;
