@@ -11,8 +11,9 @@
  *   - each file is opened as a source (src/io/source.h) and mapped whole
  *     (shared, read-only, registered with the SIGBUS guard); a view of a
  *     record is a pointer into the mapping, no copy. A file that cannot be
- *     mapped (a source without map: the object stores to come) is read
- *     with one pread per record into the caller's scratch instead.
+ *     mapped (a remote object: src/io/remote.c) is read per record: in
+ *     place when its source lends views (the cache's mapping,
+ *     stk_source_view), else with one pread into the caller's scratch.
  *   - stk_recordset_check tells whether a record's bytes were still the
  *     file's after use (a file truncated while open reads as zeros).
  *   - stk_recordset_name names a record "FILE: record R (byte O)", R
@@ -78,9 +79,9 @@ static inline const uint8_t *stk_recordset_file_data(const stk_recordset *rs, ui
  * must lie within the file (STK_EFORMAT otherwise, and STK_ELIMIT for a
  * record of 4 GiB or more or when there are more than max_records). */
 int stk_recordset_push(stk_recordset *rs, uint64_t offset, uint64_t size, uint64_t max_records);
-/* The bytes of record i: a view into the mapping, or read into `scratch`
- * (pread mode: a file that ends early is STK_EDATA, other failures keep
- * their code; both messages name the record). */
+/* The bytes of record i: a view into the mapping or the source's view, or
+ * read into `scratch` (pread mode: a file that ends early is STK_EDATA,
+ * other failures keep their code; both messages name the record). */
 int stk_recordset_get(const stk_recordset *rs, uint64_t i, stk_scratch *scratch,
                       const uint8_t **data, size_t *size);
 /* After indexing file f from its mapping: 0, or STK_EIO naming the file

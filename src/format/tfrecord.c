@@ -69,6 +69,10 @@
  *     is truncated: both fail the open naming the file, record and byte, as
  *     does a record of 4 GiB or more.
  *
+ * A remote file (http, s3: src/io/remote.c) takes no part in 1, and in 2
+ * only with index=DIR (a local DIR): it is scanned (3) through the local
+ * cache of remote objects, which that also fills.
+ *
  * With cache=auto (the default) an index from 2 or 3 is written to the
  * cache path atomically (src/io: a temporary file renamed into place); a
  * cache that cannot be written (a read-only directory) is noted and
@@ -93,6 +97,7 @@
 #include "format/reader_util.h"
 #include "format/recordset.h"
 #include "format/stk_format.h"
+#include "io/remote.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -467,6 +472,14 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
     tfr_keys k;
     char *cpath = NULL, *dali = NULL;
     int rc = 0, got = 0;
+    /* A remote file (http, s3) has no offset cache (its keys are a local
+     * file's mtime, and nothing can be written beside it) and no DALI index
+     * looked for beside it (a HEAD per candidate and file); index=DIR still
+     * finds DALI indexes in a local DIR. Else it is scanned, through the
+     * local cache of remote objects, so the scan also fills that cache. */
+    bool remote = stk_is_remote(f->path);
+    if (remote)
+        use_cache = false;
     if (use_cache) {
         if ((rc = tfr_file_keys(f, &k)) < 0)
             return rc;
@@ -483,14 +496,14 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
         }
     }
     for (int cand = 0; cand < 3 && !dali; cand++) {
-        if (cand == 2 && !index_dir)
+        if ((cand == 2 || remote) && !index_dir)
             break;
         char *p = tfr_beside(f->path, index_dir, cand == 2 ? "" : ".idx", cand == 1);
         if (!p) {
             rc = STK_ENOMEM;
             goto out;
         }
-        if (stk_path_is_file(p) && strcmp(p, f->path) != 0)
+        if (!stk_is_remote(p) && stk_path_is_file(p) && strcmp(p, f->path) != 0)
             dali = p;
         else
             free(p);
