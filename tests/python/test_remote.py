@@ -322,6 +322,38 @@ def test_cache_from_python(data, ng, tmp_path):
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
 
 
+def test_cache_fetch_by_four_processes_and_a_trainer_at_once(data, ng, tmp_path):
+    """Four `stoker cache fetch` and one training run started together on a cold
+    cache: every chunk crosses the wire once between them (nginx's log), and the
+    trainer gets the local digest."""
+    cache = tmp_path / "cache"
+    ng.clear_log()
+    env = env_for(cache)
+    uri = pattern(ng.url, data)
+    procs = [subprocess.Popen([STOKER, "cache", "fetch", uri, "-q"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    procs.append(subprocess.Popen([STOKER, "bench", uri, *BENCH], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env))
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=HANG_GUARD)
+            assert p.returncode == 0, err
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert json.loads(outs[-1])["digest"] == data["digest"]
+    fetched = [float(o.split()[1]) for o in outs[:4]]            # "fetched X MB of ..."
+    gets = ranged_gets(ng.access_log(wait_for=5 * len(data["names"])))
+    chunks = collections.Counter(chunks_of(gets, data["sizes"]))
+    assert max(chunks.values()) == 1, [c for c, n in chunks.items() if n > 1]
+    assert set(chunks) == all_chunks(data["sizes"])
+    assert sum(fetched) <= data["total"] / 1e6 + 0.5, fetched
+
+
 def test_cache_cli_errors(data, ng, tmp_path):
     cache = tmp_path / "cache"
     p = cache_cli("fetch", "stk:%s/missing-{0..1}.stk" % ng.url, cache=cache, check=False)
