@@ -69,8 +69,10 @@
  *     is truncated: both fail the open naming the file, record and byte, as
  *     does a record of 4 GiB or more.
  *
- * A remote file (http, s3: src/io/remote.c) takes no part in 1, and in 2
- * only with index=DIR (a local DIR): it is scanned (3) through the local
+ * A remote file (http, s3: src/io/remote.c) keeps its cache (1) in the
+ * local cache of remote objects (stk_remote_derived_path: keyed by the
+ * object's URL, ETag and size; mtime 0 in the keys), and looks for a DALI
+ * index (2) only in a local index=DIR; else it is scanned (3) through the
  * cache of remote objects, which that also fills.
  *
  * With cache=auto (the default) an index from 2 or 3 is written to the
@@ -189,11 +191,14 @@ typedef struct tfr_keys {
 
 static int tfr_file_keys(const stk_recfile *f, tfr_keys *k)
 {
-    struct stat st;
-    if (stat(f->path, &st) != 0)
-        return stk_fail(STK_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
     k->size = f->size;
-    k->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    k->mtime_ns = 0; /* a remote object: its cache path is keyed by its ETag instead */
+    if (!stk_is_remote(f->path)) {
+        struct stat st;
+        if (stat(f->path, &st) != 0)
+            return stk_fail(STK_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+        k->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    }
     size_t n = f->size < TFR_PROBE ? (size_t)f->size : TFR_PROBE;
     int rc = tfr_crc_range(f, 0, n, &k->head_crc);
     if (rc == 0)
@@ -472,18 +477,19 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
     tfr_keys k;
     char *cpath = NULL, *dali = NULL;
     int rc = 0, got = 0;
-    /* A remote file (http, s3) has no offset cache (its keys are a local
-     * file's mtime, and nothing can be written beside it) and no DALI index
-     * looked for beside it (a HEAD per candidate and file); index=DIR still
-     * finds DALI indexes in a local DIR. Else it is scanned, through the
-     * local cache of remote objects, so the scan also fills that cache. */
+    /* A remote file (http, s3) keeps its offset cache in the local cache
+     * of remote objects (CACHE/derived/HASH.stkidx, HASH of URL#ETAG#SIZE:
+     * nothing can be written beside a URL, and a replaced object gets
+     * another), and looks for DALI indexes only in a local index=DIR (one
+     * HEAD per candidate and file would slow every open). Else it is
+     * scanned through the cache of remote objects, which that also fills. */
     bool remote = stk_is_remote(f->path);
-    if (remote)
-        use_cache = false;
     if (use_cache) {
         if ((rc = tfr_file_keys(f, &k)) < 0)
             return rc;
-        if (!(cpath = tfr_beside(f->path, index_dir, ".stkidx", false)))
+        if (remote && (rc = stk_remote_derived_path(f->src, ".stkidx", &cpath)) < 0)
+            return rc;
+        if (!remote && !(cpath = tfr_beside(f->path, index_dir, ".stkidx", false)))
             return STK_ENOMEM;
         if ((got = tfr_load_cache(m, cpath, &k, o->max_samples)) < 0) {
             rc = got;

@@ -856,6 +856,11 @@ void stk_cache_object_close(stk_cache_object *o)
     stk_cache_close(c);
 }
 
+const char *stk_cache_object_key(const stk_cache_object *o)
+{
+    return o->key;
+}
+
 uint64_t stk_cache_object_size(const stk_cache_object *o)
 {
     return o->size;

@@ -98,6 +98,8 @@ const char *stk_cache_dir(const stk_cache *c);
 int stk_cache_object_open(stk_cache *c, const char *key, uint64_t size, uint32_t chunk_size,
                           stk_cache_object **out);
 void stk_cache_object_close(stk_cache_object *o);
+/* The key it was opened with (URL#ETAG#SIZE for a remote object). */
+const char *stk_cache_object_key(const stk_cache_object *o);
 uint64_t stk_cache_object_size(const stk_cache_object *o);
 uint32_t stk_cache_chunk_size(const stk_cache_object *o);
 uint64_t stk_cache_chunk_count(const stk_cache_object *o);

@@ -48,6 +48,9 @@
 #include "io/http.h"
 #include "io/s3.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -56,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -1125,6 +1129,36 @@ void stk_remote_list_free(char **list, uint32_t n)
     for (uint32_t i = 0; i < n; i++)
         free(list[i]);
     free(list);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files derived from a remote object                                        */
+/* ------------------------------------------------------------------------ */
+
+int stk_remote_derived_path(const stk_source *src, const char *suffix, char **out)
+{
+    *out = NULL;
+    if (src->ops != &remote_ops)
+        return stk_fail(STK_EINVAL, "%s: not a remote object", src->name);
+    const remote_source *s = (const remote_source *)src;
+    const char *key = stk_cache_object_key(s->obj);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(key, strlen(key)));
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
+    char *dir = NULL;
+    if (asprintf(&dir, "%s/derived", stk_cache_dir(s->cache)) < 0)
+        return stk_fail(STK_ENOMEM, "out of memory");
+    int rc = 0;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        rc = stk_fail(STK_EIO, "%s: cannot create: %s", dir, strerror(errno));
+    else if (asprintf(out, "%s/%s%s", dir, hex, suffix) < 0) {
+        *out = NULL;
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+    }
+    free(dir);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -67,6 +67,14 @@ void stk_remote_list_free(char **list, uint32_t n);
 void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes,
                            uint64_t tail_bytes);
 
+/* A local path (*out, malloc'd) for a file a reader derives from the
+ * remote object `src` (the TFRecord reader's offset cache):
+ * CACHE_DIR/derived/HASH + suffix, HASH the XXH3-128 of the object's cache
+ * key (URL#ETAG#SIZE), so a replaced object gets another; the directory is
+ * created. Such files are small (8 bytes per record) and are not evicted
+ * with their object. STK_EINVAL (not a remote source), STK_EIO, STK_ENOMEM. */
+int stk_remote_derived_path(const stk_source *src, const char *suffix, char **out);
+
 /* Abandon every transfer of source `s` (a remote one; others: no-op):
  * reads waiting on it return STK_EINTR, and so do later reads. For the
  * loader's destroy and interrupts. */

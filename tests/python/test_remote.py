@@ -394,8 +394,8 @@ def formats(data):
 ])
 def test_other_readers_over_http_same_digest(formats, tmp_path, fmt, local, remote):
     """TFRecord, WebDataset and RecordIO over HTTP: the local files' digest, cold and
-    warm; the warm run fetches nothing. (TFRecord: scanned through the cache, as no
-    offset cache can sit beside a URL; its DALI indexes found with index=DIR.)"""
+    warm; the warm run fetches nothing. (TFRecord: scanned through the cache once, its
+    offsets then kept in the cache directory; its DALI indexes found with index=DIR.)"""
     with servers.nginx(str(formats)) as s:
         want = bench(local.format(root=formats), tmp_path / "unused")["digest"]
         uri = remote.format(url=s.url)
@@ -407,14 +407,19 @@ def test_other_readers_over_http_same_digest(formats, tmp_path, fmt, local, remo
         if fmt == "tfrecord":
             # without an index the open scans each file; DALI indexes in a local
             # folder (index=DIR) are used instead, and give the same samples
-            def index_note(u):
+            def index_note(u, cache="cache2"):
                 p = subprocess.run([STOKER, "inspect", u], capture_output=True, text=True,
-                                   env=env_for(tmp_path / "cache2"), timeout=HANG_GUARD)
+                                   env=env_for(tmp_path / cache), timeout=HANG_GUARD)
                 assert p.returncode == 0, p.stderr
                 return p.stdout
             assert index_note(uri).count("records, scanned") == 3
+            # ... once: the offsets are kept in the cache directory (keyed by URL, ETag
+            # and size), so the next open reads no record header
+            again = index_note(uri)
+            assert again.count("records from the cache %s/derived/" % (tmp_path / "cache2")) == 3
             ixu = uri + "?index=%s/tfrecord" % formats
-            assert index_note(ixu).count("records from the DALI index %s/tfrecord/" % formats) == 3
+            assert index_note(ixu, "cache3").count(
+                "records from the DALI index %s/tfrecord/" % formats) == 3
             assert bench(ixu, tmp_path / "cache3")["digest"] == want
 
 
