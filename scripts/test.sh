@@ -19,7 +19,8 @@
 #      and dataset tests (test_stk: pack, open, verify; test_pack_stall;
 #      test_shard_faults, test_io: shards cut under a mapping; test_datasets,
 #      test_imagefolder, test_npy), the chunk cache (test_cache: claims raced
-#      by threads), and the CLI packing the photos with --jobs 4
+#      by threads), and the CLI packing the photos with --jobs 4 and reading
+#      them back over HTTP from nginx (cold and warm: the local digest)
 #   7. coverage build (gcov): all C tests and the CLI's Python tests, then
 #      the per-directory line coverage (scripts/coverage.sh)
 #   8. Python tests (pytest, Debian's /usr/bin/python3): CLI behaviour and
@@ -120,6 +121,21 @@ for uri in "$tsan_tmp/fmt/stk" "tfrecord:$tsan_tmp/fmt/tfrecord" "recordio:$tsan
   if [ "$got" != "$want" ]; then echo "$uri: $got, the .stk pack gives $want" >&2; exit 1; fi
   echo "$uri: $got"
 done
+# The same shards over HTTP under 4 loader threads (read-ahead, the cache's
+# claims, records read in place from its mapping): nginx on loopback, a cold
+# then a warm epoch pair, each with the local shards' digest.
+nshards=$(find "$tsan_tmp/keep" -name 'shard-*.stk' | wc -l)
+want=$(build-tsan/stoker bench "$tsan_tmp/keep" --pipeline imagenet-train-few --threads 4 --batch 8 \
+  --epochs 2 --digest | grep '^digest:')
+/usr/bin/python3 tests/net/servers.py --nginx "$tsan_tmp/keep" -- bash -c '
+  set -euo pipefail
+  uri="stk:$STOKER_TEST_HTTP_URL/shard-{00000..$(printf %05d $(($1 - 1)))}.stk"
+  for run in cold warm; do
+    got=$(STOKER_CACHE_DIR="$2/remote-cache" build-tsan/stoker bench "$uri" --pipeline imagenet-train-few \
+      --threads 4 --batch 8 --epochs 2 --digest | grep "^digest:")
+    if [ "$got" != "$3" ]; then echo "$uri ($run): $got, the local shards give $3" >&2; exit 1; fi
+    echo "$uri ($run): $got"
+  done' _ "$nshards" "$tsan_tmp" "$want"
 unset TSAN_OPTIONS
 
 step "coverage (gcov)"

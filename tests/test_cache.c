@@ -1128,6 +1128,75 @@ static void test_evict_lru(void **state)
 /* Errors                                                                     */
 /* ------------------------------------------------------------------------- */
 
+/* Threads taking their first views of one object at once: the mapping is
+ * made once and published to all, each chunk's check state is set without
+ * a race (ThreadSanitizer runs this), and every view holds the right bytes. */
+typedef struct view_race {
+    stk_cache_object *o;
+    const uint8_t *bytes;
+    uint64_t size;
+    pthread_barrier_t start;
+    _Atomic int failures;
+    const uint8_t *base[RACE_THREADS];
+} view_race;
+
+typedef struct view_arg {
+    view_race *r;
+    int id;
+} view_arg;
+
+static void *view_thread(void *p)
+{
+    view_arg *a = p;
+    view_race *r = a->r;
+    pthread_barrier_wait(&r->start);
+    /* each thread walks the object from a different place, in 3000-byte views */
+    for (uint64_t i = 0; i < r->size / 3000; i++) {
+        uint64_t off = ((i + (uint64_t)a->id * 7) % (r->size / 3000)) * 3000;
+        const uint8_t *v;
+        if (stk_cache_view(r->o, off, 3000, &v) != 0 || memcmp(v, r->bytes + off, 3000) != 0)
+            atomic_fetch_add(&r->failures, 1);
+        else if (off == 0)
+            r->base[a->id] = v;
+    }
+    return NULL;
+}
+
+static void test_view_threads(void **state)
+{
+    (void)state;
+    static view_race r;
+    const char *key = "http://h/view-race";
+    const uint64_t size = RACE_CHUNKS * 1024;
+    uint8_t *bytes = object_bytes(size, 47);
+    stk_cache *c;
+    stk_cache_object *o;
+    assert_int_equal(stk_cache_open(tu_path("viewrace"), 0, &c), 0);
+    assert_int_equal(stk_cache_object_open(c, key, size, 1024, &o), 0);
+    fill_all(o, bytes);
+    stk_cache_object_close(o); /* reopened: every chunk unchecked, no mapping yet */
+    memset(&r, 0, sizeof r);
+    r.bytes = bytes;
+    r.size = size;
+    assert_int_equal(stk_cache_object_open(c, key, size, 1024, &r.o), 0);
+    pthread_barrier_init(&r.start, NULL, RACE_THREADS);
+    pthread_t t[RACE_THREADS];
+    view_arg args[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++) {
+        args[i] = (view_arg){&r, i};
+        assert_int_equal(pthread_create(&t[i], NULL, view_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&r.start);
+    assert_int_equal(atomic_load(&r.failures), 0);
+    for (int i = 1; i < RACE_THREADS; i++)
+        assert_ptr_equal(r.base[i], r.base[0]); /* one mapping */
+    stk_cache_object_close(r.o);
+    stk_cache_close(c);
+    free(bytes);
+}
+
 /* stk_cache_usage_scan and stk_cache_trim (`stoker cache info/trim/clear`):
  * counts from the directory, least recently used removed first, an object
  * open in this process kept even by a trim to 0. */
@@ -1268,7 +1337,7 @@ int main(void)
         cmocka_unit_test(test_processes_wait),   cmocka_unit_test(test_crash_mid_fill),
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_read_checks_whole_chunks),       cmocka_unit_test(test_evict_lru),
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_view),
-        cmocka_unit_test(test_usage_and_trim),
+        cmocka_unit_test(test_usage_and_trim),   cmocka_unit_test(test_view_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
