@@ -106,6 +106,26 @@ def test_digest_cold_and_warm(world, tmp_path):
     assert warm["remote"]["reads_waited"] == 0
 
 
+def test_cache_fetch_from_a_listing(world, tmp_path):
+    """`stoker cache fetch stk:s3://data/train/` (a signed ListObjectsV2, then the
+    objects' ranges) leaves a cache from which training fetches nothing and gives the
+    local digest; a second fetch downloads nothing."""
+    cache = tmp_path / "cache"
+    env = dict(world["env"], STOKER_CACHE_DIR=str(cache))
+    size = sum(os.path.getsize(os.path.join(world["local"], n)) for n in os.listdir(world["local"]))
+    p = run(["cache", "fetch", "stk:s3://data/train/", "-q"], env)
+    assert p.stdout.startswith("fetched %.1f MB of %d objects" % (size / 1e6, len(os.listdir(world["local"])))), p.stdout
+    p = run(["cache", "info"], env)
+    assert "objects:  %d" % len(os.listdir(world["local"])) in p.stdout, p.stdout
+    warm = bench("stk:s3://data/train/", env)
+    assert warm["digest"] == bench(world["local"], world["env"])["digest"]
+    assert warm["remote"]["bytes_fetched"] == 0 and warm["remote"]["reads_waited"] == 0
+    again = run(["cache", "fetch", "stk:s3://data/train/"], env)
+    assert again.stdout.startswith("fetched 0.0 MB"), again.stdout
+    assert again.stderr.count("fetch: ") == len(os.listdir(world["local"]))   # progress lines
+    assert env["AWS_SECRET_ACCESS_KEY"] not in again.stdout + again.stderr
+
+
 def test_open_samples_equal(world, tmp_path):
     code = ("import stoker, sys, numpy as np\n"
             "stoker.set_cache(sys.argv[3])\n"
