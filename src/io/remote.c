@@ -6,9 +6,12 @@
  * cfg.chunk_size bytes. Every byte a reader gets has been through the cache
  * (cache.h): a read claims the chunks it covers, fetches those it claimed
  * (runs of consecutive chunks as one range GET), waits for those another
- * thread or process is fetching, and then reads the cache. So a chunk is
- * downloaded once per machine however many threads, workers and ranks want
- * it, and a warm epoch never touches the network.
+ * thread or process is fetching, and then reads the cache: a copy
+ * (pread), or in place (view: a pointer into the cache's mapping of the
+ * object, which the .stk reader and the record table of TFRecord, tar and
+ * RecordIO take). So a chunk is downloaded once per machine however many
+ * threads, workers and ranks want it, and a warm epoch never touches the
+ * network.
  *
  * Read-ahead. STK_ADVISE_WILLNEED on a range claims its missing chunks and
  * fetches them in the background: each fetch is a detached request whose
@@ -34,6 +37,13 @@
  * replaced on the server is a new cache entry, never a mix of old and new
  * chunks; a range answer with another ETag than the object was opened with
  * fails ("the object changed while being read").
+ *
+ * The cache as a whole (stk_remote_cache_info_get, stk_remote_cache_trim,
+ * stk_remote_prefetch: `stoker cache`) works on the configured cache;
+ * prefetch hints every object of a dataset to the read-ahead, then waits
+ * for each a piece at a time. stk_remote_derived_path names a local file
+ * a reader derives from an object (the TFRecord offset cache) by the
+ * object's cache key.
  *
  * Locking: cfg.mu guards the settings and the cache handle; info.mu the
  * identity table; ra.mu the read-ahead queue and budget; each source's

@@ -19,8 +19,9 @@
  * Reading (remote_pread in remote.c): the chunks covering the bytes asked
  * for are claimed in the cache; the caller fetches the ones it claimed
  * (consecutive chunks in one request), waits for the ones another thread
- * or process is fetching, then reads the bytes from the cache. A warm cache
- * costs a lookup and a pread of the cache file.
+ * or process is fetching, then reads the bytes from the cache (pread), or
+ * lends them in place (view: the cache's mapping). A warm cache costs a
+ * lookup, and a pread of the cache file or none.
  *
  * Read-ahead (STK_ADVISE_WILLNEED): the chunks of the hinted range are
  * fetched in the background, within a process-wide budget of bytes in
