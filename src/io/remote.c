@@ -278,29 +278,68 @@ static void target_free(target *t)
 
 typedef struct info {
     char *url;
+    uint64_t hash;       /* XXH3-64 of url */
     uint64_t size;
     char etag[128];
-    struct info *next;
+    struct info *next;   /* the bucket's chain */
 } info;
 
+/* Object identities learned from listings and HEADs, by URL: a hash table
+ * (a listing of 41,000 shards, LAION-400M's, must not cost n^2 string
+ * compares), chained, doubled when it holds more entries than buckets. */
 static struct {
     pthread_mutex_t mu;
-    info *head;
+    info **buckets;      /* cap entries (a power of two), or NULL */
+    size_t cap, count;
 } infos = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The entry for url (infos.mu held), or NULL. */
+static info *info_find_locked(const char *url, uint64_t h)
+{
+    if (!infos.cap)
+        return NULL;
+    info *e = infos.buckets[h & (infos.cap - 1)];
+    while (e && !(e->hash == h && strcmp(e->url, url) == 0))
+        e = e->next;
+    return e;
+}
+
+/* Double the buckets (infos.mu held); on failure the table stays as it is. */
+static void info_grow_locked(void)
+{
+    size_t ncap = infos.cap ? infos.cap * 2 : 256;
+    info **nb = calloc(ncap, sizeof *nb);
+    if (!nb)
+        return;
+    for (size_t i = 0; i < infos.cap; i++)
+        for (info *e = infos.buckets[i], *next; e; e = next) {
+            next = e->next;
+            e->next = nb[e->hash & (ncap - 1)];
+            nb[e->hash & (ncap - 1)] = e;
+        }
+    free(infos.buckets);
+    infos.buckets = nb;
+    infos.cap = ncap;
+}
 
 static void info_put(const char *url, uint64_t size, const char *etag)
 {
+    uint64_t h = XXH3_64bits(url, strlen(url));
     pthread_mutex_lock(&infos.mu);
-    info *e = infos.head;
-    while (e && strcmp(e->url, url) != 0)
-        e = e->next;
-    if (!e && (e = calloc(1, sizeof *e))) {
-        if ((e->url = stk_strdup(url))) {
-            e->next = infos.head;
-            infos.head = e;
-        } else {
-            free(e);
-            e = NULL;
+    info *e = info_find_locked(url, h);
+    if (!e) {
+        if (infos.count >= infos.cap)
+            info_grow_locked();
+        if (infos.cap && (e = calloc(1, sizeof *e))) {
+            if ((e->url = stk_strdup(url))) {
+                e->hash = h;
+                e->next = infos.buckets[h & (infos.cap - 1)];
+                infos.buckets[h & (infos.cap - 1)] = e;
+                infos.count++;
+            } else {
+                free(e);
+                e = NULL;
+            }
         }
     }
     if (e) { /* (out of memory: the open asks the server again) */
@@ -312,10 +351,9 @@ static void info_put(const char *url, uint64_t size, const char *etag)
 
 static bool info_get(const char *url, uint64_t *size, char *etag, size_t cap)
 {
+    uint64_t h = XXH3_64bits(url, strlen(url));
     pthread_mutex_lock(&infos.mu);
-    info *e = infos.head;
-    while (e && strcmp(e->url, url) != 0)
-        e = e->next;
+    info *e = info_find_locked(url, h);
     if (e) {
         *size = e->size;
         snprintf(etag, cap, "%s", e->etag);
