@@ -71,8 +71,9 @@
  *
  * A remote file (http, s3: src/io/remote.c) keeps its cache (1) in the
  * local cache of remote objects (stk_remote_derived_path: keyed by the
- * object's URL, ETag and size; mtime 0 in the keys), and looks for a DALI
- * index (2) only in a local index=DIR; else it is scanned (3) through the
+ * object's URL, ETag and size; mtime 0 in the keys); its DALI index (2)
+ * is a remote one the listing that named the file also named (an s3://
+ * prefix), or one in a local index=DIR; else it is scanned (3) through the
  * cache of remote objects, which that also fills.
  *
  * With cache=auto (the default) an index from 2 or 3 is written to the
@@ -480,9 +481,11 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
     /* A remote file (http, s3) keeps its offset cache in the local cache
      * of remote objects (CACHE/derived/HASH.stkidx, HASH of URL#ETAG#SIZE:
      * nothing can be written beside a URL, and a replaced object gets
-     * another), and looks for DALI indexes only in a local index=DIR (one
-     * HEAD per candidate and file would slow every open). Else it is
-     * scanned through the cache of remote objects, which that also fills. */
+     * another). Its DALI index is one the listing that named the file also
+     * named (stk_remote_known: an s3:// prefix lists NAME.idx beside NAME),
+     * or one in a local index=DIR: a HEAD per candidate and file would slow
+     * every open. Else it is scanned through the cache of remote objects,
+     * which that also fills. */
     bool remote = stk_is_remote(f->path);
     if (use_cache) {
         if ((rc = tfr_file_keys(f, &k)) < 0)
@@ -502,14 +505,15 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
         }
     }
     for (int cand = 0; cand < 3 && !dali; cand++) {
-        if ((cand == 2 || remote) && !index_dir)
+        if (cand == 2 && !index_dir)
             break;
         char *p = tfr_beside(f->path, index_dir, cand == 2 ? "" : ".idx", cand == 1);
         if (!p) {
             rc = STK_ENOMEM;
             goto out;
         }
-        if (!stk_is_remote(p) && stk_path_is_file(p) && strcmp(p, f->path) != 0)
+        if ((stk_is_remote(p) ? stk_remote_known(p) : stk_path_is_file(p)) &&
+            strcmp(p, f->path) != 0)
             dali = p;
         else
             free(p);

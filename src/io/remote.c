@@ -1131,11 +1131,13 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
                 rc = stk_fail(STK_ENOMEM, "out of memory");
                 break;
             }
+            /* every listed object's identity is kept, the ones left out too:
+             * a reader may look for a companion (stk_remote_known) */
+            info_put(u, l.objects[i].size, l.objects[i].etag);
             if (!has_suffix(u, suffixes)) {
                 free(u);
                 continue;
             }
-            info_put(u, l.objects[i].size, l.objects[i].etag);
             rc = strlist_push(&all, u);
         }
         stk_s3_listing_free(&l);
@@ -1177,6 +1179,13 @@ void stk_remote_list_free(char **list, uint32_t n)
     for (uint32_t i = 0; i < n; i++)
         free(list[i]);
     free(list);
+}
+
+bool stk_remote_known(const char *url)
+{
+    uint64_t size;
+    char etag[128];
+    return info_get(url, &size, etag, sizeof etag);
 }
 
 /* ------------------------------------------------------------------------ */

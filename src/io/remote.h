@@ -61,6 +61,13 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
                     uint32_t *count);
 void stk_remote_list_free(char **list, uint32_t n);
 
+/* Has this process learned that the object at `url` exists (a listing named
+ * it, every object of an s3:// listing counting, even those a reader's
+ * suffixes left out; or a HEAD found it)? Asks no server: for a reader
+ * looking for companion objects (the TFRecord reader's DALI indexes)
+ * without a request per candidate. */
+bool stk_remote_known(const char *url);
+
 /* Fetch the first and last `tail_bytes` of each object in parallel (the
  * .stk header, and the index and footer), so opening many shards costs a
  * couple of round trips, not several per shard. Best effort: failures are

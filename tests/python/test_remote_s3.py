@@ -126,6 +126,41 @@ def test_cache_fetch_from_a_listing(world, tmp_path):
     assert env["AWS_SECRET_ACCESS_KEY"] not in again.stdout + again.stderr
 
 
+def test_tfrecord_with_dali_indexes_in_the_bucket(world, tmp_path):
+    """TFRecord files with DALI's NAME.idx beside them under an s3:// prefix: the
+    listing names the indexes, so the open uses them (no scan, no HEAD per
+    candidate) and gives the local files' digest; a brace pattern names no index
+    and scans instead, to the same samples."""
+    import shutil
+    classes = tmp_path / "classes"
+    for line in open(os.path.join(world["tmp"], "list.txt")).read().split("\n"):
+        if line:
+            path, label = line.split("\t")
+            (classes / ("c%s" % label)).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, classes / ("c%s" % label) / os.path.basename(path))
+    out = tmp_path / "fmt"
+    write = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                         "write_formats.py")
+    p = subprocess.run(["/usr/bin/python3", write, "--images", str(classes), "--out", str(out),
+                        "--shards", "3", "--formats", "tfrecord"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    names = sorted(n for n in os.listdir(out / "tfrecord") if n.endswith((".tfrecord", ".idx")))
+    assert len(names) == 6, names
+    for n in names:
+        with open(out / "tfrecord" / n, "rb") as f:
+            world["client"].put_object(Bucket="data", Key="tf/" + n, Body=f.read())
+    env = dict(world["env"], STOKER_CACHE_DIR=str(tmp_path / "cache"))
+    want = bench("tfrecord:%s" % (out / "tfrecord"), world["env"])["digest"]
+    note = run(["inspect", "tfrecord:s3://data/tf/"], env).stdout
+    assert note.count("records from the DALI index s3://data/tf/photos-") == 3, note
+    assert bench("tfrecord:s3://data/tf/", env)["digest"] == want
+    env2 = dict(world["env"], STOKER_CACHE_DIR=str(tmp_path / "cache2"))
+    pattern = "tfrecord:s3://data/tf/photos-{00000..00002}.tfrecord"
+    assert run(["inspect", pattern], env2).stdout.count("records, scanned") == 3
+    assert bench(pattern, env2)["digest"] == want
+
+
 def test_open_samples_equal(world, tmp_path):
     code = ("import stoker, sys, numpy as np\n"
             "stoker.set_cache(sys.argv[3])\n"
