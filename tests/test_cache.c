@@ -377,15 +377,32 @@ typedef struct race {
     atomic_int failures;
 } race;
 
+/* What each raced thread gets: the test's shared state and its number. */
 typedef struct race_arg {
-    race *r;
+    void *shared;
     int id;
 } race_arg;
+
+/* RACE_THREADS threads of fn, each with its race_arg, released together by
+ * `start` (each waits on it first); returns when all have finished. */
+static void run_raced(void *(*fn)(void *), void *shared, pthread_barrier_t *start)
+{
+    pthread_t t[RACE_THREADS];
+    race_arg args[RACE_THREADS];
+    pthread_barrier_init(start, NULL, RACE_THREADS);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        args[i] = (race_arg){shared, i};
+        assert_int_equal(pthread_create(&t[i], NULL, fn, &args[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(start);
+}
 
 static void *race_thread(void *p)
 {
     race_arg *a = p;
-    race *r = a->r;
+    race *r = a->shared;
     uint8_t buf[1024];
     pthread_barrier_wait(&r->start);
     for (int i = 0; i < RACE_CHUNKS; i++) {
@@ -424,16 +441,7 @@ static void test_threads_claim(void **state)
         memset(&r, 0, sizeof r);
         r.bytes = bytes;
         assert_int_equal(stk_cache_object_open(c, key, RACE_CHUNKS * 1024, 1024, &r.o), 0);
-        pthread_barrier_init(&r.start, NULL, RACE_THREADS);
-        pthread_t t[RACE_THREADS];
-        race_arg args[RACE_THREADS];
-        for (int i = 0; i < RACE_THREADS; i++) {
-            args[i] = (race_arg){&r, i};
-            assert_int_equal(pthread_create(&t[i], NULL, race_thread, &args[i]), 0);
-        }
-        for (int i = 0; i < RACE_THREADS; i++)
-            pthread_join(t[i], NULL);
-        pthread_barrier_destroy(&r.start);
+        run_raced(race_thread, &r, &r.start);
         assert_int_equal(atomic_load(&r.failures), 0);
         for (int k = 0; k < RACE_CHUNKS; k++)
             assert_int_equal(atomic_load(&r.mine[k]), 1);
@@ -1140,15 +1148,10 @@ typedef struct view_race {
     const uint8_t *base[RACE_THREADS];
 } view_race;
 
-typedef struct view_arg {
-    view_race *r;
-    int id;
-} view_arg;
-
 static void *view_thread(void *p)
 {
-    view_arg *a = p;
-    view_race *r = a->r;
+    race_arg *a = p;
+    view_race *r = a->shared;
     pthread_barrier_wait(&r->start);
     /* each thread walks the object from a different place, in 3000-byte views */
     for (uint64_t i = 0; i < r->size / 3000; i++) {
@@ -1179,16 +1182,7 @@ static void test_view_threads(void **state)
     r.bytes = bytes;
     r.size = size;
     assert_int_equal(stk_cache_object_open(c, key, size, 1024, &r.o), 0);
-    pthread_barrier_init(&r.start, NULL, RACE_THREADS);
-    pthread_t t[RACE_THREADS];
-    view_arg args[RACE_THREADS];
-    for (int i = 0; i < RACE_THREADS; i++) {
-        args[i] = (view_arg){&r, i};
-        assert_int_equal(pthread_create(&t[i], NULL, view_thread, &args[i]), 0);
-    }
-    for (int i = 0; i < RACE_THREADS; i++)
-        pthread_join(t[i], NULL);
-    pthread_barrier_destroy(&r.start);
+    run_raced(view_thread, &r, &r.start);
     assert_int_equal(atomic_load(&r.failures), 0);
     for (int i = 1; i < RACE_THREADS; i++)
         assert_ptr_equal(r.base[i], r.base[0]); /* one mapping */

@@ -111,16 +111,9 @@ int stk_recordset_get(const stk_recordset *rs, uint64_t i, stk_scratch *scratch,
         *data = f->map ? f->map + r->offset : (const uint8_t *)"";
         return 0;
     }
-    int rc;
-    /* A source that lends views (a remote file: its cache's mapping) gives
-     * the record in place, as a mapping does; any other is read into
-     * scratch. */
-    if (stk_source_has_view(f->src)) {
-        rc = stk_source_view(f->src, r->offset, r->size, data);
-    } else if ((rc = stk_scratch_reserve(scratch, r->size)) == 0) {
-        rc = stk_source_pread(f->src, scratch->data, r->size, r->offset);
-        *data = scratch->data;
-    }
+    /* In place when the source lends views (a remote file: its cache's
+     * mapping), as a mapping does; else read into scratch. */
+    int rc = stk_source_get(f->src, r->offset, r->size, scratch, data);
     if (rc < 0) {
         /* A file shorter than at open lost this record: damage to skip, not
          * a reason to stop (other failures stay what they are); both name

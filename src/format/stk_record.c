@@ -179,14 +179,7 @@ static bool checksum_due(const shardset *set, const shard *s, uint64_t r, bool f
 static int record_pread(const shard *s, uint64_t r, uint64_t global, uint64_t off, uint64_t len,
                         stk_scratch *scratch, const uint8_t **bytes)
 {
-    int rc;
-    if (stk_source_has_view(s->src)) {
-        rc = stk_source_view(s->src, off, (size_t)len, bytes);
-    } else if ((rc = stk_scratch_reserve(scratch, len ? len : 1)) == 0) {
-        /* One indirect call to the source's pread (src/io/source.h). */
-        rc = stk_source_pread(s->src, scratch->data, len, off);
-        *bytes = scratch->data;
-    }
+    int rc = stk_source_get(s->src, off, (size_t)len, scratch, bytes);
     if (rc == STK_EFORMAT)
         /* A short read: the file shrank since it was opened (its size
          * was checked against the layout then). Said here, not by

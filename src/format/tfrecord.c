@@ -487,11 +487,16 @@ static int tfr_index_file(tfr_impl *m, const char *index_dir, bool use_cache,
      * every open. Else it is scanned through the cache of remote objects,
      * which that also fills. */
     bool remote = stk_is_remote(f->path);
+    if (use_cache && remote && stk_remote_derived_path(f->src, ".stkidx", &cpath) < 0) {
+        /* no place for it: indexed without one, as a local file beside a
+         * read-only directory is (noted, not an error) */
+        tfr_note(m, "%s: cache not used: %s", f->path, stk_errmsg());
+        stk_errmsg_clear();
+        use_cache = false;
+    }
     if (use_cache) {
         if ((rc = tfr_file_keys(f, &k)) < 0)
-            return rc;
-        if (remote && (rc = stk_remote_derived_path(f->src, ".stkidx", &cpath)) < 0)
-            return rc;
+            goto out;
         if (!remote && !(cpath = tfr_beside(f->path, index_dir, ".stkidx", false)))
             return STK_ENOMEM;
         if ((got = tfr_load_cache(m, cpath, &k, o->max_samples)) < 0) {

@@ -856,9 +856,23 @@ void stk_cache_object_close(stk_cache_object *o)
     stk_cache_close(c);
 }
 
-const char *stk_cache_object_key(const stk_cache_object *o)
+int stk_cache_object_derived_path(const stk_cache_object *o, const char *suffix, char **out)
 {
-    return o->key;
+    char ebuf[128], hex[33];
+    *out = NULL;
+    char *dir = path_join(o->cache->dir, "derived");
+    if (!dir)
+        return STK_ENOMEM;
+    int rc = 0;
+    hash_hex(o->hash, hex);
+    if (mkdir_p(dir) != 0)
+        rc = stk_fail(STK_EIO, "%s: cannot create: %s", dir, errtext(errno, ebuf, sizeof ebuf));
+    else if (asprintf(out, "%s/%s%s", dir, hex, suffix) < 0) {
+        *out = NULL;
+        rc = stk_fail(STK_ENOMEM, "out of memory");
+    }
+    free(dir);
+    return rc;
 }
 
 uint64_t stk_cache_object_size(const stk_cache_object *o)
@@ -1360,6 +1374,38 @@ static int data_read(const stk_cache_object *o, void *buf, size_t n, uint64_t of
     return 0;
 }
 
+/* The first half of a chunk's first look in this process (a read's or a
+ * view's): 1 when it is PRESENT already (nothing to check), 0 with its
+ * entry in *e when its bytes are to be checked against e->crc, STK_ENOENT
+ * when it is not there (BAD, or its entry absent), or STK_EIO. */
+static int first_look(stk_cache_object *o, uint64_t k, entry *e)
+{
+    uint8_t st = atomic_load_explicit(&o->state[k], memory_order_acquire);
+    if (st == ST_PRESENT)
+        return 1;
+    if (st == ST_BAD)
+        return STK_ENOENT;
+    int rc = entry_read(o, k, e);
+    if (rc < 0)
+        return rc;
+    return e->present ? 0 : STK_ENOENT;
+}
+
+/* The second half: the bytes the caller checked matched the entry's CRC
+ * (PRESENT from now on: 0), or did not, and then the chunk is decided from
+ * disk, since a torn read of the entry or a fill that finished in between
+ * is not damage: 0 (present after all: bytes the caller copied before are
+ * to be read again), STK_ENOENT (absent or bad), STK_EIO. */
+static int settle(stk_cache_object *o, uint64_t k, bool matched)
+{
+    if (matched) {
+        atomic_store_explicit(&o->state[k], ST_PRESENT, memory_order_release);
+        return 0;
+    }
+    int rc = check_present(o, k);
+    return rc < 0 ? rc : rc == 0 ? STK_ENOENT : 0;
+}
+
 /* Chunks a read checks on its own bytes at most (more: checked apart). */
 #define READ_CHECK_MAX 16
 
@@ -1382,16 +1428,9 @@ static int read_checking(stk_cache_object *o, uint8_t *buf, size_t n, uint64_t o
     bool check[READ_CHECK_MAX];
     int rc;
     for (uint64_t k = k0; k <= k1; k++) {
-        uint8_t st = atomic_load_explicit(&o->state[k], memory_order_acquire);
-        check[k - k0] = st != ST_PRESENT;
-        if (st == ST_BAD)
-            return STK_ENOENT;
-        if (check[k - k0]) {
-            if ((rc = entry_read(o, k, &e[k - k0])) < 0)
-                return rc;
-            if (!e[k - k0].present)
-                return STK_ENOENT;
-        }
+        if ((rc = first_look(o, k, &e[k - k0])) < 0)
+            return rc;
+        check[k - k0] = rc == 0;
     }
     ssize_t got = stk_pread_upto(o->data_fd, buf, n, off);
     if (got < 0)
@@ -1413,16 +1452,10 @@ static int read_checking(stk_cache_object *o, uint8_t *buf, size_t n, uint64_t o
             rc = crc_range(o, m1, (size_t)(c1 - m1), crc, &crc);
         if (rc < 0)
             return rc;
-        if (rc == 1 && !again && crc == e[k - k0].crc) {
-            atomic_store_explicit(&o->state[k], ST_PRESENT, memory_order_release);
-            continue;
-        }
-        /* Not matching on these bytes: decide from disk. */
-        if ((rc = check_present(o, k)) < 0)
+        bool matched = rc == 1 && !again && crc == e[k - k0].crc;
+        if ((rc = settle(o, k, matched)) < 0)
             return rc;
-        if (rc == 0)
-            return STK_ENOENT;
-        again = true;
+        again = again || !matched; /* present after all: buf's bytes are read again */
     }
     return again ? data_read(o, buf, n, off) : 0;
 }
@@ -1504,30 +1537,19 @@ int stk_cache_view(stk_cache_object *o, uint64_t off, size_t n, const uint8_t **
         return rc;
     uint64_t k0 = off / o->chunk_size, k1 = (end - 1) / o->chunk_size;
     for (uint64_t k = k0; k <= k1; k++) {
-        uint8_t st = atomic_load_explicit(&o->state[k], memory_order_acquire);
-        if (st == ST_PRESENT)
+        entry e;
+        if ((rc = first_look(o, k, &e)) < 0)
+            return rc;
+        if (rc == 1)
             continue;
-        if (st == ST_BAD)
-            return STK_ENOENT;
         /* The chunk's first look in this process: its CRC over the mapped
          * bytes (no copy), which also maps their pages for the reader. */
-        entry e;
-        if ((rc = entry_read(o, k, &e)) < 0)
-            return rc;
-        if (!e.present)
-            return STK_ENOENT;
         uint64_t c0 = k * o->chunk_size;
         size_t len = chunk_len(o, k);
-        if (stk_crc32c(0, base + c0, len) == e.crc && stk_map_guard_intact(o->data_guard, c0, len)) {
-            atomic_store_explicit(&o->state[k], ST_PRESENT, memory_order_release);
-            continue;
-        }
-        /* Not matching: decide from disk, as a read does (a torn read of the
-         * entry, or a fill that finished in between, is not damage). */
-        if ((rc = check_present(o, k)) < 0)
+        bool matched = stk_crc32c(0, base + c0, len) == e.crc &&
+                       stk_map_guard_intact(o->data_guard, c0, len);
+        if ((rc = settle(o, k, matched)) < 0)
             return rc;
-        if (rc == 0)
-            return STK_ENOENT;
     }
     atomic_fetch_add_explicit(&g_hit_bytes, n, memory_order_relaxed);
     touch(o);

@@ -98,8 +98,13 @@ const char *stk_cache_dir(const stk_cache *c);
 int stk_cache_object_open(stk_cache *c, const char *key, uint64_t size, uint32_t chunk_size,
                           stk_cache_object **out);
 void stk_cache_object_close(stk_cache_object *o);
-/* The key it was opened with (URL#ETAG#SIZE for a remote object). */
-const char *stk_cache_object_key(const stk_cache_object *o);
+/* A local path (*out, malloc'd) for a small file derived from the object
+ * (a reader's index of it): DIR/derived/HASH + suffix, HASH the object's
+ * key hash as in its own files' names, so another key (a replaced remote
+ * object: another ETag) gets another. The directory is created. Such files
+ * are not evicted with the object. STK_EIO naming the directory,
+ * STK_ENOMEM. */
+int stk_cache_object_derived_path(const stk_cache_object *o, const char *suffix, char **out);
 uint64_t stk_cache_object_size(const stk_cache_object *o);
 uint32_t stk_cache_chunk_size(const stk_cache_object *o);
 uint64_t stk_cache_chunk_count(const stk_cache_object *o);

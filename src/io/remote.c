@@ -69,7 +69,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -1197,25 +1196,7 @@ int stk_remote_derived_path(const stk_source *src, const char *suffix, char **ou
     *out = NULL;
     if (src->ops != &remote_ops)
         return stk_fail(STK_EINVAL, "%s: not a remote object", src->name);
-    const remote_source *s = (const remote_source *)src;
-    const char *key = stk_cache_object_key(s->obj);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(key, strlen(key)));
-    char hex[33];
-    for (int i = 0; i < 16; i++)
-        snprintf(hex + 2 * i, 3, "%02x", c.digest[i]);
-    char *dir = NULL;
-    if (asprintf(&dir, "%s/derived", stk_cache_dir(s->cache)) < 0)
-        return stk_fail(STK_ENOMEM, "out of memory");
-    int rc = 0;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        rc = stk_fail(STK_EIO, "%s: cannot create: %s", dir, strerror(errno));
-    else if (asprintf(out, "%s/%s%s", dir, hex, suffix) < 0) {
-        *out = NULL;
-        rc = stk_fail(STK_ENOMEM, "out of memory");
-    }
-    free(dir);
-    return rc;
+    return stk_cache_object_derived_path(((const remote_source *)src)->obj, suffix, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1291,9 +1272,14 @@ STK_API int stk_remote_prefetch(const char *uri,
     if (!url)
         return stk_fail(STK_EINVAL, "%s: not a remote dataset (http://, https:// or s3://, with or "
                                     "without a reader prefix such as stk:)", uri ? uri : "(null)");
+    /* "?..." is the readers' options (?verify=off), as when the dataset opens */
+    char *objects_url = strndup(url, strcspn(url, "?"));
+    if (!objects_url)
+        return stk_fail(STK_ENOMEM, "out of memory");
     char **urls;
     uint32_t n;
-    int rc = stk_remote_list(url, NULL, &urls, &n);
+    int rc = stk_remote_list(objects_url, NULL, &urls, &n);
+    free(objects_url);
     if (rc < 0)
         return rc;
     stk_source **src = calloc(n ? n : 1, sizeof *src);

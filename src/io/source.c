@@ -60,6 +60,19 @@ static const char *errno_text(int e, char *buf, size_t n)
 
 /* Up to n bytes at offset: the count (short only at the end of the file),
  * or -1 with errno set. EINTR and short reads retried. */
+int stk_source_get(const stk_source *s, uint64_t offset, size_t n, stk_scratch *scratch,
+                   const uint8_t **p)
+{
+    if (stk_source_has_view(s))
+        return stk_source_view(s, offset, n, p);
+    int rc = stk_scratch_reserve(scratch, n ? n : 1);
+    if (rc < 0)
+        return rc;
+    *p = scratch->data;
+    /* One indirect call to the source's pread. */
+    return stk_source_pread(s, scratch->data, n, offset);
+}
+
 ssize_t stk_pread_upto(int fd, void *buf, size_t n, uint64_t offset)
 {
     uint8_t *p = buf;

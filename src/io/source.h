@@ -170,6 +170,13 @@ static inline int stk_source_view(const stk_source *s, uint64_t offset, size_t n
 {
     return s->ops->view(s, offset, n, p);
 }
+struct stk_scratch;
+/* Exactly n bytes at `offset` for a reader that uses them and lets go (a
+ * record): in place when the source lends views (*p valid until the source
+ * closes), else read into `scratch` (grown as needed; *p = its data).
+ * Failures as pread's (STK_EFORMAT for a source that ends first). */
+int stk_source_get(const stk_source *s, uint64_t offset, size_t n, struct stk_scratch *scratch,
+                   const uint8_t **p);
 static inline void stk_source_advise(const stk_source *s, const uint8_t *data, uint64_t offset,
                                      uint64_t len, stk_advice advice)
 {
