@@ -74,7 +74,8 @@ static const char bench_usage[] =
     "                         (augment on the CPU, copy) or auto (default)\n"
     "      --decoder D        with --device cuda:N: who decodes JPEGs: cpu (default,\n"
     "                         libjpeg-turbo) or nvjpeg (on the GPU; needs libnvjpeg)\n"
-    "      --on-error POLICY  raise (default) or skip corrupt samples\n"
+    "      --on-error POLICY  raise (default), skip corrupt samples, or replace them\n"
+    "                         (full batches: another sample of the epoch instead)\n"
     "      --digest           print 'digest: HEX', a hash of every batch and label\n"
     "      --json             print one JSON object instead of text\n"
     "  -h, --help             this text\n";
@@ -506,8 +507,10 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
                 a->opt.on_error = STK_ON_ERROR_RAISE;
             else if (!strcmp(optarg, "skip"))
                 a->opt.on_error = STK_ON_ERROR_SKIP;
+            else if (!strcmp(optarg, "replace"))
+                a->opt.on_error = STK_ON_ERROR_REPLACE;
             else {
-                cli_error("--on-error: expected 'raise' or 'skip', got '%s'", optarg);
+                cli_error("--on-error: expected 'raise', 'skip' or 'replace', got '%s'", optarg);
                 return EXIT_USAGE;
             }
             break;

@@ -2,7 +2,7 @@
  * test_loader.c — the executor: in-order, deterministic delivery for any
  * thread count; exactly-once coverage; mid-epoch resume; lent batches never
  * overwritten; pool exhaustion; destroy mid-epoch with full queues; error
- * and skip policies; interrupt; the block shuffle through the loader; resume
+ * skip and replace policies; interrupt; the block shuffle through the loader; resume
  * on another world size (the union of ranks across the checkpoint sees every
  * sample of the epoch once, apart from the pad rule). Runs under ASan/UBSan
  * and TSan.
@@ -821,6 +821,178 @@ static void test_skip_policy_counts_and_keeps_order(void **state)
     fixture_close(&f);
 }
 
+/* on_error = replace (issue 26): every batch stays full under drop_last; a
+ * row whose sample is corrupt holds another, good sample of the epoch (not
+ * one of its batch), with that sample's label and index and the failed
+ * row's augmentation stream; the rows that did not fail are the plain
+ * run's; the same for any thread count and after a resume; the failures
+ * are listed per batch (stk_loader_skipped) with their reasons. */
+typedef struct replaced_run {
+    run r;
+    uint64_t failed[512]; /* stk_loader_skipped indices, in order */
+    uint32_t nfailed;
+} replaced_run;
+
+static void drain_listing(stk_loader *l, replaced_run *out, uint64_t max_batches)
+{
+    stk_batch b;
+    int rc;
+    uint64_t taken = 0;
+    while ((!max_batches || taken < max_batches) && (rc = stk_loader_next(l, &b)) == 1) {
+        taken++;
+        assert_int_equal(b.size, 16); /* full, drop_last or not (300 = 18 * 16 + 12) */
+        size_t bytes = (size_t)b.size * b.sample_bytes;
+        out->r.data = realloc(out->r.data, out->r.rows * b.sample_bytes + bytes);
+        out->r.labels = realloc(out->r.labels, (out->r.rows + b.size) * 8);
+        out->r.indices = realloc(out->r.indices, (out->r.rows + b.size) * 8);
+        memcpy(out->r.data + out->r.rows * b.sample_bytes, b.data, bytes);
+        memcpy(out->r.labels + out->r.rows, b.labels, b.size * 8);
+        memcpy(out->r.indices + out->r.rows, b.indices, b.size * 8);
+        for (uint32_t i = 0; i < b.size; i++)
+            for (uint32_t j = 0; j < i; j++) /* never twice in one batch */
+                assert_true(b.indices[i] != b.indices[j]);
+        for (uint32_t i = 0; i < b.skipped; i++) {
+            uint64_t index;
+            const char *reason;
+            assert_int_equal(stk_loader_skipped(l, &b, i, &index, &reason), 0);
+            assert_non_null(strstr(reason, "corrupt on purpose"));
+            assert_true(index % 10 == 9);
+            assert_true(out->nfailed < 512);
+            out->failed[out->nfailed++] = index;
+        }
+        assert_int_equal(stk_loader_skipped(l, &b, b.skipped, NULL, NULL), STK_EINVAL);
+        out->r.rows += b.size;
+        out->r.skipped += b.skipped;
+        out->r.batches++;
+        assert_int_equal(stk_loader_release(l, &b), 0);
+    }
+}
+
+static void test_replace_policy_full_batches(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_open(&f, 300);
+    stk_dataset *bad = wrap(f.ds, 0, 10); /* 9, 19, ... 299: 30 corrupt */
+    stk_loader_options o = {.batch_size = 16, .seed = 4, .drop_last = 1,
+                            .on_error = STK_ON_ERROR_REPLACE};
+    /* The plain epoch over the sound dataset: the places and their rows. */
+    stk_loader_options po = o;
+    po.on_error = STK_ON_ERROR_RAISE;
+    stk_loader *pl = make_loader(f.ds, SPEC, po);
+    run plain = {0};
+    assert_int_equal(tu_drain(pl, &plain, 0), 0);
+    assert_int_equal(plain.rows, 288);
+    stk_loader_destroy(pl);
+    stk_plan *plan;
+    assert_int_equal(stk_plan_compile(SPEC, H, W, C, &plan), 0);
+    float expect[C * H * W];
+
+    replaced_run ref = {0};
+    const uint32_t threads[] = {1, 4, 3};
+    for (int t = 0; t < 3; t++) {
+        o.threads = threads[t];
+        stk_loader *l = make_loader(bad, SPEC, o);
+        replaced_run rr = {0};
+        drain_listing(l, &rr, 0);
+        assert_int_equal(rr.r.rows, 288);
+        assert_int_equal(rr.r.batches, 18);
+        stk_loader_stats st;
+        stk_loader_stats_get(l, &st);
+        assert_int_equal(st.skipped, rr.r.skipped);
+        stk_loader_destroy(l);
+        if (t == 0) {
+            ref = rr;
+            continue;
+        }
+        assert_int_equal(rr.r.skipped, ref.r.skipped);
+        assert_memory_equal(rr.failed, ref.failed, ref.nfailed * 8);
+        assert_memory_equal(rr.r.data, ref.r.data, 288 * 360);
+        assert_memory_equal(rr.r.indices, ref.r.indices, 288 * 8);
+        assert_memory_equal(rr.r.labels, ref.r.labels, 288 * 8);
+        tu_run_free(&rr.r);
+    }
+    /* Each failed place is listed, in order, before any failed substitute
+     * of it; a sound place keeps its plain row; a failed one holds a sound
+     * sample with its own label, drawn with the failed place's stream. */
+    uint32_t fi = 0, places_failed = 0;
+    for (uint64_t i = 0; i < 288; i++) {
+        uint64_t idx = ref.r.indices[i];
+        assert_true(idx % 10 != 9);
+        assert_int_equal(ref.r.labels[i], f.labels[idx]);
+        if (plain.indices[i] % 10 != 9) {
+            assert_int_equal(idx, plain.indices[i]);
+            assert_memory_equal(ref.r.data + i * 360, plain.data + i * 360, 360);
+            continue;
+        }
+        places_failed++;
+        while (fi < ref.nfailed && ref.failed[fi] != plain.indices[i])
+            fi++;
+        assert_true(fi < ref.nfailed);
+        fi++;
+        stk_image_view v = {f.pixels + idx * H * W * C, H, W, C, W * C, C, 1};
+        stk_rng rng;
+        stk_rng_init(&rng, 4, STK_RNG_DOMAIN_SAMPLE, 0, plain.indices[i]);
+        assert_int_equal(stk_plan_run(plan, &v, &rng, expect), 0);
+        assert_memory_equal(ref.r.data + i * 360, expect, 360);
+    }
+    assert_true(places_failed >= 20); /* ~29 of the 30 in 288 of 300 places */
+    assert_true(ref.r.skipped >= places_failed);
+    assert_int_equal(ref.r.skipped, ref.nfailed);
+
+    /* Resumed after 7 batches by a loader with other threads: the same
+     * continuation, substitutes included. */
+    o.threads = 2;
+    stk_loader *a = make_loader(bad, SPEC, o);
+    replaced_run head = {0}, rest = {0};
+    drain_listing(a, &head, 7);
+    stk_loader_state st;
+    stk_loader_state_get(a, &st);
+    stk_loader_destroy(a);
+    o.threads = 3;
+    stk_loader *b = make_loader(bad, SPEC, o);
+    assert_int_equal(stk_loader_state_set(b, &st), 0);
+    drain_listing(b, &rest, 0);
+    assert_int_equal(head.r.rows + rest.r.rows, 288);
+    assert_memory_equal(rest.r.data, ref.r.data + head.r.rows * 360, rest.r.rows * 360);
+    assert_memory_equal(rest.r.indices, ref.r.indices + head.r.rows, rest.r.rows * 8);
+    assert_int_equal(head.nfailed + rest.nfailed, ref.nfailed);
+    stk_loader_destroy(b);
+
+    /* Views: a replaced sample fills both its rows (the pair together). */
+    o.views = 2;
+    o.drop_last = 0;
+    stk_loader *lv = make_loader(bad, SPEC, o);
+    run rv = {0};
+    assert_int_equal(tu_drain(lv, &rv, 0), 0);
+    assert_int_equal(rv.rows, 600);
+    for (uint64_t i = 0; i < rv.rows; i += 2) {
+        assert_true(rv.indices[i] % 10 != 9);
+        assert_int_equal(rv.indices[i + 1], rv.indices[i]);
+    }
+    stk_loader_destroy(lv);
+
+    /* A dataset where every sample is corrupt stops the loader, naming the
+     * sample and saying how many substitutes failed. */
+    stk_dataset *all_bad = wrap(f.ds, 0, 1);
+    o.views = 1;
+    stk_loader *lb = make_loader(all_bad, SPEC, o);
+    stk_batch bb;
+    assert_int_equal(stk_loader_next(lb, &bb), STK_EDATA);
+    assert_non_null(strstr(stk_errmsg(), "substitutes"));
+    stk_loader_destroy(lb);
+    stk_dataset_close(all_bad);
+
+    tu_run_free(&rv);
+    tu_run_free(&head.r);
+    tu_run_free(&rest.r);
+    tu_run_free(&ref.r);
+    tu_run_free(&plain);
+    stk_plan_free(plan);
+    stk_dataset_close(bad);
+    fixture_close(&f);
+}
+
 static void test_interrupt_leaves_loader_usable(void **state)
 {
     (void)state;
@@ -909,6 +1081,7 @@ int main(void)
         cmocka_unit_test(test_destroy_mid_epoch_with_full_queues),
         cmocka_unit_test(test_raise_policy_reports_record),
         cmocka_unit_test(test_skip_policy_counts_and_keeps_order),
+        cmocka_unit_test(test_replace_policy_full_batches),
         cmocka_unit_test(test_interrupt_leaves_loader_usable),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_stats),

@@ -946,6 +946,16 @@ typedef enum stk_layout { STK_HWC = 0, STK_CHW = 1 } stk_layout;
 typedef enum stk_error_policy {
     STK_ON_ERROR_RAISE = 0, /* a corrupt sample stops the loader with its error */
     STK_ON_ERROR_SKIP = 1,  /* it is left out of its batch and counted */
+    /* It is replaced by another sample of the epoch, so batches stay full:
+     * the sample at a place of this rank's epoch list drawn from the failed
+     * place's own stream (not one of the batch's places, nor another
+     * substitute's, while the list has others), with its own label and
+     * index and the failed row's augmentation draws. Deterministic (any
+     * thread count) and redrawn alike after state_set; counted and listed
+     * as skip is (stk_loader_skipped). 16 corrupt substitutes in a row stop
+     * the loader with STK_EDATA. With a device, only where the CPU makes
+     * the rows (COPY mode, decoder CPU); STK_EUNSUPPORTED otherwise. */
+    STK_ON_ERROR_REPLACE = 2,
 } stk_error_policy;
 
 /* Zero means default for every field. */
@@ -1123,7 +1133,10 @@ typedef struct stk_batch {
     size_t sample_bytes;
     uint64_t epoch;          /* which epoch this batch belongs to */
     uint64_t position;       /* its batch index within the epoch */
-    uint32_t skipped;        /* samples of this batch left out (skip policy) */
+    uint32_t skipped;        /* samples of this batch that failed to read: left
+                                out (skip policy) or replaced (replace policy,
+                                failed substitutes included); stk_loader_skipped
+                                lists them */
     /* Opaque token naming the lent buffer to stk_loader_release (which
      * buffer, and which lending of it, so a second release is caught). Copy
      * it with the struct; never compute or change it. */
@@ -1188,6 +1201,16 @@ typedef struct stk_batch_field {
     int64_t shape[5];
     uint64_t reserved_[2];   /* zeroed by the library */
 } stk_batch_field;
+
+/* Entry i (0 <= i < b->skipped) of lent batch b's samples that failed to
+ * read under on_error skip or replace, in row order (under replace, a
+ * row's failed substitutes follow it): *index gets the dataset index (its
+ * name: stk_dataset_sample_path), *reason the message naming it and why,
+ * lent with the batch (valid until stk_loader_release). Either pointer may
+ * be NULL. STK_EINVAL for i out of range or a batch not lent by this
+ * loader. Any thread, while the batch is lent. */
+STK_API int stk_loader_skipped(const stk_loader *l, const stk_batch *b, uint32_t i,
+                               uint64_t *index, const char **reason);
 
 /* Fields each batch delivers (options.fields; 2 by default: image, label). */
 STK_API uint32_t stk_loader_field_count(const stk_loader *l);

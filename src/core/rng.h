@@ -27,6 +27,8 @@ enum {
     /* augmentation draws counted by list position (sampling with
      * replacement: one index may appear twice in an epoch) */
     STK_RNG_DOMAIN_SAMPLE_POS = 0x534d5050u,
+    /* on_error=replace: the substitute places drawn for a failed row */
+    STK_RNG_DOMAIN_REPLACE = 0x5245504cu,
 };
 
 typedef struct stk_rng {

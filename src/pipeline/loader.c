@@ -113,6 +113,13 @@ static uint64_t batch_handle(uint64_t ticket, uint32_t slot_index)
 
 typedef enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_LENT } slot_state;
 
+/* A sample of a batch that failed to read (skip and replace policies): what
+ * stk_loader_skipped lends. */
+typedef struct fail_rec {
+    uint64_t index; /* its dataset index */
+    char *msg;      /* why (naming it), from malloc */
+} fail_rec;
+
 typedef struct slot {
     /* Buffers: allocated once with the slot, owned by the loader, written
      * only by the worker that claimed the row (FILLING) and read by the
@@ -121,6 +128,9 @@ typedef struct slot {
     int64_t *labels;    /* batch_size */
     uint64_t *indices;  /* batch_size dataset indices */
     uint8_t *row_ok;    /* batch_size: 0 = skipped under the skip policy */
+    char **row_msg;     /* batch_size: a failed row's message (skip, replace),
+                           from malloc, written by the row's worker; moved
+                           into `fails` by the worker that finishes the slot */
     stk_slot_fields *fields; /* the other fields' buffers (NULL: image, label) */
     /* With a device (gpu/stage.h): the pinned staging, the device buffers,
      * the slot's stream and events. COPY mode: data is gb.host. Its
@@ -136,7 +146,14 @@ typedef struct slot {
     uint32_t next_row;  /* first unclaimed row (FILLING) */
     uint32_t done_rows; /* rows finished */
     uint32_t active;    /* workers writing into it right now */
-    uint32_t skipped;   /* rows skipped (skip policy) */
+    uint32_t skipped;   /* rows skipped (skip policy), or failed rows awaiting
+                           their substitute (replace policy) */
+    /* The samples that failed to read, in row order (a row's failed
+     * substitutes after it): built by the worker that finishes the slot,
+     * read by stk_loader_skipped while LENT, emptied when the slot is
+     * claimed again. */
+    fail_rec *fails;
+    uint32_t nfails, fails_cap;
     bool cancelled;     /* reset while active > 0: free when active hits 0 */
     uint64_t ticket;    /* bumped on every lend; guards double release */
 } slot;
@@ -292,6 +309,13 @@ static void slot_free_buffers(const stk_loader *l, slot *s)
     free(s->labels);
     free(s->indices);
     free(s->row_ok);
+    if (s->row_msg)
+        for (uint32_t r = 0; r < l->opt.batch_size; r++)
+            free(s->row_msg[r]);
+    free(s->row_msg);
+    for (uint32_t i = 0; i < s->nfails; i++)
+        free(s->fails[i].msg);
+    free(s->fails);
     memset(s, 0, sizeof *s);
 }
 
@@ -317,6 +341,7 @@ static int slot_alloc(stk_loader *l, slot *s)
     s->labels = calloc(b, sizeof *s->labels);
     s->indices = calloc(b, sizeof *s->indices);
     s->row_ok = calloc(l->opt.batch_size, 1);
+    s->row_msg = calloc(l->opt.batch_size, sizeof *s->row_msg);
     if ((s->data || l->gpipe) && l->lf->extra) {
         int rc = stk_slot_fields_alloc(l->lf, b, &s->fields);
         if (rc < 0) {
@@ -324,7 +349,7 @@ static int slot_alloc(stk_loader *l, slot *s)
             return rc;
         }
     }
-    if ((!s->data && !l->gpipe) || !s->labels || !s->indices || !s->row_ok) {
+    if ((!s->data && !l->gpipe) || !s->labels || !s->indices || !s->row_ok || !s->row_msg) {
         slot_free_buffers(l, s);
         return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
                         (unsigned long long)bytes);
@@ -477,6 +502,9 @@ static slot *claim_locked(stk_loader *l, uint32_t *row0, uint32_t *row1, ra_batc
             s->start = start;
             s->rows = (uint32_t)(left < l->opt.batch_size ? left : l->opt.batch_size);
             s->next_row = s->done_rows = s->skipped = 0;
+            for (uint32_t f = 0; f < s->nfails; f++) /* (rare: a batch with failures) */
+                free(s->fails[f].msg);
+            s->nfails = 0;
             s->active = 0;
             s->cancelled = false;
             l->pending++;
@@ -557,8 +585,82 @@ static int gpu_decode_rows(stk_loader *l, worker *w, slot *s)
     return 0;
 }
 
+/* Read sample `index` and run the plan into row `row` of slot s (all its
+ * views), the draws keyed by `place` (the row's own place: a substitute
+ * under the replace policy is drawn with the failed row's stream). Writes
+ * the row's labels (-1 on failure), indices and row_ok. No lock held.
+ * *t_read: ticks when the read returned; *dec: decode ticks. Returns 0 or
+ * the error (its message naming the sample). */
+static int run_row(stk_loader *l, worker *w, slot *s, uint32_t row, uint64_t epoch,
+                   uint64_t index, const stk_sampler_place *place, uint64_t *t_read,
+                   uint64_t *dec)
+{
+    uint32_t k = l->views;
+    stk_sample sample;
+    int rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
+    *t_read = stk_ticks();
+    if (rc == 0 && l->lf->extra) {
+        stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
+                             .encoded = sample.encoded,
+                             .encoded_size = sample.encoded_size,
+                             .decode_ticks = dec};
+        if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
+            rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+        stk_row_key rk = {l->aug_seed, place->draw_domain, epoch, place->draw};
+        if (rc == 0)
+            rc = stk_lfields_fill(l->lf, l->ds, l->plan, index, &in, &rk, k,
+                                  s->data + (size_t)row * k * l->sample_bytes, l->sample_bytes,
+                                  row, s->fields, w->fields, &w->plan_scratch);
+        int lost = stk_dataset_check(l->ds, index);
+        if (lost < 0) {
+            rc = lost;
+        } else if (rc < 0) {
+            char name[1024];
+            stk_dataset_sample_name(l->ds, index, name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
+        }
+    } else if (rc == 0) {
+        stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
+                             .encoded = sample.encoded,
+                             .encoded_size = sample.encoded_size,
+                             .decode_ticks = dec};
+        /* View v's draws: the counter with v in its top byte (v = 0:
+         * the plain draw; counters stay below 2^56, checked at create). */
+        for (uint32_t v = 0; v < k && rc == 0; v++) {
+            stk_rng rng;
+            stk_rng_init(&rng, l->aug_seed, place->draw_domain, epoch,
+                         place->draw | (uint64_t)v << 56);
+            if (!s->data) /* a GPU pipeline stages the row (gpu/stage.c) */
+                rc = stk_gpu_stage_row(l->gpipe, &s->gb, row * k + v, &in, &rng,
+                                       &w->plan_scratch);
+            else
+                rc = stk_plan_run_input(l->plan, &in, &rng,
+                                        s->data + ((size_t)row * k + v) * l->sample_bytes,
+                                        &w->plan_scratch);
+        }
+        /* A zero-copy view whose file shrank under it (mapped shards)
+         * read zeros: fail the row with that reason, naming the record. */
+        int lost = stk_dataset_check(l->ds, index);
+        if (lost < 0) {
+            rc = lost;
+        } else if (rc < 0) {
+            char name[1024];
+            stk_dataset_sample_name(l->ds, index, name, sizeof name);
+            stk_fail_prefix(rc, "%s", name);
+        }
+    }
+    for (uint32_t v = 0; v < k; v++) {
+        s->labels[(size_t)row * k + v] = rc == 0 ? sample.label : -1;
+        s->indices[(size_t)row * k + v] = index;
+    }
+    s->row_ok[row] = rc == 0;
+    return rc;
+}
+
 /* Process rows [row0, row1) of slot s. No lock held. Returns 0 or the fatal
- * error code (message in the thread-local buffer). */
+ * error code (message in the thread-local buffer). A corrupt sample
+ * (STK_EDATA) under the skip or replace policy leaves its row not ok, its
+ * message in row_msg, and counts in *skipped. */
 static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t pos,
                      uint64_t start, uint32_t row0, uint32_t row1, uint32_t *skipped)
 {
@@ -577,77 +679,23 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     for (uint32_t row = row0; row < row1; row++) {
         stk_sampler_place place;
         stk_sampler_place_from(l->sampler, &key, start, first + row, &place);
-        uint64_t index = place.index;
-        stk_sample sample;
-        rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
-        uint64_t t_read = stk_ticks();
-        read_ticks += t_read - t;
-        uint64_t dec = 0;
-        if (rc == 0 && l->lf->extra) {
-            stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
-                                 .encoded = sample.encoded,
-                                 .encoded_size = sample.encoded_size,
-                                 .decode_ticks = &dec};
-            if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
-                rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-            stk_row_key rk = {l->aug_seed, place.draw_domain, epoch, place.draw};
-            if (rc == 0)
-                rc = stk_lfields_fill(l->lf, l->ds, l->plan, index, &in, &rk, k,
-                                      s->data + (size_t)row * k * l->sample_bytes,
-                                      l->sample_bytes, row, s->fields, w->fields,
-                                      &w->plan_scratch);
-            int lost = stk_dataset_check(l->ds, index);
-            if (lost < 0) {
-                rc = lost;
-            } else if (rc < 0) {
-                char name[1024];
-                stk_dataset_sample_name(l->ds, index, name, sizeof name);
-                stk_fail_prefix(rc, "%s", name);
-            }
-        } else if (rc == 0) {
-            stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
-                                 .encoded = sample.encoded,
-                                 .encoded_size = sample.encoded_size,
-                                 .decode_ticks = &dec};
-            /* View v's draws: the counter with v in its top byte (v = 0:
-             * the plain draw; counters stay below 2^56, checked at create). */
-            for (uint32_t v = 0; v < k && rc == 0; v++) {
-                stk_rng rng;
-                stk_rng_init(&rng, l->aug_seed, place.draw_domain, epoch,
-                             place.draw | (uint64_t)v << 56);
-                if (!s->data) /* a GPU pipeline stages the row (gpu/stage.c) */
-                    rc = stk_gpu_stage_row(l->gpipe, &s->gb, row * k + v, &in, &rng,
-                                           &w->plan_scratch);
-                else
-                    rc = stk_plan_run_input(l->plan, &in, &rng,
-                                            s->data + ((size_t)row * k + v) * l->sample_bytes,
-                                            &w->plan_scratch);
-            }
-            /* A zero-copy view whose file shrank under it (mapped shards)
-             * read zeros: fail the row with that reason, naming the record. */
-            int lost = stk_dataset_check(l->ds, index);
-            if (lost < 0) {
-                rc = lost;
-            } else if (rc < 0) {
-                char name[1024];
-                stk_dataset_sample_name(l->ds, index, name, sizeof name);
-                stk_fail_prefix(rc, "%s", name);
-            }
+        if (s->row_msg[row]) { /* left from a batch cancelled before it finished */
+            free(s->row_msg[row]);
+            s->row_msg[row] = NULL;
         }
+        uint64_t t_read, dec = 0;
+        rc = run_row(l, w, s, row, epoch, place.index, &place, &t_read, &dec);
+        read_ticks += t_read - t;
         t = stk_ticks();
         if (dec > t - t_read) /* (a migration between unsynchronised TSCs) */
             dec = t - t_read;
         decode_ticks += dec;
         augment_ticks += t - t_read - dec;
-        for (uint32_t v = 0; v < k; v++) {
-            s->labels[(size_t)row * k + v] = rc == 0 ? sample.label : -1;
-            s->indices[(size_t)row * k + v] = index;
-        }
-        s->row_ok[row] = rc == 0;
         if (rc < 0 && !s->data && l->gpipe)
             for (uint32_t v = 0; v < k; v++)
                 stk_gpu_stage_skip(l->gpipe, &s->gb, row * k + v);
-        if (rc == STK_EDATA && l->opt.on_error == STK_ON_ERROR_SKIP) {
+        if (rc == STK_EDATA && l->opt.on_error != STK_ON_ERROR_RAISE) {
+            s->row_msg[row] = strdup(stk_errmsg()); /* (NULL: listed without a reason) */
             (*skipped)++;
             rc = 0;
             continue;
@@ -659,6 +707,130 @@ static int fill_rows(stk_loader *l, worker *w, slot *s, uint64_t epoch, uint64_t
     atomic_fetch_add_explicit(&w->decode_ticks, decode_ticks, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->augment_ticks, augment_ticks, memory_order_relaxed);
     return rc;
+}
+
+/* Append a failure to the slot's list; takes msg. 0 or STK_ENOMEM. Called
+ * by the worker that finishes the slot. */
+static int fail_push(slot *s, uint64_t index, char *msg)
+{
+    if (s->nfails == s->fails_cap) {
+        uint32_t cap = s->fails_cap ? s->fails_cap * 2 : 8;
+        fail_rec *f = realloc(s->fails, cap * sizeof *f);
+        if (!f) {
+            free(msg);
+            return stk_fail(STK_ENOMEM, "loader: out of memory listing the skipped samples");
+        }
+        s->fails = f;
+        s->fails_cap = cap;
+    }
+    s->fails[s->nfails].index = index;
+    s->fails[s->nfails].msg = msg;
+    s->nfails++;
+    return 0;
+}
+
+/* Substitutes tried for one failed row before the loader gives up. */
+#define REPLACE_TRIES 16
+
+/* The replace policy, by the worker that finishes the slot (no other thread
+ * touches it then; no lock held): each failed row, in row order, gets the
+ * sample at another place of its epoch's list for this rank, drawn from
+ * the failed row's own stream (domain STK_RNG_DOMAIN_REPLACE, keyed by its
+ * draw counter), run with the failed row's augmentation draws and read
+ * with its own label and index. So the substitute depends only on (seed,
+ * epoch, the failed place), never on threads or timing, and a resumed
+ * loader redraws it. Places inside this batch and places already used as
+ * substitutes in it are drawn again (while the list has others), so a
+ * sample does not appear twice in one batch. A substitute that fails too
+ * is listed and the next draw tried; REPLACE_TRIES failures in a row stop
+ * the loader. Also lists the failures (skip and replace: collect_fails). */
+static int replace_rows(stk_loader *l, worker *w, slot *s, uint64_t list_len)
+{
+    stk_epoch_key key;
+    stk_sampler_epoch_key(l->sampler, s->epoch, &key);
+    uint64_t first = s->position * l->opt.batch_size;
+    uint64_t *used = NULL; /* substitute places taken in this batch */
+    uint32_t nused = 0, replaced = 0;
+    int rc = 0;
+    uint64_t t0 = stk_ticks();
+    for (uint32_t row = 0; row < s->rows && rc == 0; row++) {
+        if (s->row_ok[row])
+            continue;
+        stk_sampler_place place;
+        stk_sampler_place_from(l->sampler, &key, s->start, first + row, &place);
+        if ((rc = fail_push(s, s->indices[(size_t)row * l->views], s->row_msg[row])) < 0)
+            break;
+        s->row_msg[row] = NULL;
+        if (!used && !(used = malloc((size_t)s->rows * REPLACE_TRIES * sizeof *used))) {
+            rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+            break;
+        }
+        stk_rng rng;
+        stk_rng_init(&rng, l->aug_seed, STK_RNG_DOMAIN_REPLACE, s->epoch,
+                     (uint64_t)place.draw_domain << 56 ^ place.draw);
+        uint64_t avoid = s->rows + nused; /* places to avoid; a bound, not a set */
+        int tries;
+        for (tries = 0; tries < REPLACE_TRIES; tries++) {
+            uint64_t p = 0;
+            for (int draw = 0; draw < 64; draw++) {
+                p = stk_rng_u64(&rng) % list_len;
+                if (avoid >= list_len)
+                    break; /* every place is in this batch: take any */
+                bool taken = p >= first && p < first + s->rows;
+                for (uint32_t u = 0; u < nused && !taken; u++)
+                    taken = used[u] == p;
+                if (!taken)
+                    break;
+            }
+            used[nused++] = p;
+            stk_sampler_place sub;
+            stk_sampler_place_from(l->sampler, &key, s->start, p, &sub);
+            uint64_t t_read, dec = 0;
+            rc = run_row(l, w, s, row, s->epoch, sub.index, &place, &t_read, &dec);
+            if (rc == 0) {
+                replaced++;
+                break;
+            }
+            if (rc != STK_EDATA)
+                break;
+            char *msg = strdup(stk_errmsg());
+            if ((rc = fail_push(s, sub.index, msg)) < 0)
+                break;
+            rc = 0;
+        }
+        if (rc == 0 && tries == REPLACE_TRIES) {
+            char name[1024];
+            stk_dataset_sample_name(l->ds, s->fails[s->nfails - REPLACE_TRIES - 1].index, name,
+                                    sizeof name);
+            rc = stk_fail(STK_EDATA,
+                          "%s and %d substitutes for it in a row are corrupt "
+                          "(on_error=replace); the last: %s",
+                          name, REPLACE_TRIES,
+                          s->fails[s->nfails - 1].msg ? s->fails[s->nfails - 1].msg : "?");
+        }
+    }
+    free(used);
+    if (rc == 0)
+        s->skipped = 0; /* every row holds a sample again */
+    atomic_fetch_add_explicit(&w->samples, replaced, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->collate_ticks, stk_ticks() - t0, memory_order_relaxed);
+    return rc;
+}
+
+/* The skip policy: the failed rows' messages into the slot's list, in row
+ * order, before they are compacted away. By the worker that finishes the
+ * slot. */
+static int collect_fails(stk_loader *l, slot *s)
+{
+    for (uint32_t row = 0; row < s->rows; row++) {
+        if (s->row_ok[row])
+            continue;
+        int rc = fail_push(s, s->indices[(size_t)row * l->views], s->row_msg[row]);
+        s->row_msg[row] = NULL;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 static void *worker_main(void *arg)
@@ -728,9 +900,14 @@ static void *worker_main(void *arg)
                 /* Compact and collate unlocked; staying "active" keeps a
                  * concurrent reset from freeing the slot under us. */
                 s->active++;
+                uint64_t list_len = s->start ? l->part_rank : l->per_rank;
                 pthread_mutex_unlock(&l->mu);
                 uint64_t c0 = stk_ticks();
                 int crc = l->gpipe ? gpu_decode_rows(l, w, s) : 0;
+                if (crc == 0 && s->skipped)
+                    crc = l->opt.on_error == STK_ON_ERROR_REPLACE
+                              ? replace_rows(l, w, s, list_len)
+                              : collect_fails(l, s);
                 if (crc == 0 && s->skipped)
                     compact_rows(l, w, s);
                 if (crc == 0 && s->fields && l->lf->nvar) {
@@ -824,7 +1001,8 @@ static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
     if ((uint64_t)o->batch_size * o->views > UINT32_MAX)
         return stk_fail(STK_EINVAL, "loader: batch_size %u x views %u rows is too many",
                         o->batch_size, o->views);
-    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP)
+    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP &&
+        o->on_error != STK_ON_ERROR_REPLACE)
         return stk_fail(STK_EINVAL, "loader: unknown error policy %d", (int)o->on_error);
     /* The order: no_shuffle is STK_SHUFFLE_NONE; block defaults filled in
      * (the sampler checks the rest, with the messages). */
@@ -1026,6 +1204,13 @@ static int open_device(stk_loader *l, const char *spec)
     if (rc < 0)
         return rc;
     l->gmode = stk_gpu_pipe_mode(l->gpipe);
+    /* A substitute is written where the failed row was, after the batch's
+     * other rows: only where rows are host rows copied whole at submit. */
+    if (l->opt.on_error == STK_ON_ERROR_REPLACE &&
+        (l->gmode != STK_GPU_COPY || d->decoder == STK_DECODER_NVJPEG))
+        return stk_fail(STK_EUNSUPPORTED, "loader: on_error=replace works with a device only "
+                        "where the CPU makes the rows (%s); use on_error=skip",
+                        stk_gpu_mode_name(l->gmode));
     snprintf(l->device_info, sizeof l->device_info, "%s: %s", stk_gpu_mode_name(l->gmode),
              stk_gpu_pipe_reason(l->gpipe));
     return 0;
@@ -1591,7 +1776,7 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     l->deliver_seq++;
     l->cons_pos++;
     l->batches_delivered++;
-    l->skipped_delivered += s->skipped;
+    l->skipped_delivered += s->nfails;
     pthread_cond_broadcast(&l->work_cv); /* prefetch budget freed */
 
     uint32_t n = (s->rows - s->skipped) * l->views;
@@ -1610,7 +1795,7 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
     b->sample_bytes = l->sample_bytes;
     b->epoch = s->epoch;
     b->position = s->position;
-    b->skipped = s->skipped;
+    b->skipped = s->nfails;
     b->handle = batch_handle(s->ticket, (uint32_t)(s - l->slots));
     if (l->gpipe) {
         b->data = (void *)(uintptr_t)s->gb.d_out;
@@ -1771,6 +1956,32 @@ int stk_loader_batch_wait(const stk_loader *l, const stk_batch *b, uint64_t stre
 uint32_t stk_loader_field_count(const stk_loader *l)
 {
     return l ? l->lf->n : 0;
+}
+
+int stk_loader_skipped(const stk_loader *l, const stk_batch *b, uint32_t i, uint64_t *index,
+                       const char **reason)
+{
+    if (!l || !b)
+        return stk_fail(STK_EINVAL, "stk_loader_skipped: NULL argument");
+    stk_loader *ml = (stk_loader *)l; /* the lock only */
+    pthread_mutex_lock(&ml->mu);
+    uint32_t slot_index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
+    const slot *s = slot_index < l->nslots ? &l->slots[slot_index] : NULL;
+    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, slot_index) != b->handle ||
+        slot_lent_data(l, s) != b->data)
+        s = NULL;
+    pthread_mutex_unlock(&ml->mu);
+    if (!s)
+        return stk_fail(STK_EINVAL, "stk_loader_skipped: this batch is not lent by this loader");
+    /* The list is written before the slot is READY and stays until the
+     * slot is claimed again, which a lent slot is not: no lock needed. */
+    if (i >= s->nfails)
+        return stk_fail(STK_EINVAL, "stk_loader_skipped: entry %u of %u", i, s->nfails);
+    if (index)
+        *index = s->fails[i].index;
+    if (reason)
+        *reason = s->fails[i].msg ? s->fails[i].msg : "the sample is corrupt";
+    return 0;
 }
 
 int stk_loader_field(const stk_loader *l, const stk_batch *b, uint32_t i, stk_batch_field *out)
