@@ -35,7 +35,23 @@
 
 #define OBJ_SIZE 200000
 
-enum step { OK, S503, S500_RETRY_AFTER, S404, S403, S400, RESET, TRUNCATE, STALL, IGNORE_RANGE };
+enum step {
+    OK, S503, S500_RETRY_AFTER, S404, S403, S400, RESET, TRUNCATE, STALL, IGNORE_RANGE,
+    /* A lying range server (a broken proxy or CDN), each a 206: */
+    SHIFT,      /* the bytes 1000 further on, their Content-Range saying so (right length) */
+    LIE,        /* the right bytes, a Content-Range naming bytes 1000 further on */
+    SHORT,      /* the first half of the range, with a Content-Range and length saying so */
+    LONG,       /* 500 bytes more than the range, with a Content-Range and length saying so */
+    NO_RANGE,   /* a 206 without Content-Range */
+    /* Another version of the object: */
+    NEW_ETAG,   /* ETag "new" (the object is "abc") */
+    SHRUNK,     /* a Content-Range total 100 bytes short (the object shrank) */
+    PAST_END,   /* a 416 with Content-Range bytes *" "/100 (the object is now 100 bytes) */
+    NO_ETAG_NEW,/* no ETag; Last-Modified a day later than the object's */
+    EMPTY_200,  /* a 200 with an empty body to a ranged GET */
+};
+#define LAST_MODIFIED "Tue, 02 Jan 2024 10:00:00 GMT"
+#define LAST_MODIFIED_NEW "Wed, 03 Jan 2024 10:00:00 GMT"
 
 static struct server {
     int listen_fd;
@@ -169,15 +185,40 @@ static void *conn_main(void *arg)
             b = OBJ_SIZE - 1;
         if (st == IGNORE_RANGE)
             ranged = false, a = 0, b = OBJ_SIZE - 1;
+        if (st == PAST_END) {
+            int n = snprintf(hdr, sizeof hdr, "HTTP/1.1 416 Range Not Satisfiable\r\n"
+                             "Content-Range: bytes */100\r\nContent-Length: 0\r\n\r\n");
+            send_all(fd, hdr, (size_t)n);
+            continue;
+        }
+        /* what is sent: bytes [a, b]; what the Content-Range says: [ca, cb]/total */
+        uint64_t ca = a, cb = b, total = OBJ_SIZE;
+        if (ranged && st == SHIFT)
+            a += 1000, b += 1000, ca = a, cb = b;
+        if (ranged && st == LIE)
+            ca += 1000, cb += 1000;
+        if (ranged && st == SHORT)
+            b = a + (b - a) / 2, cb = b;
+        if (ranged && st == LONG)
+            b += 500, cb = b;
+        if (ranged && st == SHRUNK)
+            total -= 100;
         uint64_t len = b - a + 1;
+        const char *id = st == NEW_ETAG ? "ETag: \"new\"\r\n"
+                         : st == NO_ETAG_NEW ? "Last-Modified: " LAST_MODIFIED_NEW "\r\n"
+                                             : "ETag: \"abc\"\r\nLast-Modified: " LAST_MODIFIED "\r\n";
+        char cr[128] = "";
+        if (st != NO_RANGE)
+            snprintf(cr, sizeof cr, "Content-Range: bytes %llu-%llu/%llu\r\n",
+                     (unsigned long long)ca, (unsigned long long)cb, (unsigned long long)total);
+        if (st == EMPTY_200)
+            ranged = false, len = 0;
         int n = ranged ? snprintf(hdr, sizeof hdr,
-                                  "HTTP/1.1 206 Partial\r\nContent-Length: %llu\r\nContent-Range: "
-                                  "bytes %llu-%llu/%d\r\nETag: \"abc\"\r\n\r\n",
-                                  (unsigned long long)len, (unsigned long long)a,
-                                  (unsigned long long)b, OBJ_SIZE)
+                                  "HTTP/1.1 206 Partial\r\nContent-Length: %llu\r\n%s%s\r\n",
+                                  (unsigned long long)len, cr, id)
                        : snprintf(hdr, sizeof hdr,
-                                  "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\nETag: \"abc\"\r\n\r\n",
-                                  (unsigned long long)len);
+                                  "HTTP/1.1 200 OK\r\nContent-Length: %llu\r\n%s\r\n",
+                                  (unsigned long long)len, id);
         send_all(fd, hdr, (size_t)n);
         if (head_only)
             continue;
@@ -330,6 +371,125 @@ static void test_retries_then_ok(void **state)
     assert_int_equal(get_range(10, 100, &r), STK_ENETWORK);
     assert_non_null(strstr(stk_errmsg(), "ignores Range"));
     assert_int_equal(r.attempts, 1);
+}
+
+/* A 206 for other bytes than asked (a broken proxy or CDN in between) is
+ * never handed on: each kind is retried, and the request ends with the
+ * right bytes; one that persists fails blaming the transfer, naming the
+ * bytes asked and answered. */
+static void test_wrong_range_is_retried(void **state)
+{
+    (void)state;
+    stk_http_response r;
+    script(5, SHIFT, LIE, SHORT, LONG, NO_RANGE);
+    assert_int_equal(get_range(5000, 20000, &r), 0); /* (checks the bytes) */
+    assert_int_equal(r.status, 206);
+    assert_int_equal(server_requests(), 6);
+    assert_int_equal(r.attempts, 6);
+
+    stk_http_policy p;
+    stk_http_policy_default(&p);
+    p.max_attempts = 3;
+    uint8_t buf[100];
+    memset(buf, 0xEE, sizeof buf);
+    stk_http_request_desc d = {.method = "GET", .url = url("/obj"), .range_off = 10,
+                               .range_len = 100, .dest = buf, .dest_cap = 100, .policy = &p};
+    script(3, SHIFT, SHIFT, SHIFT);
+    assert_int_equal(stk_http_perform(&d, &r), STK_ENETWORK);
+    const char *m = stk_errmsg();
+    assert_non_null(strstr(m, url("/obj")));
+    assert_non_null(strstr(m, "HTTP 206 for other bytes than asked: Content-Range bytes 1010-1109 "
+                              "for bytes 10-109"));
+    assert_non_null(strstr(m, "(3 attempts)"));
+    assert_null(strstr(m, "changed"));
+    free(r.body);
+    script(3, SHORT, SHORT, SHORT);
+    assert_int_equal(stk_http_perform(&d, &r), STK_ENETWORK);
+    assert_non_null(strstr(stk_errmsg(), "Content-Range bytes 10-59, a 50-byte body for bytes 10-109"));
+    free(r.body);
+    script(3, NO_RANGE, NO_RANGE, NO_RANGE);
+    assert_int_equal(stk_http_perform(&d, &r), STK_ENETWORK);
+    assert_non_null(strstr(stk_errmsg(), "HTTP 206 without a Content-Range"));
+    free(r.body);
+    /* none of the wrong bytes reached the buffer */
+    for (size_t i = 0; i < sizeof buf; i++)
+        assert_int_equal(buf[i], 0xEE);
+}
+
+/* A 200 to a ranged GET is the whole object: taken only when that is
+ * exactly the range asked (an empty one is not). */
+static void test_200_to_a_range(void **state)
+{
+    (void)state;
+    stk_http_response r;
+    script(1, IGNORE_RANGE);
+    assert_int_equal(get_range(0, OBJ_SIZE, &r), 0);
+    assert_int_equal(r.status, 200);
+    script(1, IGNORE_RANGE);
+    assert_int_equal(get_range(0, 1000, &r), STK_ENETWORK);
+    assert_non_null(strstr(stk_errmsg(), "ignores Range requests (HTTP 200 for bytes 0-999)"));
+    script(1, EMPTY_200);
+    assert_int_equal(get_range(0, 1000, &r), STK_ENETWORK);
+    assert_non_null(strstr(stk_errmsg(), "ignores Range"));
+}
+
+/* An answer from another version of the object than the request expects
+ * (desc.expect_*) ends it at once, STK_EFORMAT, naming what differs. */
+static void test_changed_object_is_not_retried(void **state)
+{
+    (void)state;
+    uint8_t buf[100];
+    stk_http_request_desc d = {.method = "GET", .url = url("/obj?sig=x"), .range_off = 1000,
+                               .range_len = 100, .dest = buf, .dest_cap = 100,
+                               .expect_total = OBJ_SIZE, .expect_etag = "\"abc\"",
+                               .expect_last_modified = LAST_MODIFIED};
+    stk_http_response r;
+    script(0);
+    assert_int_equal(stk_http_perform(&d, &r), 0);
+    assert_memory_equal(buf, srv.obj + 1000, 100);
+    assert_string_equal(r.changed, "");
+    free(r.body);
+
+    script(1, NEW_ETAG);
+    assert_int_equal(stk_http_perform(&d, &r), STK_EFORMAT);
+    assert_int_equal(r.attempts, 1);
+    assert_string_equal(r.changed, "ETag \"new\", was \"abc\" at open");
+    assert_non_null(strstr(stk_errmsg(), url("/obj")));
+    assert_non_null(strstr(stk_errmsg(), "the object changed while being read"));
+    free(r.body);
+
+    script(1, SHRUNK);
+    assert_int_equal(stk_http_perform(&d, &r), STK_EFORMAT);
+    assert_string_equal(r.changed, "the server announced 200000 bytes at open, the object now "
+                                   "has 199900");
+    free(r.body);
+
+    script(1, PAST_END);
+    assert_int_equal(stk_http_perform(&d, &r), STK_EFORMAT);
+    assert_string_equal(r.changed, "the server announced 200000 bytes at open, the object now "
+                                   "has 100");
+    free(r.body);
+
+    /* no ETag: Last-Modified is the validator */
+    script(1, NO_ETAG_NEW);
+    assert_int_equal(stk_http_perform(&d, &r), STK_EFORMAT);
+    assert_string_equal(r.changed, "Last-Modified " LAST_MODIFIED_NEW ", was " LAST_MODIFIED
+                                   " at open");
+    free(r.body);
+    d.expect_etag = NULL; /* (opened without an ETag: an answer's own ETag is not compared) */
+    assert_int_equal(stk_http_perform(&d, &r), 0); /* (the script ran out: OK) */
+    free(r.body);
+    script(1, NO_ETAG_NEW);
+    d.expect_last_modified = LAST_MODIFIED_NEW;
+    assert_int_equal(stk_http_perform(&d, &r), 0);
+    free(r.body);
+    /* a changed object answering for other bytes: the change, not a retry */
+    script(1, SHIFT);
+    d.expect_total = OBJ_SIZE + 1;
+    d.expect_last_modified = NULL;
+    assert_int_equal(stk_http_perform(&d, &r), STK_EFORMAT);
+    assert_int_equal(r.attempts, 1);
+    free(r.body);
 }
 
 static void test_gives_up_naming_url_status_attempts(void **state)
@@ -512,6 +672,9 @@ int main(void)
         cmocka_unit_test(test_range_ok),
         cmocka_unit_test(test_many_in_flight),
         cmocka_unit_test(test_retries_then_ok),
+        cmocka_unit_test(test_wrong_range_is_retried),
+        cmocka_unit_test(test_200_to_a_range),
+        cmocka_unit_test(test_changed_object_is_not_retried),
         cmocka_unit_test(test_gives_up_naming_url_status_attempts),
         cmocka_unit_test(test_status_codes),
         cmocka_unit_test(test_server_down),

@@ -116,11 +116,12 @@ int stk_recordset_get(const stk_recordset *rs, uint64_t i, stk_scratch *scratch,
     int rc = stk_source_get(f->src, r->offset, r->size, scratch, data);
     if (rc < 0) {
         /* A file shorter than at open lost this record: damage to skip, not
-         * a reason to stop (other failures stay what they are); both name
-         * the record. */
+         * a reason to stop (other failures stay what they are, and so does
+         * a remote object replaced while open: STK_EFORMAT, which stops the
+         * loader); both name the record. */
         char name[1024];
         stk_recordset_name(rs, i, name, sizeof name);
-        if (rc == STK_EFORMAT)
+        if (rc == STK_EFORMAT && stk_source_can_shrink(f->src))
             return stk_fail(STK_EDATA, "%s: the file ends before the record's end (truncated "
                                        "while open?)",
                             name);

@@ -180,10 +180,12 @@ static int record_pread(const shard *s, uint64_t r, uint64_t global, uint64_t of
                         stk_scratch *scratch, const uint8_t **bytes)
 {
     int rc = stk_source_get(s->src, off, (size_t)len, scratch, bytes);
-    if (rc == STK_EFORMAT)
+    if (rc == STK_EFORMAT && stk_source_can_shrink(s->src))
         /* A short read: the file shrank since it was opened (its size
          * was checked against the layout then). Said here, not by
-         * formatting stk_errmsg() into itself. */
+         * formatting stk_errmsg() into itself. (A remote shard replaced
+         * while open fails with STK_EFORMAT naming its URL: passed on as
+         * it is, so the loader stops instead of skipping the rest.) */
         return stk_fail(STK_EDATA,
                         "%s: record %llu (sample %llu): the file ends before the "
                         "record's %llu bytes at offset %llu (truncated while open?)",

@@ -35,8 +35,15 @@
  *     HTTP/2 stream errors) and HTTP 408, 429 and 5xx: retried while
  *     attempts and the deadline allow;
  *   - a 2xx whose body does not match what was asked (a 206 with fewer
- *     bytes than the range: truncated, retried; a 200 to a ranged request
- *     that is not the whole object: the server ignores Range, refused);
+ *     bytes than the range: truncated, retried; a 206 whose Content-Range
+ *     or Content-Length names other bytes than the Range asked: a broken
+ *     proxy or CDN, retried, its body never handed on, since bytes placed
+ *     by the request and not by the answer would be cached under the wrong
+ *     offset with a CRC of their own; a 200 to a ranged request that is
+ *     not the whole object: the server ignores Range, refused);
+ *   - a ranged answer (2xx, or a 416) from another object than the request
+ *     expects (desc.expect_*: total size, ETag, else Last-Modified): the
+ *     object changed, STK_EFORMAT at once (range_check);
  *   - 401/403: STK_EACCESS, 404: STK_ENOENT, other 4xx and unfixable
  *     transport errors (bad URL, TLS verification): STK_ENETWORK, at once.
  * Backoff is "full jitter": the n-th retry waits uniform(0, min(cap,
@@ -160,6 +167,8 @@ struct stk_http_request {
     char *url;
     char *url_shown; /* the URL without its query (messages, logs) */
     uint64_t range_off, range_len;
+    char *expect_etag, *expect_last_modified; /* or NULL */
+    uint64_t expect_total;
     stk_http_headers headers;
     const void *body;
     size_t body_size;
@@ -183,9 +192,13 @@ struct stk_http_request {
     bool collect_error;     /* collect holds an error body */
     bool overflow;          /* the body did not fit: not retried */
     bool ignores_range;     /* a 200 to a ranged GET */
+    bool wrong_range;       /* a 206 for other bytes than asked (checked on its first byte) */
+    bool range_checked;     /* the 2xx of a ranged GET was looked at (on_body) */
+    bool changed;           /* the answer's identity is not the expected one */
     long status;            /* the attempt's status line */
     uint64_t content_length;
     uint64_t total_size;
+    uint64_t cr_first, cr_last; /* a Content-Range's bytes (cr_last UINT64_MAX: none) */
     uint32_t retry_after_ms;
     char etag[128];
     char last_modified[64];
@@ -284,6 +297,92 @@ static bool collect_append(stk_http_request *r, const char *p, size_t n, size_t 
     return true;
 }
 
+/* Is the answer to a ranged GET from the object the request expects
+ * (desc.expect_*)? The total size (a 206's or 416's Content-Range total, a
+ * 200's Content-Length) and the validator (the ETag when both sides have
+ * one, else Last-Modified) are compared; a side without one compares
+ * nothing. False with what differs in r->resp.changed. */
+static bool identity_matches(stk_http_request *r)
+{
+    char *why = r->resp.changed;
+    size_t cap = sizeof r->resp.changed;
+    uint64_t total = r->status == 206 || r->status == 416 ? r->total_size : r->content_length;
+    if (r->expect_total && total != UINT64_MAX && total != r->expect_total) {
+        snprintf(why, cap, "the server announced %" PRIu64 " bytes at open, the object now has %" PRIu64,
+                 r->expect_total, total);
+        return false;
+    }
+    if (r->expect_etag && r->etag[0]) {
+        if (strcmp(r->etag, r->expect_etag) != 0) {
+            snprintf(why, cap, "ETag %s, was %s at open", r->etag, r->expect_etag);
+            return false;
+        }
+        return true;
+    }
+    if (r->expect_last_modified && r->last_modified[0] &&
+        strcmp(r->last_modified, r->expect_last_modified) != 0) {
+        snprintf(why, cap, "Last-Modified %s, was %s at open", r->last_modified,
+                 r->expect_last_modified);
+        return false;
+    }
+    return true;
+}
+
+/* Does a 206 carry exactly the bytes asked for, by its own account? (The
+ * body's length is counted as it comes: fewer bytes than announced is a
+ * truncated transfer.) */
+static bool range_matches(const stk_http_request *r)
+{
+    return r->cr_first == r->range_off && r->cr_last == r->range_off + r->range_len - 1 &&
+           (r->content_length == UINT64_MAX || r->content_length == r->range_len);
+}
+
+/* The 2xx answer of a ranged GET, once, before its first byte is kept: 0
+ * (take it), or -1 with the flag that says why not: `changed` (another
+ * object: the request ends), `wrong_range` (a 206 for other bytes, or of
+ * another length, than asked: a broken proxy or CDN; retried, and its bytes
+ * are never handed on), `ignores_range` (any other 2xx, unless it is the
+ * whole object and that is exactly the range asked: refused). */
+static int range_check(stk_http_request *r)
+{
+    r->range_checked = true;
+    if (!identity_matches(r)) {
+        r->changed = true;
+        return -1;
+    }
+    if (r->status == 206) {
+        if (!range_matches(r)) {
+            r->wrong_range = true;
+            return -1;
+        }
+        return 0;
+    }
+    if (!(r->range_off == 0 && r->content_length == r->range_len)) {
+        r->ignores_range = true;
+        return -1;
+    }
+    return 0;
+}
+
+/* What was wrong with a 206 that range_check refused, for the retry line and
+ * the final message: the transfer is blamed, not the object. */
+static void wrong_range_reason(const stk_http_request *r, char *reason, size_t cap)
+{
+    char asked[64], cl[48] = "";
+    snprintf(asked, sizeof asked, "bytes %" PRIu64 "-%" PRIu64, r->range_off,
+             r->range_off + r->range_len - 1);
+    if (r->content_length != UINT64_MAX && r->content_length != r->range_len)
+        snprintf(cl, sizeof cl, ", a %" PRIu64 "-byte body", r->content_length);
+    if (r->cr_last == UINT64_MAX)
+        snprintf(reason, cap, "HTTP 206 without a Content-Range of one range%s for %s asked",
+                 cl, asked);
+    else
+        snprintf(reason, cap,
+                 "HTTP 206 for other bytes than asked: Content-Range bytes %" PRIu64 "-%" PRIu64
+                 "%s for %s (a broken proxy or cache on the way?)",
+                 r->cr_first, r->cr_last, cl, asked);
+}
+
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ctx)
 {
     stk_http_request *r = ctx;
@@ -296,10 +395,10 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ctx)
                            ERROR_BODY_MAX);
         return n;
     }
-    if (r->range_len && r->status == 200 && !(r->range_off == 0 && r->content_length == r->range_len)) {
-        r->ignores_range = true;
-        return 0; /* abort: CURLE_WRITE_ERROR */
-    }
+    /* A ranged GET's answer is looked at before any of its bytes is kept:
+     * (returning 0 aborts the transfer: CURLE_WRITE_ERROR) */
+    if (r->range_len && !r->range_checked && range_check(r) != 0)
+        return 0;
     if (r->dest) {
         if (r->received + n > r->dest_cap) {
             r->overflow = true;
@@ -331,6 +430,41 @@ static bool header_value(const char *line, size_t n, const char *name, char *out
     return true;
 }
 
+/* "bytes FIRST-LAST/TOTAL" (TOTAL may be "*"), or "bytes *" "/TOTAL" (a 416):
+ * what is missing or does not parse stays UINT64_MAX. The range is what the
+ * server says it sent; it is compared with the one asked for (range_check),
+ * never trusted to place the bytes. */
+static void parse_content_range(const char *v, uint64_t *first, uint64_t *last, uint64_t *total)
+{
+    *first = *last = *total = UINT64_MAX;
+    if (strncasecmp(v, "bytes", 5) != 0)
+        return;
+    v += 5;
+    while (*v == ' ' || *v == '=')
+        v++;
+    char *end;
+    if (*v >= '0' && *v <= '9') {
+        uint64_t a = strtoull(v, &end, 10);
+        if (*end != '-' || end[1] < '0' || end[1] > '9')
+            return;
+        uint64_t b = strtoull(end + 1, &end, 10);
+        if (b < a)
+            return;
+        *first = a;
+        *last = b;
+        v = end;
+    } else if (*v == '*') {
+        v++;
+    } else {
+        return;
+    }
+    if (*v == '/' && v[1] >= '0' && v[1] <= '9') {
+        uint64_t t = strtoull(v + 1, &end, 10);
+        if (*end == 0)
+            *total = t;
+    }
+}
+
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ctx)
 {
     stk_http_request *r = ctx;
@@ -341,14 +475,13 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ctx)
         const char *sp = memchr(p, ' ', n);
         r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         r->content_length = r->total_size = UINT64_MAX;
+        r->cr_first = r->cr_last = UINT64_MAX;
         r->retry_after_ms = 0;
         r->etag[0] = r->last_modified[0] = 0;
     } else if (header_value(p, n, "Content-Length", v, sizeof v)) {
         r->content_length = strtoull(v, NULL, 10);
     } else if (header_value(p, n, "Content-Range", v, sizeof v)) {
-        const char *slash = strchr(v, '/');
-        if (slash && slash[1] != '*')
-            r->total_size = strtoull(slash + 1, NULL, 10);
+        parse_content_range(v, &r->cr_first, &r->cr_last, &r->total_size);
     } else if (header_value(p, n, "ETag", r->etag, sizeof r->etag)) {
     } else if (header_value(p, n, "Last-Modified", r->last_modified, sizeof r->last_modified)) {
     } else if (header_value(p, n, "Retry-After", v, sizeof v)) {
@@ -398,8 +531,11 @@ static void attempt_reset(stk_http_request *r)
     r->received = 0;
     r->collect_size = 0;
     r->collect_error = r->overflow = r->ignores_range = false;
+    r->wrong_range = r->range_checked = r->changed = false;
+    r->resp.changed[0] = 0;
     r->status = 0;
     r->content_length = r->total_size = UINT64_MAX;
+    r->cr_first = r->cr_last = UINT64_MAX;
     r->retry_after_ms = 0;
 }
 
@@ -529,6 +665,27 @@ static void error_code_of(const stk_http_request *r, char *out, size_t cap)
     out[n] = 0;
 }
 
+/* A ranged GET's answer that range_check refused: 1 retry (reason set), or
+ * < 0 (message set). */
+static int range_refused(stk_http_request *r, char *reason, size_t reason_cap)
+{
+    if (r->changed) {
+        snprintf(r->resp.message, sizeof r->resp.message,
+                 "%s %s: the object changed while being read (%s)", r->method, r->url_shown,
+                 r->resp.changed);
+        return STK_EFORMAT;
+    }
+    if (r->wrong_range) {
+        wrong_range_reason(r, reason, reason_cap);
+        return 1;
+    }
+    snprintf(r->resp.message, sizeof r->resp.message,
+             "%s %s: the server ignores Range requests (HTTP %ld for bytes %" PRIu64 "-%" PRIu64
+             ")", r->method, r->url_shown, r->status, r->range_off,
+             r->range_off + r->range_len - 1);
+    return STK_ENETWORK;
+}
+
 /* What became of an attempt: 0 done, 1 retry, < 0 failed (message set in
  * r->resp.message). */
 static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, size_t reason_cap)
@@ -541,7 +698,10 @@ static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, siz
         curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &st);
         r->status = st;
         if (status_ok(st)) {
-            if (r->range_len && st == 206 && r->received != r->range_len) {
+            /* (an empty body never reached on_body's check) */
+            if (r->range_len && !r->range_checked && range_check(r) != 0)
+                return range_refused(r, reason, reason_cap);
+            if (r->range_len && r->received != r->range_len) {
                 snprintf(reason, reason_cap, "truncated body: %" PRIu64 " of %" PRIu64 " bytes",
                          r->received, r->range_len);
                 return 1;
@@ -553,6 +713,11 @@ static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, siz
                 return 1;
             }
             return 0;
+        }
+        if (st == 416 && r->range_len && !identity_matches(r)) {
+            /* a range past the end of an object that shrank */
+            r->changed = true;
+            return range_refused(r, reason, reason_cap);
         }
         if (st == 408 || st == 429 || st >= 500) {
             snprintf(reason, reason_cap, "HTTP %ld%s%s", st, code[0] ? " " : "", code);
@@ -566,11 +731,12 @@ static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, siz
             return STK_ENOENT;
         return STK_ENETWORK;
     }
-    if (r->ignores_range) {
-        snprintf(r->resp.message, sizeof r->resp.message,
-                 "%s %s: the server ignores Range requests (HTTP 200 for bytes %" PRIu64 "-%" PRIu64
-                 ")", r->method, r->url_shown, r->range_off, r->range_off + r->range_len - 1);
-        return STK_ENETWORK;
+    if (r->changed || r->wrong_range || r->ignores_range)
+        return range_refused(r, reason, reason_cap);
+    if (r->overflow && r->range_len) {
+        snprintf(reason, reason_cap, "HTTP %ld with more than the %" PRIu64 " bytes asked", r->status,
+                 r->range_len);
+        return 1;
     }
     if (r->overflow) {
         snprintf(r->resp.message, sizeof r->resp.message,
@@ -871,6 +1037,8 @@ static void request_destroy(stk_http_request *r)
     free(r->method);
     free(r->url);
     free(r->url_shown);
+    free(r->expect_etag);
+    free(r->expect_last_modified);
     pthread_cond_destroy(&r->cv);
     free(r);
 }
@@ -896,6 +1064,17 @@ int stk_http_submit(const stk_http_request_desc *d, stk_http_request **out)
     }
     r->range_off = d->range_off;
     r->range_len = d->range_len;
+    r->expect_total = d->range_len ? d->expect_total : 0;
+    if (d->range_len && d->expect_etag && *d->expect_etag &&
+        !(r->expect_etag = strdup(d->expect_etag))) {
+        request_destroy(r);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
+    if (d->range_len && d->expect_last_modified && *d->expect_last_modified &&
+        !(r->expect_last_modified = strdup(d->expect_last_modified))) {
+        request_destroy(r);
+        return stk_fail(STK_ENOMEM, "out of memory");
+    }
     if (d->headers)
         for (uint32_t i = 0; i < d->headers->n; i++)
             if (stk_http_headers_add(&r->headers, "%s", d->headers->line[i]) < 0) {

@@ -17,7 +17,9 @@
  * deadline_ms, after which the request fails with STK_ENETWORK and a message
  * naming the method, the URL (without its query string's secrets: the
  * engine never prints headers), the last HTTP status or transport error and
- * the number of attempts. 401/403 fail at once with STK_EACCESS, 404 with
+ * the number of attempts. A 206 for other bytes than the Range asked is
+ * retried like a truncated body (the transfer is at fault, not the
+ * object). 401/403 fail at once with STK_EACCESS, 404 with
  * STK_ENOENT, other 4xx with STK_ENETWORK; the response body (an S3 XML
  * error) is kept for the caller to word its own message. Every retry is
  * logged to stderr (one line, "stoker: retrying GET URL (attempt 2 of 8):
@@ -94,10 +96,24 @@ typedef struct stk_http_request_desc {
     const char *method;  /* "GET", "HEAD", "PUT", "POST", "DELETE" (copied) */
     const char *url;     /* copied */
     /* GET of bytes [range_off, range_off + range_len): range_len 0 = the
-     * whole body. A 206 must carry exactly range_len bytes (fewer is a
-     * truncated body: retried); a 200 to a ranged GET is refused (a server
-     * without Range support: STK_ENETWORK saying so). */
+     * whole body. A 206 must say (Content-Range, Content-Length) that it
+     * carries exactly those bytes and then carry range_len bytes: one for
+     * other bytes or of another length (a broken proxy or CDN) is retried
+     * and its bytes are never handed on; fewer bytes than announced is a
+     * truncated body, retried. A 200 is taken only when it is the whole
+     * object and that is exactly the range (range_off 0, Content-Length
+     * range_len); any other 2xx is refused (a server without Range support:
+     * STK_ENETWORK saying so). */
     uint64_t range_off, range_len;
+    /* The identity the object had at open (ranged GETs only; 0 / NULL / "":
+     * not compared): an answer whose total size (a 206's or 416's
+     * Content-Range total, a 200's Content-Length) or validator (the ETag
+     * when the answer has one, else Last-Modified) differs ends the request
+     * at once with STK_EFORMAT, "the object changed while being read", what
+     * differs in response.changed; nothing of its body is handed on. */
+    uint64_t expect_total;
+    const char *expect_etag;          /* copied */
+    const char *expect_last_modified; /* copied */
     const stk_http_headers *headers;  /* extra headers (copied), or NULL */
     const void *body;    /* PUT/POST payload (lent until completion), or NULL */
     size_t body_size;
@@ -130,6 +146,8 @@ typedef struct stk_http_response {
                                 owned by the request */
     size_t body_size;
     char message[512];       /* the failure's message (rc < 0) */
+    char changed[256];       /* what differed from desc.expect_* ("" unless the
+                                request failed with STK_EFORMAT for it) */
 } stk_http_response;
 
 /* Start a request. 0 and *out, or STK_ENOMEM / STK_EINVAL / STK_ETHREAD (the

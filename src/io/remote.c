@@ -35,8 +35,13 @@
  * takes them from this process-wide table instead of asking again. The
  * cache key is "URL#ETAG#SIZE" (or "URL#LAST-MODIFIED#SIZE"), so an object
  * replaced on the server is a new cache entry, never a mix of old and new
- * chunks; a range answer with another ETag than the object was opened with
- * fails ("the object changed while being read").
+ * chunks. Every range answer is compared with that identity by the engine
+ * (desc.expect_*: the Content-Range total, the ETag, else Last-Modified):
+ * one from another version fails the read with STK_EFORMAT ("the object
+ * changed while being read", naming the URL), its bytes never cached. The
+ * readers pass that code on as it is (a remote source's size is fixed:
+ * source.h, `fixed`), so the loader stops, rather than skipping the rest
+ * of the object as damaged records.
  *
  * The cache as a whole (stk_remote_cache_info_get, stk_remote_cache_trim,
  * stk_remote_prefetch: `stoker cache`) works on the configured cache;
@@ -280,6 +285,7 @@ typedef struct info {
     uint64_t hash;       /* XXH3-64 of url */
     uint64_t size;
     char etag[128];
+    char lastmod[64];    /* Last-Modified from a HEAD ("" none, or from a listing) */
     struct info *next;   /* the bucket's chain */
 } info;
 
@@ -321,7 +327,7 @@ static void info_grow_locked(void)
     infos.cap = ncap;
 }
 
-static void info_put(const char *url, uint64_t size, const char *etag)
+static void info_put(const char *url, uint64_t size, const char *etag, const char *lastmod)
 {
     uint64_t h = XXH3_64bits(url, strlen(url));
     pthread_mutex_lock(&infos.mu);
@@ -344,11 +350,14 @@ static void info_put(const char *url, uint64_t size, const char *etag)
     if (e) { /* (out of memory: the open asks the server again) */
         e->size = size;
         snprintf(e->etag, sizeof e->etag, "%s", etag ? etag : "");
+        snprintf(e->lastmod, sizeof e->lastmod, "%s", lastmod ? lastmod : "");
     }
     pthread_mutex_unlock(&infos.mu);
 }
 
-static bool info_get(const char *url, uint64_t *size, char *etag, size_t cap)
+/* (lastmod may be NULL) */
+static bool info_get(const char *url, uint64_t *size, char *etag, size_t cap, char *lastmod,
+                     size_t lcap)
 {
     uint64_t h = XXH3_64bits(url, strlen(url));
     pthread_mutex_lock(&infos.mu);
@@ -356,6 +365,8 @@ static bool info_get(const char *url, uint64_t *size, char *etag, size_t cap)
     if (e) {
         *size = e->size;
         snprintf(etag, cap, "%s", e->etag);
+        if (lastmod)
+            snprintf(lastmod, lcap, "%s", e->lastmod);
     }
     pthread_mutex_unlock(&infos.mu);
     return e != NULL;
@@ -370,7 +381,9 @@ typedef struct fetch fetch;
 typedef struct remote_source {
     stk_source base;     /* base.name: the URL as given (s3://...) */
     target tg;
-    char etag[128];      /* the identity it was opened with ("" none) */
+    char etag[128];      /* the identity it was opened with ("" none) ... */
+    char lastmod[64];    /* ... and its Last-Modified ("" none): every range
+                            answer is compared with them and the size */
     stk_cache *cache;    /* a reference */
     stk_cache_object *obj;
     uint32_t chunk;
@@ -429,24 +442,34 @@ static void fetch_unlink(remote_source *s, fetch *f)
 
 /* The fetch's request completed with rc: put its chunks in the cache, or
  * give them back. Returns rc, or the fill's error, or STK_EFORMAT when the
- * object changed. */
+ * object changed (the engine compared the answer with the identity the
+ * source was opened with: desc.expect_*, http.h).
+ *
+ * A chunk's bytes are counted in bytes_fetched before the fill makes the
+ * chunk visible: a reader waiting for it (stk_remote_prefetch, on another
+ * thread than a background fetch's) and then reading the counter must find
+ * them counted, or `stoker cache fetch` reports bytes it downloaded as
+ * "cached already". */
 static int fetch_finish(fetch *f, int rc, const stk_http_response *res)
 {
     remote_source *s = f->src;
-    if (rc == 0 && s->etag[0] && res->etag[0] && strcmp(res->etag, s->etag) != 0)
-        rc = stk_fail(STK_EFORMAT, "%s: the object changed while being read (ETag %s, was %s)",
-                      s->base.name, res->etag, s->etag);
+    if (rc == STK_EFORMAT && res->changed[0])
+        rc = stk_fail(STK_EFORMAT,
+                      "%s: the object changed while being read (%s); open the dataset again "
+                      "to read its new version",
+                      s->base.name, res->changed);
     uint64_t at = 0;
     for (uint64_t c = f->c0; c < f->c1; c++) {
         uint64_t n = chunk_len(s, c);
-        if (rc == 0)
-            rc = stk_cache_fill(s->obj, c, f->buf + at, n);
-        else
+        if (rc == 0) {
+            atomic_fetch_add(&rstats.bytes_fetched, n);
+            if ((rc = stk_cache_fill(s->obj, c, f->buf + at, n)) < 0)
+                atomic_fetch_sub(&rstats.bytes_fetched, n);
+        } else {
             stk_cache_abandon(s->obj, c);
+        }
         at += n;
     }
-    if (rc == 0)
-        atomic_fetch_add_explicit(&rstats.bytes_fetched, f->len, memory_order_relaxed);
     return rc;
 }
 
@@ -466,6 +489,34 @@ static struct {
     hint *head, *tail;  /* waiting for budget */
     uint64_t queued;
 } ra = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* fork(): a lock another thread held at that moment would stay locked in
+ * the child, which has only the forking thread. infos.mu and ra.mu are
+ * leaves: taken before the fork, so their tables are whole in the child.
+ * cfg.mu is held across a cache open (which takes the cache's g_mu, also
+ * taken before a fork), so taking it here could deadlock against that
+ * order: it is only made anew in the child (settings are written once,
+ * at first use). */
+static void remote_fork_prepare(void)
+{
+    pthread_mutex_lock(&infos.mu);
+    pthread_mutex_lock(&ra.mu);
+}
+static void remote_fork_parent(void)
+{
+    pthread_mutex_unlock(&ra.mu);
+    pthread_mutex_unlock(&infos.mu);
+}
+static void remote_fork_child(void)
+{
+    pthread_mutex_init(&ra.mu, NULL);
+    pthread_mutex_init(&infos.mu, NULL);
+    pthread_mutex_init(&cfg.mu, NULL);
+}
+__attribute__((constructor)) static void remote_fork_register(void)
+{
+    pthread_atfork(remote_fork_prepare, remote_fork_parent, remote_fork_child);
+}
 
 static void prefetch_range(remote_source *s, uint64_t off, uint64_t len);
 
@@ -533,7 +584,9 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
     f->len = len;
     f->background = background;
     stk_http_request_desc d = {.method = "GET", .url = s->tg.http_url, .range_off = off,
-                               .range_len = len, .dest = f->buf, .dest_cap = len,
+                               .range_len = len, .expect_total = s->base.size,
+                               .expect_etag = s->etag, .expect_last_modified = s->lastmod,
+                               .dest = f->buf, .dest_cap = len,
                                .sign = s->tg.sign, .sign_ctx = s->tg.sign_ctx};
     if (background) {
         atomic_fetch_add(&s->refs, 1);
@@ -839,6 +892,7 @@ static void remote_close(stk_source *src)
 
 static const stk_source_ops remote_ops = {
     .kind = "remote",
+    .fixed = 1,
     .pread = remote_pread,
     .read_part = remote_read_part,
     .map = remote_map,
@@ -894,11 +948,11 @@ int stk_remote_open(const char *url, uint64_t max_bytes, stk_source **out)
     if (rc == 0)
         rc = target_of(url, &s->tg);
     uint64_t size = 0;
-    char lastmod[64] = "";
-    if (rc == 0 && !info_get(url, &size, s->etag, sizeof s->etag)) {
-        rc = head_object(url, &s->tg, &size, s->etag, sizeof s->etag, lastmod, sizeof lastmod);
+    if (rc == 0 && !info_get(url, &size, s->etag, sizeof s->etag, s->lastmod, sizeof s->lastmod)) {
+        rc = head_object(url, &s->tg, &size, s->etag, sizeof s->etag, s->lastmod,
+                         sizeof s->lastmod);
         if (rc == 0)
-            info_put(url, size, s->etag);
+            info_put(url, size, s->etag, s->lastmod);
     }
     if (rc == 0 && size > max_bytes)
         rc = stk_fail(STK_ELIMIT, "%s: %" PRIu64 " bytes, more than the limit of %" PRIu64, url,
@@ -909,7 +963,7 @@ int stk_remote_open(const char *url, uint64_t max_bytes, stk_source **out)
     if (rc == 0) {
         char *key = NULL;
         size_t q = strcspn(url, "?");
-        if (asprintf(&key, "%.*s#%s#%" PRIu64, (int)q, url, s->etag[0] ? s->etag : lastmod,
+        if (asprintf(&key, "%.*s#%s#%" PRIu64, (int)q, url, s->etag[0] ? s->etag : s->lastmod,
                      size) < 0)
             rc = stk_fail(STK_ENOMEM, "out of memory");
         else
@@ -1050,7 +1104,7 @@ static int head_all(const strlist *l)
     for (uint32_t i = 0; i < l->n && rc == 0; i++) {
         uint64_t size;
         char etag[128];
-        if (info_get(l->v[i], &size, etag, sizeof etag))
+        if (info_get(l->v[i], &size, etag, sizeof etag, NULL, 0))
             continue;
         if ((rc = target_of(l->v[i], &tg[i])) < 0)
             break;
@@ -1071,7 +1125,7 @@ static int head_all(const strlist *l)
         else if (r == 0 && res->content_length == UINT64_MAX)
             r = stk_fail(STK_ENETWORK, "%s: the server gave no Content-Length for HEAD", l->v[i]);
         if (r == 0) {
-            info_put(l->v[i], res->content_length, res->etag);
+            info_put(l->v[i], res->content_length, res->etag, res->last_modified);
         } else if (rc == 0) {
             rc = r;
             snprintf(first, sizeof first, "%s", stk_errmsg());
@@ -1112,7 +1166,7 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
             uint64_t size;
             char etag[128];
             if (stk_s3_head(c, pattern, &size, etag, sizeof etag) == 0) {
-                info_put(pattern, size, etag);
+                info_put(pattern, size, etag, NULL);
                 rc = strlist_push(&all, stk_strdup(pattern));
                 goto listed;
             }
@@ -1132,7 +1186,7 @@ int stk_remote_list(const char *pattern, const char *const *suffixes, char ***ou
             }
             /* every listed object's identity is kept, the ones left out too:
              * a reader may look for a companion (stk_remote_known) */
-            info_put(u, l.objects[i].size, l.objects[i].etag);
+            info_put(u, l.objects[i].size, l.objects[i].etag, NULL);
             if (!has_suffix(u, suffixes)) {
                 free(u);
                 continue;
@@ -1184,7 +1238,7 @@ bool stk_remote_known(const char *url)
 {
     uint64_t size;
     char etag[128];
-    return info_get(url, &size, etag, sizeof etag);
+    return info_get(url, &size, etag, sizeof etag, NULL, 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -195,7 +195,7 @@ static void file_close(stk_source *s)
 }
 
 static const stk_source_ops file_ops = {"file",   file_pread,  file_read_part,
-                                        file_map, file_advise, file_close, NULL};
+                                        file_map, file_advise, file_close, NULL,  0};
 
 /* A new file source named `name` with no descriptor yet (fd -1). */
 static file_source *file_new(const char *name)

@@ -112,6 +112,12 @@ typedef struct stk_source_ops {
      * mapped local file; a local file source has no view (its readers map
      * it whole instead). */
     int (*view)(const stk_source *s, uint64_t offset, size_t n, const uint8_t **p);
+    /* 1: the bytes cannot change under a reader (a remote object, read
+     * against the identity it was opened with): STK_EFORMAT from a read
+     * means the object was replaced, which stops the loader. 0 (a local
+     * file): STK_EFORMAT from a read is a file truncated while open, which
+     * readers report as damage to the records it cut off (STK_EDATA). */
+    int fixed;
 } stk_source_ops;
 
 struct stk_source {
@@ -159,6 +165,13 @@ static inline int stk_source_map(stk_source *s, unsigned flags, const uint8_t **
                                  struct stk_map_guard **guard)
 {
     return s->ops->map(s, flags, data, guard);
+}
+/* Is a short read (STK_EFORMAT) from s damage to the records it cut off
+ * (a local file truncated while open), rather than a replaced object that
+ * must stop the reader (ops.fixed)? */
+static inline int stk_source_can_shrink(const stk_source *s)
+{
+    return !s->ops->fixed;
 }
 /* Does the source lend views (stk_source_view)? */
 static inline int stk_source_has_view(const stk_source *s)
