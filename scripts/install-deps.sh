@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Install everything stoker needs to build, test, benchmark and run its demo,
 # from Debian packages only. Idempotent: installs only what is missing.
+#   scripts/install-deps.sh           install what is missing (as root, or with sudo)
+#   scripts/install-deps.sh --check   only list what is missing (exit 1 when something is)
+# Without root and without sudo it installs nothing: it names the missing
+# packages and the apt-get command to run, and fails.
 set -euo pipefail
 
 PACKAGES=(
@@ -27,6 +31,9 @@ PACKAGES=(
   libnginx-mod-http-echo                    # its echo_sleep: a link's round-trip time where netem is refused
   python3-botocore                          # remote datasets: reference S3 client and SigV4 signer
   iproute2 curl openssl                     # tests/net/: ip netns + tc shaping, curl (HTTP/2 checks), test TLS certificates
+  git                                       # test.sh: pip install . and the sdist must leave git status unchanged
+  lomiri-wallpapers-16.04 lomiri-wallpapers-20.04 mate-backgrounds   # the photos set's source photographs
+  plasma-workspace-wallpapers opencv-doc    #   (scripts/make_photos.py)
 )
 
 missing=()
@@ -36,10 +43,27 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+if [ "${1:-}" = --check ]; then
+  if ((${#missing[@]})); then
+    echo "install-deps: missing Debian packages: ${missing[*]}"
+    exit 1
+  fi
+  echo "install-deps: all dependencies present"
+  exit 0
+fi
+
 if ((${#missing[@]})); then
-  echo "install-deps: installing ${missing[*]}"
   SUDO=""
-  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo > /dev/null; then
+      echo "install-deps: missing Debian packages: ${missing[*]}" >&2
+      echo "install-deps: not root and no sudo: as root, run" \
+           "apt-get install --no-install-recommends ${missing[*]}" >&2
+      exit 1
+    fi
+    SUDO="sudo"
+  fi
+  echo "install-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -10,7 +10,7 @@ last bit).
 
 DIR is a site-packages (or --target) folder holding the pip-built `stoker`
 package; PHOTOS_DIR an ImageFolder-layout set of real JPEGs
-(shared/datasets/make_photos.sh; scripts/test.sh makes a small one), whose
+(scripts/make_photos.py; scripts/photos-small.sh makes the small one), whose
 train/ folder runs the ImageNet pipelines. CIFAR-10 files are written here
 with NumPy. The digest is the CLI's (docs/cli.md): XXH3-128 over every batch
 in delivery order, its data bytes then its labels as int64 little-endian.
@@ -93,7 +93,7 @@ def main():
     a = ap.parse_args()
     train = os.path.join(os.path.abspath(a.photos), "train")
     if not os.path.isdir(train):
-        sys.exit("no %s (make it with shared/datasets/make_photos.sh)" % train)
+        sys.exit("no %s (scripts/photos-small.sh makes the photos set)" % train)
     with tempfile.TemporaryDirectory() as tmp:
         write_cifar10(os.path.join(tmp, "cifar"))
         uris = {"cifar": "cifar10:" + os.path.join(tmp, "cifar"), "photos": "imagefolder:" + train}

@@ -25,9 +25,9 @@
 # Environment: STOKER_GPU_DEVICE (cuda:0), STOKER_GPU_OUT (build/gpu-results),
 # STOKER_GPU_PYTHON (/usr/bin/python3: the Python the module is built for; point it at
 # a Python of the same version with a CUDA torch for the torch checks), STOKER_PHOTOS
-# (default: a small set made with shared/datasets/make_photos.sh, as scripts/test.sh
-# does), STOKER_GPU_BENCH_DATA (bench/gpu.py's data set; default $STOKER_PHOTOS/train) and
-# STOKER_GPU_BENCH_BATCH (its batch size, 64: the small photos set has 200 images).
+# (default: the small set scripts/photos-small.sh makes, with scripts/make_photos.py,
+# as scripts/test.sh does), STOKER_GPU_BENCH_DATA (bench/gpu.py's data set; default
+# $STOKER_PHOTOS/train) and STOKER_GPU_BENCH_BATCH (its batch size, 64: the small photos set has 200 images).
 # STOKER_GPU_PREBUILT=1 skips the build, for a GPU machine without the -dev packages:
 # the module must then be importable by that Python (a wheel from scripts/wheels.sh
 # installed, or PYTHONPATH) and $STOKER_BUILD/stoker must be the CLI (the build's, or a

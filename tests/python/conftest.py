@@ -22,10 +22,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("STOKER_BUILD", os.path.join(ROOT, "build"))
 STOKER = os.path.join(BUILD, "stoker")
 CI = os.environ.get("CI") == "true"
-# An ImageFolder-layout set of real JPEGs with train/, val/ and corrupt/
-# (shared/datasets/make_photos.sh). scripts/test.sh generates a small one
-# (10 classes x (20 + 2), 20 corrupt files) and sets STOKER_PHOTOS.
-PHOTOS = os.environ.get("STOKER_PHOTOS", "/work/data/photos")
+# An ImageFolder-layout set of real JPEGs with train/, val/ and corrupt/:
+# $STOKER_PHOTOS, else the small one scripts/photos-small.sh makes with
+# scripts/make_photos.py (10 classes x (20 + 2), 20 corrupt files), which
+# scripts/test.sh makes and names in STOKER_PHOTOS.
+PHOTOS = os.environ.get("STOKER_PHOTOS", os.path.join(ROOT, "build", "photos-small"))
 NET = os.path.join(ROOT, "tests", "net")
 if NET not in sys.path:
     sys.path.insert(0, NET)
@@ -50,9 +51,8 @@ def need_photos(*subdirs):
     """The photos set's folder; skips (fails under CI) when it lacks `subdirs`."""
     for sub in subdirs:
         if not os.path.isdir(os.path.join(PHOTOS, sub)):
-            pytest.skip("no %s/ in the photos set %s (STOKER_PHOTOS; shared/datasets/make_photos.sh "
-                        "--out DIR --classes 10 --train-per-class 20 --val-per-class 2 --corrupt 20)"
-                        % (sub, PHOTOS))
+            pytest.skip("no %s/ in the photos set %s (STOKER_PHOTOS; scripts/photos-small.sh "
+                        "makes it)" % (sub, PHOTOS))
     return PHOTOS
 
 
