@@ -28,7 +28,10 @@
  * and a copy means keeping labels never pins a whole batch buffer), and
  * convert both with the converter the Python layer chose: torch's
  * _from_dlpack on a DLPack capsule, numpy.asarray on the object (buffer
- * protocol), or nothing (output="dlpack": the objects themselves).
+ * protocol), or nothing (output="dlpack": the objects themselves); then the
+ * iterator's wrap, if the Python layer gave one (fields, BatchOps, the batch
+ * transform). A batch taken from the C loader is never dropped by an
+ * exception on the way out: it is kept for the next call (iter_next).
  *
  * Pool exhaustion: when every buffer is held by Python objects the C loader
  * answers STK_EEXHAUSTED. The iterator runs the cyclic GC once (a batch may
@@ -1822,6 +1825,8 @@ typedef struct {
     uint64_t resume_epoch;
     uint64_t gc_collects; /* gc.collect() runs on pool exhaustion */
     int fields;           /* fields= beyond (image, label): yield one item per field */
+    uint64_t stash_gen;   /* gen of the iterator holding a taken but undelivered batch
+                             (an interrupted next(); see iter_next), 0 if none */
 } LoaderObject;
 
 typedef struct {
@@ -1838,6 +1843,11 @@ typedef struct {
     uint64_t gen;
     int done;
     int with_indices;
+    PyObject *wrap;       /* strong or NULL: wrap(item, epoch, position) -> what next()
+                             yields (loader.py: Ragged fields, dicts, BatchOps, transform) */
+    PyObject *stash;      /* strong or NULL: the batch an interrupted next() took, for the
+                             next call: its Batch (stash_built 0) or the finished item (1) */
+    int stash_built;
 } IterObject;
 
 static PyTypeObject LoaderType, BatchType, IterType;
@@ -2081,6 +2091,16 @@ static uint64_t loader_batches(LoaderObject *self)
 }
 
 static Py_ssize_t loader_len(LoaderObject *self) { return (Py_ssize_t)loader_batches(self); }
+
+/* The consumer's place as the user sees it: a batch the C loader lent but an
+ * interrupted next() kept back (iter_next) is not delivered yet, so the
+ * position is one less (that batch comes next). */
+static void loader_state_c(LoaderObject *self, stk_loader_state *st)
+{
+    stk_loader_state_get(self->l, st);
+    if (self->stash_gen && self->stash_gen == self->gen && st->position > 0)
+        st->position--;
+}
 
 /* --- Batch --------------------------------------------------------------- */
 
@@ -2604,38 +2624,11 @@ fail:
     return NULL;
 }
 
-static PyObject *iter_next(IterObject *it)
+/* The (images, labels[, indices]) item of a loader without fields=. Takes bo. */
+static PyObject *plain_tuple(LoaderObject *L, IterObject *it, BatchObject *bo)
 {
-    LoaderObject *L = it->loader;
-    if (it->done)
-        return NULL;
-    double asked = monotonic_s(); /* the profile's wait is this whole call */
-    stk_batch b;
-    int rc = loader_wait_next(L, it, &b);
-    if (rc <= 0) {
-        if (rc == 0)
-            it->done = 1; /* the C loader moved on to the next epoch */
-        return NULL;
-    }
-    BatchObject *bo = PyObject_New(BatchObject, &BatchType);
-    if (!bo) {
-        stk_loader_release(L->l, &b);
-        return NULL;
-    }
-    bo->loader = (LoaderObject *)Py_NewRef((PyObject *)L);
-    bo->b = b;
-    bo->fork_gen = L->fork_gen;
-    L->lent++;
-    batch_view_init(bo, L->kind);
-    if (L->fields) {
-        PyObject *t = fields_tuple(L, it, bo);
-        if (t)
-            stk_loader_profile_note(L->l, asked, monotonic_s());
-        return t;
-    }
-
-    ArrayObject *labels = copy_i64(b.labels, b.size);
-    ArrayObject *indices = it->with_indices ? copy_i64(b.indices, b.size) : NULL;
+    ArrayObject *labels = copy_i64(bo->b.labels, bo->b.size);
+    ArrayObject *indices = it->with_indices ? copy_i64(bo->b.indices, bo->b.size) : NULL;
     if (!labels || (it->with_indices && !indices)) {
         Py_XDECREF(labels);
         Py_XDECREF(indices);
@@ -2677,12 +2670,110 @@ static PyObject *iter_next(IterObject *it)
     PyTuple_SET_ITEM(t, 1, lab);
     if (idx)
         PyTuple_SET_ITEM(t, 2, idx);
-    stk_loader_profile_note(L->l, asked, monotonic_s());
     return t;
+}
+
+/* What next() yields for the batch bo: the tuple, through the iterator's
+ * wrap when it has one. Takes bo. */
+static PyObject *build_item(LoaderObject *L, IterObject *it, BatchObject *bo)
+{
+    uint64_t epoch = bo->b.epoch, position = bo->b.position;
+    PyObject *t = L->fields ? fields_tuple(L, it, bo) : plain_tuple(L, it, bo);
+    if (!t || !it->wrap)
+        return t;
+    PyObject *r = PyObject_CallFunction(it->wrap, "OKK", t, (unsigned long long)epoch,
+                                        (unsigned long long)position);
+    Py_DECREF(t);
+    return r;
+}
+
+static void iter_stash(IterObject *it, PyObject *obj, int built)
+{
+    it->stash = obj;
+    it->stash_built = built;
+    it->loader->stash_gen = it->gen;
+}
+
+static PyObject *iter_unstash(IterObject *it)
+{
+    PyObject *obj = it->stash;
+    it->stash = NULL;
+    if (it->loader->stash_gen == it->gen)
+        it->loader->stash_gen = 0;
+    return obj;
+}
+
+/* next(). Once the C loader has lent a batch it counts as delivered
+ * (state_dict's position moved past it), so from there to the return the
+ * batch must reach the caller or stay for the next call. Two things can stop
+ * it: the Python code run while building the item (torch's converter, a
+ * wrap) can fail, and a signal handler can raise there — Ctrl-C's
+ * KeyboardInterrupt — so a failed build keeps the Batch for a rebuild; and a
+ * signal that arrived during the build has not run its handler yet (handlers
+ * run only at the interpreter's check points), so PyErr_CheckSignals() runs
+ * it here, and if it raises, the finished item is kept instead. The item is
+ * then returned with no handler pending: a `for` loop stores it before the
+ * interpreter checks for signals again. (A bare next(it) call checks right
+ * after the call returns, so a signal in the few instructions between our
+ * check and that one can still drop the item: CPython's window, not ours.)
+ * The kept batch is handed over by the next next() on this iterator;
+ * state_dict() does not count it (loader_state_c); a new pass drops it. */
+static PyObject *iter_next(IterObject *it)
+{
+    LoaderObject *L = it->loader;
+    if (it->done)
+        return NULL;
+    double asked = monotonic_s(); /* the profile's wait is this whole call */
+    BatchObject *bo;
+    if (it->stash && it->gen != L->gen)
+        Py_DECREF(iter_unstash(it)); /* a stale pass (raises below): back to the pool */
+    if (it->stash) {
+        if (loader_check(L) < 0)
+            return NULL;
+        if (it->stash_built) {
+            PyObject *item = iter_unstash(it);
+            stk_loader_profile_note(L->l, asked, monotonic_s());
+            return item;
+        }
+        bo = (BatchObject *)iter_unstash(it);
+    } else {
+        stk_batch b;
+        int rc = loader_wait_next(L, it, &b);
+        if (rc <= 0) {
+            if (rc == 0)
+                it->done = 1; /* the C loader moved on to the next epoch */
+            return NULL;
+        }
+        bo = PyObject_New(BatchObject, &BatchType);
+        if (!bo) {
+            stk_loader_release(L->l, &b);
+            return NULL;
+        }
+        bo->loader = (LoaderObject *)Py_NewRef((PyObject *)L);
+        bo->b = b;
+        bo->fork_gen = L->fork_gen;
+        L->lent++;
+        batch_view_init(bo, L->kind);
+    }
+    PyObject *item = build_item(L, it, (BatchObject *)Py_NewRef((PyObject *)bo));
+    if (!item) {
+        iter_stash(it, (PyObject *)bo, 0);
+        return NULL;
+    }
+    Py_DECREF(bo);
+    if (PyErr_CheckSignals() < 0) {
+        iter_stash(it, item, 1);
+        return NULL;
+    }
+    stk_loader_profile_note(L->l, asked, monotonic_s());
+    return item;
 }
 
 static void iter_dealloc(IterObject *self)
 {
+    if (self->stash)
+        Py_DECREF(iter_unstash(self));
+    Py_XDECREF(self->wrap);
     Py_DECREF(self->loader);
     PyObject_Free(self);
 }
@@ -2711,7 +2802,7 @@ static int set_epoch_c(LoaderObject *self, uint64_t epoch)
 }
 
 /* Start a pass (see "Epochs" at the top). */
-static PyObject *loader_make_iter(LoaderObject *self, int with_indices)
+static PyObject *loader_make_iter(LoaderObject *self, int with_indices, PyObject *wrap)
 {
     if (loader_check(self) < 0)
         return NULL;
@@ -2719,7 +2810,7 @@ static PyObject *loader_make_iter(LoaderObject *self, int with_indices)
         self->resume_pending = 0; /* continue where load_state_dict put us */
     } else {
         stk_loader_state st;
-        stk_loader_state_get(self->l, &st);
+        loader_state_c(self, &st);
         if (st.position >= loader_batches(self)) {
             /* Every batch taken but the end not seen: the pass was complete. */
             if (set_epoch_c(self, st.epoch + 1) < 0)
@@ -2737,18 +2828,26 @@ static PyObject *loader_make_iter(LoaderObject *self, int with_indices)
     it->gen = ++self->gen;
     it->done = 0;
     it->with_indices = with_indices;
+    it->wrap = wrap == Py_None ? NULL : Py_XNewRef(wrap);
+    it->stash = NULL;
+    it->stash_built = 0;
     return (PyObject *)it;
 }
 
-static PyObject *loader_iter(LoaderObject *self) { return loader_make_iter(self, 0); }
+static PyObject *loader_iter(LoaderObject *self) { return loader_make_iter(self, 0, NULL); }
 
 static PyObject *loader_iter_method(LoaderObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"with_indices", NULL};
+    static char *kwlist[] = {"with_indices", "wrap", NULL};
     int with_indices = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:iter", kwlist, &with_indices))
+    PyObject *wrap = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pO:iter", kwlist, &with_indices, &wrap))
         return NULL;
-    return loader_make_iter(self, with_indices);
+    if (wrap != Py_None && !PyCallable_Check(wrap)) {
+        PyErr_SetString(PyExc_TypeError, "iter(wrap=) must be callable or None");
+        return NULL;
+    }
+    return loader_make_iter(self, with_indices, wrap);
 }
 
 static PyObject *loader_set_epoch(LoaderObject *self, PyObject *arg)
@@ -2770,7 +2869,7 @@ static PyObject *loader_state(LoaderObject *self, PyObject *u)
     if (loader_alive(self) < 0)
         return NULL;
     stk_loader_state st;
-    stk_loader_state_get(self->l, &st);
+    loader_state_c(self, &st);
     return Py_BuildValue("{sKsKsKsKsIsIsIsisKsKsKsK}", "seed", (unsigned long long)st.seed,
                          "epoch", (unsigned long long)st.epoch, "position",
                          (unsigned long long)st.position, "dataset_size",
@@ -3039,7 +3138,7 @@ static PyObject *loader_get_epoch(LoaderObject *self, void *c)
     if (self->resume_pending)
         return PyLong_FromUnsignedLongLong(self->resume_epoch);
     stk_loader_state st;
-    stk_loader_state_get(self->l, &st);
+    loader_state_c(self, &st);
     uint64_t e = st.position >= loader_batches(self) ? st.epoch + 1 : st.epoch;
     return PyLong_FromUnsignedLongLong(e);
 }
@@ -3097,8 +3196,8 @@ static PyMethodDef loader_methods[] = {
     {"fields", (PyCFunction)loader_fields, METH_NOARGS,
      "fields() -> [(name, role, dtype, variable, text, shape)]: the fields of each batch."},
     {"iter", (PyCFunction)(void (*)(void))loader_iter_method, METH_VARARGS | METH_KEYWORDS,
-     "iter(with_indices=False)\n--\n\nStart a pass over the current epoch; yields (images, "
-     "labels) or (images, labels, indices)."},
+     "iter(with_indices=False, wrap=None)\n--\n\nStart a pass over the current epoch; yields "
+     "(images, labels) or (images, labels, indices), or wrap(that, epoch, position)."},
     {"set_epoch", (PyCFunction)loader_set_epoch, METH_O,
      "set_epoch(epoch)\n--\n\nMove to the start of `epoch` (keeps a position restored by "
      "set_state for that same epoch)."},

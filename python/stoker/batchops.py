@@ -19,10 +19,9 @@ batch to the steps and appends the indices to what they return.
 
 Accounting. The data-stall profile counts a batch's wait as the time the
 loop spent inside ``next()`` (docs/engine.md, "Profile"); these steps are
-data work done inside that ``next()``, so their time is added to the
-batch's wait (``_Loader._profile_note``), not to the step.
+data work done inside that ``next()`` (the native iterator calls them,
+``step``), so their time is the batch's wait, not the step's.
 """
-import time
 
 __all__ = ["BatchOp"]
 
@@ -77,17 +76,18 @@ def _with_images(batch, images):
     return (images,) + tuple(batch[1:])
 
 
-def run(core, it, ops, bt, mixup, with_indices):
-    """``it``'s batches through ``ops`` (BatchOps) and ``bt``; ``mixup`` is a
-    dict (seed, rank, layout) when bt is a stoker.Mixup."""
-    monotonic = time.monotonic
-    while True:
-        st = core.state() if mixup else None  # names the batch taken next
-        try:
-            item = next(it)
-        except StopIteration:
-            return
-        t0 = monotonic()
+def step(ops, bt, mixup, with_indices):
+    """The function the native iterator calls on every item before yielding
+    it (``_Loader.iter(wrap=)``): ``fn(item, epoch, position)`` runs
+    ``ops`` (BatchOps) and ``bt`` on it; ``mixup`` is a dict (seed, rank,
+    layout) when bt is a stoker.Mixup, which draws with the batch's epoch
+    and position. Called by the iterator, not by a generator around it, so
+    that Ctrl-C while a step runs leaves the batch to the next ``next()``
+    (the step runs again on it) instead of losing it (docs/python.md,
+    "Ctrl-C"). Its time is inside that ``next()``, so the profile counts it
+    as the batch's wait."""
+
+    def fn(item, epoch, position):
         batch, rest = (item[:-1], item[-1:]) if with_indices else (item, ())
         if ops:
             images = batch["image"] if isinstance(batch, dict) else batch[0]
@@ -95,9 +95,8 @@ def run(core, it, ops, bt, mixup, with_indices):
                 images = op(images)
             batch = _with_images(batch, images)
         if mixup:
-            images, soft = bt(batch[0], batch[1], seed=mixup["seed"], epoch=st["epoch"],
-                              position=st["position"], rank=mixup["rank"],
-                              layout=mixup["layout"])
+            images, soft = bt(batch[0], batch[1], seed=mixup["seed"], epoch=epoch,
+                              position=position, rank=mixup["rank"], layout=mixup["layout"])
             out = (images, soft) + tuple(batch[2:])
         elif bt is not None:
             out = bt(batch)
@@ -105,5 +104,6 @@ def run(core, it, ops, bt, mixup, with_indices):
             out = batch
         if rest:
             out = out + rest if isinstance(out, tuple) else (out,) + rest
-        core._profile_note(t0, monotonic())
-        yield out
+        return out
+
+    return fn

@@ -485,6 +485,8 @@ def _pack_array(name, values, code):
     if type(values).__module__ == "numpy" and hasattr(values, "dtype"):
         import numpy  # fast path: no per-element Python objects
         kind = values.dtype.kind
+        if code == "Q" and kind == "b":
+            _refuse_mask(name)
         if code == "Q" and kind in "iu":
             if kind == "i" and values.size and values.min() < 0:
                 raise ValueError("%s must not be negative" % name)
@@ -500,6 +502,9 @@ def _pack_array(name, values, code):
         values = values.tolist()
     try:
         if code == "Q":
+            values = list(values)
+            if any(isinstance(v, bool) or type(v).__name__ == "bool_" for v in values):
+                _refuse_mask(name)
             values = [operator.index(v) for v in values]
             if any(v < 0 for v in values):
                 raise ValueError("%s must not be negative" % name)
@@ -514,6 +519,15 @@ def _pack_array(name, values, code):
     if len(packed) == 0:
         raise ValueError("%s is empty" % name)
     return packed.tobytes()
+
+
+def _refuse_mask(name):
+    # operator.index(True) is 1: a mask would silently select samples 0 and
+    # 1 over and over. Refused rather than taken as a mask, so that a list of
+    # indices and a list of flags can never be confused.
+    raise TypeError("%s is a boolean mask; it takes dataset indices. Pass the indices the mask "
+                    "selects: %s=numpy.flatnonzero(mask) (a torch mask: "
+                    "torch.nonzero(mask).flatten())" % (name, name))
 
 
 def _fields_text(fields):
@@ -880,39 +894,53 @@ class Loader:
         """A pass over the current epoch yielding ``(images, labels)`` — or,
         with ``fields=``, one item per field in that order (a dict with
         ``as_dict=True``); variable-length fields are :class:`Ragged`."""
-        it = self._core.iter()
-        if self._wrap:
-            it = self._wrapped(it, False)
-        if self._batch_transform is not None or self._batch_ops:
-            it = self._transformed(it, False)
-        return self._watched(it)
+        return self._watched(self._core.iter(wrap=self._post(False)))
 
     @property
     def fields(self):
         """The names of the fields each batch holds, in order."""
         return [f[0] for f in self._fields]
 
-    def _wrapped(self, it, with_indices):
+    def _post(self, with_indices):
+        """What the native iterator calls on each item before yielding it
+        (``fn(item, epoch, position)``), or None: Ragged variable fields or
+        dicts (as_dict), then the BatchOps and the batch transform. The
+        iterator calls it itself, rather than a generator wrapping the
+        iterator, so that Ctrl-C never loses a batch (docs/python.md,
+        "Ctrl-C"): a generator dies with the exception, and an item taken
+        but not yet yielded would be gone."""
+        steps = []
+        if self._wrap:
+            steps.append(self._wrapper(with_indices))
+        if self._batch_transform is not None or self._batch_ops:
+            steps.append(self._transformer(with_indices))
+        if not steps:
+            return None
+        if len(steps) == 1:
+            return steps[0]
+        first, second = steps
+        return lambda item, epoch, position: second(first(item, epoch, position), epoch,
+                                                    position)
+
+    def _wrapper(self, with_indices):
         """Items with Ragged variable fields, or dicts (as_dict)."""
         from .fields import Ragged
         fields = self._fields
         ragged = [f[3] and not f[4] and f[2] != "uint8" for f in fields]
         names = [f[0] for f in fields] + (["indices"] if with_indices else [])
-        for item in it:
+        as_dict = self._as_dict
+
+        def wrap(item, epoch, position):
             item = tuple(Ragged(*x) if i < len(ragged) and ragged[i] else x
                          for i, x in enumerate(item))
-            yield dict(zip(names, item)) if self._as_dict else item
+            return dict(zip(names, item)) if as_dict else item
+        return wrap
 
     def iter_with_indices(self):
         """Like ``iter(loader)`` but yields ``(images, labels, indices)``:
         the dataset index of every row, an int64 array (a copy). With a
         batch_transform: what it returns, then the indices."""
-        it = self._core.iter(with_indices=True)
-        if self._wrap:
-            it = self._wrapped(it, True)
-        if self._batch_transform is not None or self._batch_ops:
-            it = self._transformed(it, True)
-        return self._watched(it)
+        return self._watched(self._core.iter(with_indices=True, wrap=self._post(True)))
 
     def _watched(self, it):
         """``it`` as is, or with the periodic report and the autotuner's
@@ -988,18 +1016,17 @@ class Loader:
         """Fix the prefetch depth now (ends its autotuning)."""
         self._core._set_knob("prefetch", operator.index(n))
 
-    def _transformed(self, it, with_indices):
-        """``it``'s batches through the BatchOps and the batch transform
-        (batchops.run). A stoker.Mixup draws with its batch's (aug seed,
-        epoch, position, rank)."""
+    def _transformer(self, with_indices):
+        """The BatchOps and the batch transform as one step (batchops.step).
+        A stoker.Mixup draws with its batch's (aug seed, epoch, position,
+        rank)."""
         from .mixup import Mixup
         mixup = None
         if isinstance(self._batch_transform, Mixup):
             seed = self._options["aug_seed"]
             mixup = dict(seed=self._options["seed"] if seed is None else seed,
                          rank=self._options["rank"], layout=self._core.layout)
-        return batchops.run(self._core, it, self._batch_ops, self._batch_transform, mixup,
-                            with_indices)
+        return batchops.step(self._batch_ops, self._batch_transform, mixup, with_indices)
 
     def _transform_id(self):
         """What state_dict records of the batch transform: a Mixup's settings
@@ -1013,8 +1040,12 @@ class Loader:
         source name of every row (``dataset.path(i)``: the file path of an
         image folder's sample, ``None`` for formats without names)."""
         ds = self._dataset
-        for images, labels, indices in self.iter_with_indices():
-            yield images, labels, ds.paths(indices)
+        post = self._post(True)
+
+        def with_paths(item, epoch, position):
+            images, labels, indices = post(item, epoch, position) if post else item
+            return images, labels, ds.paths(indices)
+        return self._watched(self._core.iter(with_indices=True, wrap=with_paths))
 
     def __len__(self):
         """Batches per epoch for this rank (of the epoch the loader is in: after

@@ -76,6 +76,27 @@ def test_indices_subset_once_per_epoch(cifar_dir):
         make(cifar_dir, indices=np.array([], dtype=np.int64))
 
 
+def test_a_boolean_mask_as_indices_is_refused(cifar_dir):
+    # Issue 26: as integers a mask is indices 0 and 1, so it used to read
+    # samples 0 and 1 over and over without a word.
+    mask = np.zeros(N, dtype=bool)
+    mask[[4, 9, 60, 184]] = True
+    masks = [mask, mask.tolist(), [True, 3]]
+    try:
+        import torch
+        masks.append(torch.from_numpy(mask))
+    except ImportError:
+        pass
+    for m in masks:
+        with pytest.raises(TypeError, match=r"indices is a boolean mask.*numpy\.flatnonzero"):
+            make(cifar_dir, indices=m)
+    # What the message suggests selects exactly the mask's samples.
+    loader = make(cifar_dir, indices=np.flatnonzero(mask), shuffle=False)
+    assert drawn(loader).tolist() == [4, 9, 60, 184]
+    # Weights of 0/1 flags stay meaningful (a weight, not an index).
+    make(cifar_dir, weights=mask)
+
+
 def test_weights_frequencies_within_3_sigma(cifar_dir):
     w = np.zeros(N)
     w[[5, 17, 40, 41, 150]] = [1, 2, 3, 4, 10]
