@@ -180,11 +180,19 @@ static void test_parsed_values(void **state)
     assert_true(s.ops[0].u.normalize.mean[0] == 0.2860);
     assert_true(s.ops[0].u.normalize.std[0] == 0.3530);
 
-    assert_int_equal(stk_spec_parse("normalize 0.1,0.2 3", &s), 0);
+    assert_int_equal(stk_spec_parse("normalize 0.1,0.2 3 scale=1", &s), 0);
     assert_int_equal(s.ops[0].u.normalize.nmean, 2);
     assert_int_equal(s.ops[0].u.normalize.nstd, 1);
     assert_true(s.ops[0].u.normalize.mean[1] == 0.2);
     assert_true(s.ops[0].u.normalize.std[0] == 3.0);
+
+    /* scale=255: the values in 0-255 units, stored as their 0-1 values */
+    assert_int_equal(stk_spec_parse("normalize mean=123.7,116.3,103.5 std=58.4,57.1,57.4 scale=255", &s), 0);
+    assert_int_equal(s.ops[0].u.normalize.nmean, 3);
+    assert_true(s.ops[0].u.normalize.mean[0] == 123.7 / 255.0);
+    assert_true(s.ops[0].u.normalize.std[2] == 57.4 / 255.0);
+    assert_int_equal(stk_spec_parse("normalize scale=255 127.5 63.75", &s), 0);
+    assert_true(s.ops[0].u.normalize.mean[0] == 0.5 && s.ops[0].u.normalize.std[0] == 0.25);
 
     assert_int_equal(stk_spec_parse("to f16 hwc", &s), 0);
     assert_int_equal(s.ops[0].kind, STK_OP_TO);
@@ -288,7 +296,14 @@ static const errcase errcases[] = {
      {"std '1e-45' is too small: dividing by it overflows float32"}},
     {"normalize mean=0 std=0.5,1e-39", 0, 0, 0, "1e-39", 0, {"std '1e-39' is too small"}},
     {"normalize mean=1e30 std=1e-10", 0, 0, 0, "1e-10", 0, {"mean 1e+30 divided by std '1e-10' overflows float32"}},
-    {"normalize mean=0.5 sd=1", 0, 0, 0, "sd", 0, {"unknown key 'sd' for 'normalize' (known: mean, std)"}},
+    {"normalize mean=0.5 sd=1", 0, 0, 0, "sd", 0, {"unknown key 'sd' for 'normalize' (known: mean, std, scale)"}},
+    /* 0-255 means and stds (DALI's spelling) are refused unless scale=255 says so */
+    {"normalize mean=123.7,116.3,103.5 std=58.4,57.1,57.4", 0, 0, 0, "123.7", 0,
+     {"normalize mean value 123.7: these look like 0-255 values: add scale=255 (or divide by 255)"}},
+    {"normalize 0.5 0.2,57.1", 0, 0, 0, "57.1", 0, {"normalize std value 57.1: these look like 0-255"}},
+    {"normalize 0.1,0.2 3", 0, 0, 0, "3", 0, {"these look like 0-255 values"}},
+    {"normalize mean=127 std=64 scale=256", 0, 0, 0, "256", 0, {"scale= must be 255"}},
+    {"normalize imagenet scale=255", 0, 0, 0, "scale", 0, {"not to a preset"}},
     {"normalize cifar10 | normalize mnist", 0, 0, 0, "normalize mnist", 0, {"normalize is given twice; give it once"}},
     {"normalize cifar10 | pad 4", 0, 0, 0, "pad", 0, {"pad must come before normalize (fill values are pixel values 0-255)"}},
     {"normalize cifar10 | random_crop 32 padding=4", 0, 0, 0, "padding", 0, {"pad must come before normalize"}},

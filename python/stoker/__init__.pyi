@@ -241,7 +241,7 @@ class RandomApply(Transform):
 
 class Normalize(Transform):
     def __init__(self, mean: Union[float, Sequence[float]], std: Union[float, Sequence[float]],
-                 inplace: bool = ...) -> None: ...
+                 inplace: bool = ..., scale: Optional[float] = ...) -> None: ...
 
 # The classes generated from the op table (stoker.transforms: ops whose
 # arguments are a schema of numbers) need no entry: __getattr__ below covers

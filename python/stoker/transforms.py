@@ -471,20 +471,25 @@ class Normalize(Transform):
     """``(v / 255 - mean[c]) / std[c]``: ToTensor then torchvision's Normalize.
 
     ``mean`` and ``std`` are sequences of one value or one per channel
-    (every std > 0). ``inplace`` is accepted and has no effect (the output is
-    written once). Spec: ``normalize mean=M std=S``.
+    (every std > 0), in 0-1 units; ``scale=255`` takes them in 0-255 units
+    (DALI's ``mean=[123.675, ...]``). A mean or std above 1 without
+    ``scale=255`` is refused (SpecError: "these look like 0-255 values"),
+    never silently applied. ``inplace`` is accepted and has no effect (the
+    output is written once). Spec: ``normalize mean=M std=S [scale=255]``.
     """
 
     op = "normalize"  # its op in the op table (src/ops/op_table.c)
 
-    def __init__(self, mean, std, inplace=False):
+    def __init__(self, mean, std, inplace=False, scale=None):
         self.mean = tuple(mean) if not isinstance(mean, numbers.Real) else (mean,)
         self.std = tuple(std) if not isinstance(std, numbers.Real) else (std,)
+        self.scale = scale
         _validate(self.spec())
 
     def spec(self):
-        return "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
+        text = "normalize mean=%s std=%s" % (",".join(_num(m, "mean") for m in self.mean),
                                              ",".join(_num(s, "std") for s in self.std))
+        return text if self.scale is None else text + " scale=" + _num(self.scale, "scale")
 
 
 class GaussianBlur(Transform):

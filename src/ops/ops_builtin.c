@@ -245,15 +245,41 @@ static int set_values(const stk_spec_parser *P, const stk_spec_numlist *L, doubl
     return 0;
 }
 
+/* The values of a normalize list in 0-1 units: divided by `unit` (255 for
+ * scale=255). */
+static void scale_list(stk_spec_numlist *L, double unit)
+{
+    for (int k = 0; k < L->n; k++)
+        L->v[k] /= unit;
+}
+
+/* Without scale=, a mean or std above 1 (up to 255) is almost surely a
+ * 0-255 value (DALI's and OpenCV's spelling: mean=123.7,116.3,103.5): taken
+ * as a 0-1 value it leaves near-constant tensors, silently. Refused, naming
+ * both ways out; larger values are not pixel values and meet the overflow
+ * checks instead. L: the list at offset `at`. */
+static int refuse_255(const stk_spec_parser *P, const stk_spec_numlist *L, int at,
+                      const char *what)
+{
+    for (int k = 0; k < L->n; k++)
+        if (L->v[k] > 1.0 && L->v[k] <= 255.0)
+            return stk_spec_err(P, L->a[k] > at ? L->a[k] : at,
+                                "normalize %s value %.*s: these look like 0-255 values: add "
+                                "scale=255 (or divide by 255); normalize takes 0-1 values, as "
+                                "torchvision's Normalize after ToTensor",
+                                what, STK_SPEC_TOKARG(P, L->a[k], L->b[k]));
+    return 0;
+}
+
 static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_opdef *def)
 {
-    static const char *const keys[] = {"mean", "std", NULL};
+    static const char *const keys[] = {"mean", "std", "scale", NULL};
     int rc = 0, npos = 0;
-    stk_spec_arg a = {0}, pos[2], kv[2]; /* kv: mean=, std= */
+    stk_spec_arg a = {0}, pos[2], kv[3]; /* kv: mean=, std=, scale= */
     stk_spec_op *op = stk_spec_new_op(P, def, st->name.a, &rc);
     if (!op)
         return rc;
-    while ((rc = stk_spec_next_arg(P, st, keys, "mean, std", &a)) > 0) {
+    while ((rc = stk_spec_next_arg(P, st, keys, "mean, std, scale", &a)) > 0) {
         if (a.key >= 0)
             kv[a.key] = a;
         else if (npos == 2)
@@ -263,8 +289,21 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
     }
     if (rc < 0)
         return rc;
-    int mean_at = a.seen & 1u, std_at = a.seen & 2u;
+    int mean_at = a.seen & 1u, std_at = a.seen & 2u, scale_at = a.seen & 4u;
     stk_spec_numlist L;
+    /* scale=255: mean and std are given in 0-255 units (scale=1: in 0-1
+     * units, whatever they look like); stored divided, so the pixel math is
+     * the 0-1 spelling's. */
+    double unit = 1.0;
+    if (scale_at) {
+        if ((rc = stk_spec_number(P, kv[2].va, kv[2].vb, &unit, "in scale=")) < 0)
+            return rc;
+        if (unit != 1.0 && unit != 255.0)
+            return stk_spec_err(P, kv[2].va,
+                                "normalize scale= must be 255 (mean and std in 0-255 units) "
+                                "or 1 (0-1 units), got '%.*s'",
+                                STK_SPEC_TOKARG(P, kv[2].va, kv[2].vb));
+    }
     if (npos && (mean_at || std_at))
         return stk_spec_err(P, kv[mean_at ? 0 : 1].t->a,
                             "give normalize either MEAN STD or mean= std=, not both");
@@ -274,6 +313,10 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
         if ((c0 >= 'a' && c0 <= 'z') || (c0 >= 'A' && c0 <= 'Z')) { /* a preset */
             if (npos == 2)
                 return stk_spec_unexpected(P, st, pos[1].t);
+            if (scale_at)
+                return stk_spec_err(P, kv[2].t->a,
+                                    "normalize scale= applies to given mean and std values, "
+                                    "not to a preset");
             for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++) {
                 if (stk_spec_tok_is(P, t->a, t->b, presets[k].name)) {
                     op->u.normalize.nmean = op->u.normalize.nstd = (uint32_t)presets[k].n;
@@ -290,6 +333,9 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
         }
         if ((rc = stk_spec_list(P, t->a, t->b, &L, "in the normalize mean")) < 0)
             return rc;
+        if (!scale_at && (rc = refuse_255(P, &L, t->a, "mean")) < 0)
+            return rc;
+        scale_list(&L, unit);
         set_values(P, &L, op->u.normalize.mean, &op->u.normalize.nmean, NULL, 0);
         op->u.normalize.mean_col = op->arg_col = t->a + 1;
         if (npos < 2)
@@ -297,6 +343,9 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
         t = pos[1].t;
         if ((rc = stk_spec_list(P, t->a, t->b, &L, "in the normalize std")) < 0)
             return rc;
+        if (!scale_at && (rc = refuse_255(P, &L, t->a, "std")) < 0)
+            return rc;
+        scale_list(&L, unit);
         if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd,
                              op->u.normalize.mean, op->u.normalize.nmean)) < 0)
             return rc;
@@ -310,10 +359,16 @@ static int parse_normalize(stk_spec_parser *P, const stk_spec_stage *st, const s
         return stk_spec_err(P, kv[mean_at ? 0 : 1].t->a, "normalize needs both mean= and std=");
     if ((rc = stk_spec_list(P, kv[0].va, kv[0].vb, &L, "in mean=")) < 0)
         return rc;
+    if (!scale_at && (rc = refuse_255(P, &L, kv[0].va, "mean")) < 0)
+        return rc;
+    scale_list(&L, unit);
     set_values(P, &L, op->u.normalize.mean, &op->u.normalize.nmean, NULL, 0);
     op->u.normalize.mean_col = op->arg_col = kv[0].va + 1;
     if ((rc = stk_spec_list(P, kv[1].va, kv[1].vb, &L, "in std=")) < 0)
         return rc;
+    if (!scale_at && (rc = refuse_255(P, &L, kv[1].va, "std")) < 0)
+        return rc;
+    scale_list(&L, unit);
     if ((rc = set_values(P, &L, op->u.normalize.std, &op->u.normalize.nstd, op->u.normalize.mean,
                          op->u.normalize.nmean)) < 0)
         return rc;
@@ -645,7 +700,8 @@ const stk_op_desc stk_op_vflip = {
     .torchvision = "RandomVerticalFlip"};
 const stk_op_desc stk_op_normalize = {.syntax = {"normalize", NULL, STK_OP_NORMALIZE, STK_ORD_ONCE,
                                                  NULL, parse_normalize, NULL, 0,
-                                                 "MEAN STD | PRESET | mean=MEAN std=STD"},
+                                                 "MEAN STD [scale=255] | PRESET | "
+                                                 "mean=MEAN std=STD [scale=255]"},
     .torchvision = "Normalize"};
 const stk_op_desc stk_op_to = {
     .syntax = {"to", NULL, STK_OP_TO, STK_ORD_LAST, NULL, parse_to, NULL, 0, "DTYPE [LAYOUT]"}};

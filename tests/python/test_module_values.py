@@ -150,6 +150,37 @@ def test_from_numpy_loader_values():
     assert gray.shape == (6, 5, 1) and gray[3][1] == 0
 
 
+def test_normalize_in_0_255_units():
+    """DALI's spelling (0-255 means and stds) is refused without scale=255,
+    naming the fix, in the spec, stoker.Normalize and a torchvision
+    Normalize alike; with scale=255 the values equal NumPy's
+    (x - mean) / std on 0-255 pixels."""
+    mean, std = (123.7, 116.3, 103.5), (58.4, 57.1, 57.4)
+    fix = "these look like 0-255 values: add scale=255 \\(or divide by 255\\)"
+    with pytest.raises(stoker.SpecError, match=fix):
+        stoker.spec_check("normalize mean=123.7,116.3,103.5 std=58.4,57.1,57.4 | to f32", 6, 5, 3)
+    with pytest.raises(stoker.SpecError, match=fix):
+        stoker.Normalize(mean, std)
+    torchvision = pytest.importorskip("torchvision")
+    with pytest.raises(stoker.SpecError, match=fix):
+        stoker.build_spec([torchvision.transforms.Normalize(mean, std)])
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (20, 6, 5, 3), dtype=np.uint8)
+    ds = stoker.from_numpy(x, np.zeros(20, np.int64))
+    want = (x.astype(np.float64) - np.array(mean)) / np.array(std)
+    for how in (dict(pipeline="normalize mean=123.7,116.3,103.5 std=58.4,57.1,57.4 scale=255 "
+                              "| to f32 hwc"),
+                dict(transforms=[stoker.Normalize(mean, std, scale=255)], layout="NHWC")):
+        got, _ = next(iter(stoker.Loader(ds, batch_size=20, output="numpy", **how)))
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
+    # The 0-1 spelling of the same values gives the same floats, bit for bit.
+    m1 = ",".join(repr(m / 255) for m in mean)
+    s1 = ",".join(repr(s / 255) for s in std)
+    a, _ = next(iter(stoker.Loader(ds, batch_size=20, output="numpy",
+                                   pipeline="normalize mean=%s std=%s | to f32 hwc" % (m1, s1))))
+    np.testing.assert_array_equal(a, got)
+
+
 def test_spec_check():
     shape, dtype, layout = stoker.spec_check("pad 4 | random_crop 32 | to f16", 32, 32, 3)
     assert shape == (3, 32, 32) and dtype == "float16" and layout == "CHW"
