@@ -531,8 +531,25 @@ static struct {
     _Atomic uint64_t windows;  /* crops served: counted without the lock */
 } tab = {.mu = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
+/* fork(): the child has only the forking thread. Taking tab.mu before the
+ * fork keeps the table whole (no half-done resize) and unlocked in the
+ * child; an entry's `grow` may be held by a walk that does not exist in
+ * the child, so every entry's is made anew there (its points below
+ * `known` are complete: a walk publishes them only when written). Only
+ * `grow -> tab.mu` nests, so holding tab.mu here cannot deadlock. */
+static void tab_fork_prepare(void) { pthread_mutex_lock(&tab.mu); }
+static void tab_fork_parent(void) { pthread_mutex_unlock(&tab.mu); }
+static void tab_fork_child(void)
+{
+    pthread_mutex_init(&tab.mu, NULL);
+    for (size_t i = 0; i < tab.cap; i++)
+        if (tab.slot[i])
+            pthread_mutex_init(&tab.slot[i]->grow, NULL);
+}
+
 static void tab_init(void)
 {
+    pthread_atfork(tab_fork_prepare, tab_fork_parent, tab_fork_child);
     /* Default: 1/32 of the machine's memory, at least 64 MiB. */
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     uint64_t bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 32 : 0;

@@ -58,7 +58,10 @@
  * Locking: `h5_mutex` guards every libhdf5 call of the library (libhdf5
  * keeps global state: its error stack, its open-object tables). The
  * mapping, the tables and the labels are immutable after open; read() of
- * the mapped kinds takes no lock.
+ * the mapped kinds takes no lock. fork() takes h5_mutex first (a
+ * pthread_atfork handler), so a child never inherits it locked nor
+ * libhdf5 half-way through a call: a dataset opened before fork() reads in
+ * the child, as docs/python.md promises.
  *
  * libhdf5 opens the file by name itself (by its own I/O, not src/io):
  * metadata only, and the fallback reads. Every byte of a sample on the
@@ -252,11 +255,26 @@ static void stk_h5_access_hint(const stk_dataset *ds, stk_access how)
 /* Guards every libhdf5 call (see the essay), and the error-printing
  * setting each holder saves and restores. */
 static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t h5_fork_once = PTHREAD_ONCE_INIT;
 static H5E_auto2_t h5_saved_func;
 static void *h5_saved_data;
 
+/* fork(): the child has only the forking thread, so a mutex another thread
+ * held at that moment would stay locked in the child forever (the first
+ * ds[i] of a chunked dataset in the child hung). Taking h5_mutex before the
+ * fork also means no thread is inside libhdf5 then, so the child's copy of
+ * libhdf5's global state (error stack, open-object tables, chunk cache) is
+ * consistent, not half-updated. Nothing else is locked while h5_mutex is
+ * held (it is a leaf), so the prepare handler cannot deadlock with
+ * another module's. */
+static void h5_fork_prepare(void) { pthread_mutex_lock(&h5_mutex); }
+static void h5_fork_parent(void) { pthread_mutex_unlock(&h5_mutex); }
+static void h5_fork_child(void) { pthread_mutex_init(&h5_mutex, NULL); }
+static void h5_fork_register(void) { pthread_atfork(h5_fork_prepare, h5_fork_parent, h5_fork_child); }
+
 static void h5_lock(void)
 {
+    pthread_once(&h5_fork_once, h5_fork_register);
     pthread_mutex_lock(&h5_mutex);
     H5Eget_auto2(H5E_DEFAULT, &h5_saved_func, &h5_saved_data);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);

@@ -168,6 +168,18 @@ struct stk_cache {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static stk_cache *g_caches; /* under g_mu */
 
+/* fork(): g_mu held by another thread at that moment would stay locked in
+ * the child (where closing an inherited dataset closes its cache). g_mu is
+ * a leaf (taken under cfg.mu and c->mu, never the other way), so taking it
+ * before the fork cannot deadlock. */
+static void g_fork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void g_fork_parent(void) { pthread_mutex_unlock(&g_mu); }
+static void g_fork_child(void) { pthread_mutex_init(&g_mu, NULL); }
+__attribute__((constructor)) static void g_fork_register(void)
+{
+    pthread_atfork(g_fork_prepare, g_fork_parent, g_fork_child);
+}
+
 static _Atomic uint64_t g_hit_bytes, g_filled_bytes, g_evicted_bytes, g_evicted_objects,
     g_bad_chunks;
 

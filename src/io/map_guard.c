@@ -122,6 +122,18 @@ static pthread_mutex_t guard_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sigaction guard_prev; /* the handler before ours; written under guard_mu */
 static uintptr_t guard_page = 4096; /* written under guard_mu before the first region */
 
+/* fork(): a mapping opened or closed by another thread at that moment
+ * would leave guard_mu locked in the child, where every later open or
+ * close of a mapped dataset would hang. guard_mu is a leaf (nothing else
+ * is locked under it), so taking it before the fork cannot deadlock. */
+static void guard_fork_prepare(void) { pthread_mutex_lock(&guard_mu); }
+static void guard_fork_parent(void) { pthread_mutex_unlock(&guard_mu); }
+static void guard_fork_child(void) { pthread_mutex_init(&guard_mu, NULL); }
+__attribute__((constructor)) static void guard_fork_register(void)
+{
+    pthread_atfork(guard_fork_prepare, guard_fork_parent, guard_fork_child);
+}
+
 static void guard_chain(int sig, siginfo_t *si, void *ctx)
 {
     if ((guard_prev.sa_flags & SA_SIGINFO) && guard_prev.sa_sigaction) {

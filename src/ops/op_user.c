@@ -213,6 +213,24 @@ static void *plugins[PLUGINS_MAX]; /* dlopen handles, under plugin_mu */
 static host_ctx hosts[PLUGINS_MAX]; /* [k] handed to plugins[k] */
 static int nplugins;
 
+/* fork(): a lock another thread held at that moment would stay locked in
+ * the child (where a spec naming a user op, or a plugin load, would
+ * hang). reg_mu is a leaf: taken before the fork, so the registry is whole
+ * in the child. plugin_mu is held across dlopen (and a plugin's init,
+ * which registers: plugin_mu -> reg_mu), so it is only made anew in the
+ * child. */
+static void user_fork_prepare(void) { pthread_mutex_lock(&reg_mu); }
+static void user_fork_parent(void) { pthread_mutex_unlock(&reg_mu); }
+static void user_fork_child(void)
+{
+    pthread_mutex_init(&reg_mu, NULL);
+    pthread_mutex_init(&plugin_mu, NULL);
+}
+__attribute__((constructor)) static void user_fork_register(void)
+{
+    pthread_atfork(user_fork_prepare, user_fork_parent, user_fork_child);
+}
+
 static int host_register(const stk_plugin_host *host, const stk_user_op *op)
 {
     if (!host)

@@ -288,3 +288,75 @@ def test_raw_pixels_same_digest_as_npy(tmp_path, layout):
     assert dig("hdf5:%s" % h5) == dig("npy:%s" % tmp_path)
     run_stoker("pack", "hdf5:%s" % h5, tmp_path / "packed")
     assert dig("stk:%s" % (tmp_path / "packed")) == dig("npy:%s" % tmp_path)
+
+
+FORK_SCRIPT = r'''
+import os, signal, sys, threading, time
+import numpy as np
+import stoker
+
+path, n = sys.argv[1], int(sys.argv[2])
+ds = stoker.open("hdf5:" + path)
+want = ds[0][0].copy()
+stop = False
+def busy():  # the parent keeps libhdf5 busy while it forks
+    i = 0
+    while not stop:
+        ds[i % len(ds)]
+        i += 1
+t = threading.Thread(target=busy, daemon=True)
+t.start()
+pids = []
+for k in range(n):
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            px, lab = ds[0]
+            code = 0 if np.array_equal(px, want) and lab == 7 else 2
+        finally:
+            os._exit(code)
+    pids.append(pid)
+    time.sleep(0.002)
+stop = True
+t.join()
+done = hung = bad = 0
+deadline = time.monotonic() + 60
+for pid in pids:
+    while True:
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            done, bad = done + ok, bad + (not ok)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.01)
+print("done %d hung %d bad %d" % (done, hung, bad))
+'''
+
+
+def test_chunked_dataset_reads_in_forked_children(tmp_path):
+    """40 children forked while a parent thread reads a chunked, gzip'd
+    dataset through libhdf5 (under the reader's process-wide lock): each
+    child reads ds[0] with the right pixels and label. Before the fork
+    handler, the child inherited the lock held by the busy thread and about
+    half of the children hung in ds[0]."""
+    from module_util import PY_PATH
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(64, 48, 48, 3), dtype=np.uint8)
+    path = str(tmp_path / "chunked.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images, chunks=(1, 48, 48, 3), compression="gzip")
+        f["labels"] = (np.arange(64) + 7) % 10
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=PY_PATH)
+    p = subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3",
+                        str(script), path, "40"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["done", "40", "hung", "0", "bad", "0"], p.stdout + p.stderr
