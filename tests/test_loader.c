@@ -273,6 +273,9 @@ static void test_state_mismatch_rejected(void **state)
         stk_loader *b = make_loader(f.ds, "to u8", os[k]);
         assert_int_equal(stk_loader_state_set(b, &good), STK_EINVAL);
         assert_non_null(strstr(stk_errmsg(), "does not match this loader"));
+        if (k == 1) /* the differing setting in words, not "flags 0 / flags 2" */
+            assert_non_null(strstr(stk_errmsg(), "saved with drop_last=False; this loader has "
+                                                 "drop_last=True"));
         stk_loader_destroy(b);
     }
     stk_loader *blk = make_loader(f.ds, "to u8",
@@ -285,7 +288,9 @@ static void test_state_mismatch_rejected(void **state)
     assert_int_equal(stk_loader_state_set(blk, &st), 0);
     st.block_size = 32;
     assert_int_equal(stk_loader_state_set(blk, &st), STK_EINVAL);
-    assert_non_null(strstr(stk_errmsg(), "block 32 x 16"));
+    assert_non_null(strstr(stk_errmsg(), "the state was saved with shuffle=block (block_size "
+                                         "32, shuffle_window 16); this loader has "
+                                         "shuffle=block (block_size 64, shuffle_window 16)"));
     stk_loader_state_get(blk, &st);
     st.shuffle_window = 3;
     assert_int_equal(stk_loader_state_set(blk, &st), STK_EINVAL);

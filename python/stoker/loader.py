@@ -615,6 +615,57 @@ def _check_batch_transform(bt, output, dtype):
     return bt
 
 
+# What torch.utils.data.DataLoader's arguments become here: the names users
+# carry over are answered with the stoker spelling (or why none is needed),
+# not a bare "unexpected keyword argument".
+_DATALOADER_ARGS = {
+    "num_workers": "use num_threads= (native worker threads in this process; default 'auto' "
+                   "tunes them while running); there are no worker processes",
+    "prefetch_factor": "use prefetch= (batches filled ahead in total, not per worker; "
+                       "default 'auto')",
+    "persistent_workers": "not needed: a Loader's threads live as long as the Loader, "
+                          "across epochs",
+    "pin_memory": "not needed: batches are host memory shared with zero copy; call "
+                  "images.pin_memory() or .cuda(non_blocking=True) as usual, or pass "
+                  "device='cuda' to have them delivered in GPU memory",
+    "pin_memory_device": "use device='cuda:N' (batches delivered in that GPU's memory)",
+    "collate_fn": "not needed: the native workers collate the batch; use batch_transform= "
+                  "for a Python step on each finished batch, fields= for more fields",
+    "sampler": "use shuffle=, indices= (SubsetRandomSampler), weights= (WeightedRandomSampler) "
+               "or rank=/world_size= (DistributedSampler)",
+    "batch_sampler": "not supported: use batch_size=, drop_last= and the sampling options "
+                     "(indices=, weights=)",
+    "worker_init_fn": "not needed: there are no worker processes; every random draw is a "
+                      "function of (seed, aug_seed, epoch, sample)",
+    "generator": "use seed= (the order) and aug_seed= (the augmentations)",
+    "timeout": "not supported: next() waits for the batch (Ctrl-C interrupts it)",
+    "multiprocessing_context": "not needed: there are no worker processes",
+    "transform": "use transforms= (a list, or a torchvision Compose)",
+    "in_order": "not needed: batches always come in order",
+}
+
+
+def _unknown_arguments(unknown):
+    """The TypeError text for keyword arguments Loader does not take."""
+    import difflib
+    import inspect
+    known = [p for p in inspect.signature(Loader.__init__).parameters
+             if p not in ("self", "dataset", "unknown")]
+    lines = []
+    for name in unknown:
+        if name in _DATALOADER_ARGS:
+            lines.append("%s= is a DataLoader argument: %s" % (name, _DATALOADER_ARGS[name]))
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        lines.append("unexpected keyword argument %r%s" % (
+            name, ": did you mean %s=?" % close[0] if close else
+            " (the arguments are in help(stoker.Loader) and docs/python.md)"))
+    if len(lines) == 1:
+        return "Loader(): " + lines[0]
+    return "Loader(): %d keyword arguments it does not take:%s" % (
+        len(lines), "".join("\n  " + line for line in lines))
+
+
 class Loader:
     """Batches of a dataset, augmented by native threads, shared with zero copy.
 
@@ -775,7 +826,9 @@ class Loader:
                  weights=None, balance_classes=False, num_samples=None, aug_seed=None,
                  views=1, eager=False, proportions=None, batch_transform=None,
                  memory_limit=None, report_every=None, report=None, fields=None,
-                 as_dict=False, device=None, placement="auto", decoder="cpu"):
+                 as_dict=False, device=None, placement="auto", decoder="cpu", **unknown):
+        if unknown:
+            raise TypeError(_unknown_arguments(unknown))
         mix_sizes = mix_weights = None
         if isinstance(dataset, (list, tuple)):
             dataset = concat(dataset)

@@ -2092,6 +2092,37 @@ static int32_t state_flags(const stk_loader *l)
            (l->opt.shuffle == STK_SHUFFLE_BLOCK ? 4 : 0);
 }
 
+/* The settings of one side of a state mismatch that differ from the other
+ * side's, in words: "seed 3, drop_last=True, shuffle=block (64 x 16)". */
+static void state_words(char *out, size_t cap, uint64_t seed, uint64_t size, int32_t flags,
+                        uint64_t bs, uint64_t win, uint64_t o_seed, uint64_t o_size,
+                        int32_t o_flags, uint64_t o_bs, uint64_t o_win)
+{
+    size_t n = 0;
+    out[0] = 0;
+#define STATE_ADD(...)                                                                         \
+    do {                                                                                       \
+        if (n < cap)                                                                           \
+            n += (size_t)snprintf(out + n, cap - n, "%s", n ? ", " : "");                      \
+        if (n < cap)                                                                           \
+            n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__);                              \
+    } while (0)
+    if (seed != o_seed)
+        STATE_ADD("seed %llu", (unsigned long long)seed);
+    if (size != o_size)
+        STATE_ADD("%llu samples", (unsigned long long)size);
+    if ((flags & 2) != (o_flags & 2))
+        STATE_ADD("drop_last=%s", flags & 2 ? "True" : "False");
+    if ((flags & 5) != (o_flags & 5) || bs != o_bs || win != o_win) {
+        if (flags & 4)
+            STATE_ADD("shuffle=block (block_size %llu, shuffle_window %llu)",
+                      (unsigned long long)bs, (unsigned long long)win);
+        else
+            STATE_ADD("shuffle=%s", flags & 1 ? "none" : "global");
+    }
+#undef STATE_ADD
+}
+
 void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
 {
     stk_loader *ml = (stk_loader *)l; /* the mutex is not part of the value */
@@ -2131,16 +2162,19 @@ int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
     uint64_t bs = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.block_size : 0;
     uint64_t win = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.shuffle_window : 0;
     if (st->seed != l->opt.seed || st->dataset_size != l->ds->count ||
-        st->flags != state_flags(l) || st->block_size != bs || st->shuffle_window != win)
+        st->flags != state_flags(l) || st->block_size != bs || st->shuffle_window != win) {
+        /* Name the settings that differ, in words (not "flags 0 / flags 2"). */
+        char saved[256], mine[256];
+        int32_t lf = state_flags(l);
+        state_words(saved, sizeof saved, st->seed, st->dataset_size, st->flags,
+                    st->block_size, st->shuffle_window, l->opt.seed, l->ds->count, lf, bs, win);
+        state_words(mine, sizeof mine, l->opt.seed, l->ds->count, lf, bs, win, st->seed,
+                    st->dataset_size, st->flags, st->block_size, st->shuffle_window);
         return stk_fail(STK_EINVAL,
-                        "loader state does not match this loader: state has seed %llu, %llu "
-                        "samples, flags %d, block %llu x %llu; loader has seed %llu, %llu "
-                        "samples, flags %d, block %llu x %llu",
-                        (unsigned long long)st->seed, (unsigned long long)st->dataset_size,
-                        st->flags, (unsigned long long)st->block_size,
-                        (unsigned long long)st->shuffle_window, (unsigned long long)l->opt.seed,
-                        (unsigned long long)l->ds->count, state_flags(l),
-                        (unsigned long long)bs, (unsigned long long)win);
+                        "loader state does not match this loader: the state was saved with %s; "
+                        "this loader has %s",
+                        saved, mine);
+    }
     if (st->world_size == 0 || st->batch_size == 0 || st->rank >= st->world_size)
         return stk_fail(STK_EINVAL, "loader state: rank %u, world size %u, batch size %u is not "
                                     "a layout",

@@ -134,6 +134,46 @@ def test_resume_refuses_another_configuration(cifar_dir):
     make(cifar_dir, pipeline="flip | to f32").load_state_dict(state)
 
 
+def test_resume_mismatch_names_the_settings_in_words(cifar_dir):
+    # Issue 26: it said "flags 0 ... flags 2"; only what differs is named.
+    state = make(cifar_dir).state_dict()  # shuffle=True, drop_last=False
+    with pytest.raises(stoker.InvalidArgument) as e:
+        make(cifar_dir, drop_last=True).load_state_dict(state)
+    assert str(e.value).endswith("the state was saved with drop_last=False; this loader has "
+                                 "drop_last=True"), str(e.value)
+    with pytest.raises(stoker.InvalidArgument) as e:
+        make(cifar_dir, shuffle="block", block_size=8, seed=12).load_state_dict(state)
+    assert str(e.value).endswith("the state was saved with seed 11, shuffle=global; this "
+                                 "loader has seed 12, shuffle=block (block_size 8, "
+                                 "shuffle_window 16)"), str(e.value)
+    with pytest.raises(stoker.InvalidArgument, match="saved with shuffle=global; this loader "
+                                                     "has shuffle=none$"):
+        make(cifar_dir, shuffle=False).load_state_dict(state)
+    assert "flags" not in str(e.value)
+
+
+def test_unknown_arguments_say_what_to_pass(cifar_dir):
+    # Issue 26: a bare TypeError before; DataLoader's names get the stoker
+    # spelling (or why none is needed), typos a did-you-mean.
+    cases = {
+        "num_workers": r"num_workers= is a DataLoader argument: use num_threads=",
+        "prefetch_factor": r"use prefetch=",
+        "persistent_workers": r"not needed: a Loader's threads live as long as the Loader",
+        "pin_memory": r"not needed: .*device='cuda'",
+        "collate_fn": r"not needed: the native workers collate the batch; use batch_transform=",
+        "shufle": r"unexpected keyword argument 'shufle': did you mean shuffle=\?",
+        "batchsize": r"did you mean batch_size=\?",
+        "num_thread": r"did you mean num_threads=\?",
+        "zzz": r"unexpected keyword argument 'zzz' \(the arguments are in help\(stoker.Loader\)",
+    }
+    for name, pattern in cases.items():
+        with pytest.raises(TypeError, match=pattern):
+            make(cifar_dir, **{name: 2})
+    with pytest.raises(TypeError, match=r"(?s)2 keyword arguments it does not take:.*num_workers=.*"
+                                        r"pin_memory="):
+        make(cifar_dir, num_workers=2, pin_memory=True)
+
+
 # -- Ctrl-C -------------------------------------------------------------------
 
 SLOW_CHILD = r"""
