@@ -719,6 +719,15 @@ static int attempt_finished(stk_http_request *r, CURLcode res, char *reason, siz
             r->changed = true;
             return range_refused(r, reason, reason_cap);
         }
+        if (st == 416 && r->range_len && r->expect_total &&
+            r->range_off + r->range_len <= r->expect_total) {
+            /* a range inside the object as it is: the answer, or the request on
+             * its way (a proxy that rewrote it), is wrong */
+            snprintf(reason, reason_cap,
+                     "HTTP 416 for bytes %" PRIu64 "-%" PRIu64 " of a %" PRIu64 "-byte object",
+                     r->range_off, r->range_off + r->range_len - 1, r->expect_total);
+            return 1;
+        }
         if (st == 408 || st == 429 || st >= 500) {
             snprintf(reason, reason_cap, "HTTP %ld%s%s", st, code[0] ? " " : "", code);
             return 1;

@@ -34,6 +34,25 @@ all connections, from the start or the last clear()) and at most one fault:
   stall_body  the headers and half the body, `stall_s` seconds of silence, then the
               rest (a low-speed stall mid-transfer).
 
+A lying range server (a broken proxy or CDN). These apply to a GET of one range
+("Range: bytes=A-B"); any other request is forwarded untouched (fault None). The
+parameter (the number after the kind, as for stalls) is a byte count K:
+
+  shift       asks the upstream for bytes A+K..B+K (K default: half the range, at
+              least 1) and passes its honest 206 on: the right length, other bytes,
+              a Content-Range that says so.
+  lie         forwards the request unchanged and rewrites the 206's Content-Range
+              to name bytes K further on (default 1000): the right bytes, a wrong
+              Content-Range.
+  short       asks for A..A+(B-A)//2: fewer bytes, with a Content-Range and a
+              Content-Length that say so.
+  long        asks for A-K..B (A..B+K when A < K; K default 4096): more bytes, said
+              likewise.
+  whole       drops the Range: a 200 with the whole object.
+  shift_lie   asks for A+K..B+K and says A..B: undetectable from the answer alone
+              (no HTTP client can tell; for documenting the limit, not for tests that
+              expect detection).
+
 Which request gets which fault comes from
   * `schedule`, a dict {request number: fault}, e.g. {3: "reset", 7: "503",
     9: ("stall", 2.5)}; numbers are ints (JSON keys may be strings); or
@@ -77,8 +96,9 @@ import time
 import urllib.parse
 
 CONTROL = "/__stoker_proxy/"
-FAULTS = ("reset", "500", "503", "429", "truncate", "stall", "stall_body")
-RATE_KINDS = ("reset", "status", "truncate", "stall", "stall_body")
+RANGE_FAULTS = ("shift", "lie", "short", "long", "whole", "shift_lie")
+FAULTS = ("reset", "500", "503", "429", "truncate", "stall", "stall_body") + RANGE_FAULTS
+RATE_KINDS = ("reset", "status", "truncate", "stall", "stall_body") + RANGE_FAULTS
 # Headers that describe one connection, never forwarded (RFC 9110 7.6.1), plus
 # Expect (answered here) and Content-Length / Transfer-Encoding (set here).
 HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
@@ -88,8 +108,10 @@ BUF = 1 << 20
 
 def _parse_fault(f, stall_s):
     """A schedule entry -> (kind, seconds). Accepts "503", 503, "stall",
-    ("stall", 2.5), ["stall_body", 1] and "stall:2.5"."""
-    secs = stall_s
+    ("stall", 2.5), ["stall_body", 1] and "stall:2.5". (For a range fault the
+    number is its byte count K, None when not given: the kind's default.)"""
+    secs = None if str(f[0] if isinstance(f, (list, tuple)) else f).split(":")[0] in RANGE_FAULTS \
+        else stall_s
     if isinstance(f, (list, tuple)):
         f, secs = f[0], float(f[1])
     f = str(f)
@@ -109,7 +131,7 @@ def _parse_rates(rates, stall_s):
         if isinstance(v, (list, tuple)):
             p, secs = float(v[0]), float(v[1])
         else:
-            p, secs = float(v), stall_s
+            p, secs = float(v), None if k in RANGE_FAULTS else stall_s
         if not 0 <= p <= 1:
             raise ValueError("rate %s=%r is not a probability" % (k, p))
         out[k] = (p, secs)
@@ -213,8 +235,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return len(body)
         return 0
 
-    def _forward(self, body):
-        """Send the request upstream; returns the response (headers read)."""
+    def _forward(self, body, range_header=None):
+        """Send the request upstream (with `range_header` for its Range, when
+        given; "" drops it); returns the response (headers read)."""
         for _ in range(2):
             fresh = self.up is None
             if fresh:
@@ -227,10 +250,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self.up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                 host = False
                 for k, v in self.headers.items():
-                    if k.lower() in HOP:
+                    if k.lower() in HOP or (range_header is not None and k.lower() == "range"):
                         continue
                     host = host or k.lower() == "host"
                     self.up.putheader(k, v)
+                if range_header:
+                    self.up.putheader("Range", range_header)
                 if not host:
                     self.up.putheader("Host", self.proxy.upstream.netloc)
                 if body is not None:
@@ -291,8 +316,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if kind == "stall":
             p._stop.wait(secs)
+        range_header, relabel = None, None
+        if kind in RANGE_FAULTS:
+            range_header, relabel = self._range_fault(kind, secs)
+            if range_header is None and relabel is None:
+                kind = record["fault"] = None    # not a GET of one range: untouched
         try:
-            resp = self._forward(body)
+            resp = self._forward(body, range_header)
         except (OSError, http.client.HTTPException) as e:
             self._up_close()
             record["fault"] = record["fault"] or "upstream_error"
@@ -304,6 +334,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         record["upstream_status"] = resp.status
         no_body = (self.command == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200)
         headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
+        if relabel is not None:
+            headers = [(k, relabel(v) if k.lower() == "content-range" else v) for k, v in headers]
         cl = resp.getheader("Content-Length")
         if no_body:
             # (read() of a body-less response closes it, so that the upstream
@@ -354,6 +386,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
         elif resp.will_close:
             self._up_close()
+
+    def _range_fault(self, kind, k):
+        """(Range header to send upstream or None, Content-Range rewriter or None)
+        for a range fault; (None, None) when the request is not a GET of one range."""
+        rng = self.headers.get("Range", "")
+        if self.command != "GET" or not rng.startswith("bytes=") or "," in rng:
+            return None, None
+        try:
+            a, b = (int(x) for x in rng[6:].split("-"))
+        except ValueError:
+            return None, None
+        n = b - a + 1
+        if kind == "shift":
+            k = int(k) if k is not None else max(1, n // 2)
+            return "bytes=%d-%d" % (a + k, b + k), None
+        if kind == "shift_lie":
+            k = int(k) if k is not None else max(1, n // 2)
+            return "bytes=%d-%d" % (a + k, b + k), lambda v: "bytes %d-%d/%s" % (a, b, v.split("/")[-1])
+        if kind == "lie":
+            k = int(k) if k is not None else 1000
+            return None, lambda v: "bytes %d-%d/%s" % (a + k, b + k, v.split("/")[-1])
+        if kind == "short":
+            return "bytes=%d-%d" % (a, a + (b - a) // 2), None
+        if kind == "long":   # (earlier where it can: a range that ends the object cannot grow)
+            k = int(k) if k is not None else 4096
+            return ("bytes=%d-%d" % (a - k, b) if a >= k else "bytes=%d-%d" % (a, b + k)), None
+        return "", None     # whole: no Range at all
 
     def _control(self, body):
         p = self.proxy
