@@ -574,6 +574,59 @@ static void test_bad_input(void **state)
     stk_dataset_close(ds);
 }
 
+/* The painting of one image's mask is bounded over all of its annotations
+ * (COCO_PAINT_LIMIT: 32 x pixels + 2^24), not per polygon alone: 10,000
+ * triangles covering a 2000x2000 image, in one annotation or spread over
+ * many, are refused at open naming the file and the image id. By hand, one
+ * triangle (0,0) (2000,0) (0,2000), scaled by 5: 30,003 steps, 3 vertices,
+ * 20,006 boundary points, a 2000x2000 box: 4,050,012; the limit is
+ * 144,777,216, so 35 of them (141,750,420) open and 36 (145,800,432) do
+ * not. */
+static char *triangles_json(const char *name, int annotations, int per_annotation)
+{
+    size_t cap = 256 + (size_t)annotations * (120 + (size_t)per_annotation * 40);
+    char *t = malloc(cap), *e = t;
+    assert_non_null(t);
+    e += sprintf(e, "{" CATS ", \"images\": [{\"id\": 1, \"file_name\": \"big.png\", "
+                    "\"height\": 2000, \"width\": 2000}], \"annotations\": [");
+    for (int a = 0; a < annotations; a++) {
+        e += sprintf(e, "%s{\"id\": %d, \"image_id\": 1, \"category_id\": 2, \"bbox\": [0, 0, "
+                        "2000, 2000], \"segmentation\": [", a ? ", " : "", 100 + a);
+        for (int k = 0; k < per_annotation; k++)
+            e += sprintf(e, "%s[0, 0, 2000, 0, 0, 2000]", k ? ", " : "");
+        e += sprintf(e, "]}");
+    }
+    sprintf(e, "]}");
+    const char *path = write_json(name, t);
+    free(t);
+    char *uri = malloc(2048);
+    assert_non_null(uri);
+    snprintf(uri, 2048, "coco:%s?annotations=%s&masks=semantic&missing=lazy", images_dir(), path);
+    return uri;
+}
+
+static void test_paint_bound_per_image(void **state)
+{
+    (void)state;
+    char *u = triangles_json("poly10k.json", 1, 10000);
+    expect_open_fail(u, STK_ELIMIT, "poly10k.json: image id 1: painting its mask would take",
+                     "more than the 144777216 allowed for a 2000x2000 image");
+    free(u);
+    u = triangles_json("poly36.json", 36, 1);
+    expect_open_fail(u, STK_ELIMIT, "poly36.json: image id 1: painting its mask would take "
+                                    "145800432 steps",
+                     "reached at annotation 135");
+    free(u);
+    u = triangles_json("poly35.json", 35, 1);
+    stk_dataset *ds = open_ok(u);
+    stk_dataset_close(ds);
+    free(u);
+    u = triangles_json("poly35b.json", 1, 35);
+    ds = open_ok(u);
+    stk_dataset_close(ds);
+    free(u);
+}
+
 /* Masks read from 4 threads at once equal the serial reads. */
 typedef struct thread_arg {
     const stk_dataset *ds;
@@ -638,7 +691,7 @@ int main(void)
         cmocka_unit_test(test_values),      cmocka_unit_test(test_masks),
         cmocka_unit_test(test_policies),    cmocka_unit_test(test_read_errors),
         cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_reader_row),
+        cmocka_unit_test(test_reader_row),  cmocka_unit_test(test_paint_bound_per_image),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,6 +143,13 @@
 #define COCO_DEFAULT_MAX_JSON (2ull << 30)
 #define COCO_MAX_FIELDS 7
 #define COCO_MAX_COORD 1000000 /* pixels: a polygon vertex's |x| and |y| */
+/* The most work one read may spend painting an image's mask, in steps of
+ * the walk, vertices, boundary points and pixels painted, summed over all
+ * of its annotations' parts (coco_polygon, coco_segmentation): 32 x the
+ * image's pixels + 2^24. A bound per polygon alone let a 270 KB file of
+ * 10,000 small polygons each covering the image cost 58 s per read, every
+ * epoch; COCO's own images need well under 1 x their pixels. */
+#define COCO_PAINT_LIMIT(pixels) (32 * (pixels) + (1ull << 24))
 
 enum { MASKS_NONE, MASKS_SEMANTIC, MASKS_INSTANCE };
 enum { CROWD_KEEP, CROWD_DROP };
@@ -159,6 +166,7 @@ typedef struct coco_image {
     uint64_t first;     /* its first row in the per-annotation tables */
     uint32_t count;     /* its rows (annotations kept) */
     uint64_t max_points; /* masks: the most boundary points of one of its polygons */
+    uint64_t paint_work; /* masks, open only: a bound on one read's painting (COCO_PAINT_LIMIT) */
 } coco_image;
 
 /* One annotation's segmentation: parts[first .. first + nparts). */
@@ -911,9 +919,10 @@ static bool coco_number(const json_t *v, double *out)
 }
 
 /* One polygon part [x0, y0, x1, y1, ...] into verts (scaled). */
-static int coco_polygon(coco_build *b, const json_t *part, const coco_image *im, long long ann_id,
+static int coco_polygon(coco_build *b, const json_t *part, coco_image *im, long long ann_id,
                         coco_part *out, uint64_t *max_points)
 {
+    int64_t x0 = INT64_MAX, x1 = INT64_MIN, y0 = INT64_MAX, y1 = INT64_MIN;
     uint64_t nv = json_array_size(part) / 2;
     int rc;
     if ((rc = coco_vec_grow(&b->verts, 2 * nv, sizeof(int32_t))) < 0)
@@ -936,6 +945,10 @@ static int coco_polygon(coco_build *b, const json_t *part, const coco_image *im,
         /* pycocotools: (int)(scale * v + .5), truncating */
         v[2 * i] = (int32_t)(5.0 * x + 0.5);
         v[2 * i + 1] = (int32_t)(5.0 * y + 0.5);
+        x0 = v[2 * i] < x0 ? v[2 * i] : x0;
+        x1 = v[2 * i] > x1 ? v[2 * i] : x1;
+        y0 = v[2 * i + 1] < y0 ? v[2 * i + 1] : y0;
+        y1 = v[2 * i + 1] > y1 ? v[2 * i + 1] : y1;
     }
     uint64_t points, steps, pixels = (uint64_t)im->height * im->width;
     coco_poly_bound(v, nv, &points, &steps);
@@ -947,6 +960,13 @@ static int coco_polygon(coco_build *b, const json_t *part, const coco_image *im,
                         im->width, im->height);
     if (points > *max_points)
         *max_points = points;
+    /* A read walks the steps, sorts the points and paints between them:
+     * within the columns and rows of the polygon's box (+1 for rounding),
+     * clipped to the image. */
+    uint64_t cols = (uint64_t)(x1 - x0) / 5 + 2, rows = (uint64_t)(y1 - y0) / 5 + 2;
+    cols = cols < im->width ? cols : im->width;
+    rows = rows < im->height ? rows : im->height;
+    im->paint_work += steps + nv + points + cols * rows;
     out->off = b->verts.n / 2;
     out->n = nv;
     b->verts.n += 2 * nv;
@@ -1060,6 +1080,23 @@ static int coco_rle(coco_build *b, const json_t *seg, const coco_image *im, long
     return 0;
 }
 
+/* STK_ELIMIT when painting image im's mask would cost more than
+ * COCO_PAINT_LIMIT: the bound is on one read, over all of the image's
+ * annotations (a bound per polygon alone let a read take minutes). */
+static int coco_paint_check(const coco_build *b, const coco_image *im, long long ann_id)
+{
+    uint64_t pixels = (uint64_t)im->height * im->width;
+    if (im->paint_work <= COCO_PAINT_LIMIT(pixels))
+        return 0;
+    return stk_fail(STK_ELIMIT,
+                    "%s: image id %lld: painting its mask would take %llu steps (its polygons' "
+                    "outlines, vertices and boxes, its RLE runs), more than the %llu allowed for "
+                    "a %ux%u image (32 x its pixels + 2^24), reached at annotation %lld: too "
+                    "many or too large segmentations for one image (masks=none reads the boxes)",
+                    b->path, (long long)im->id, (unsigned long long)im->paint_work,
+                    (unsigned long long)COCO_PAINT_LIMIT(pixels), im->width, im->height, ann_id);
+}
+
 /* The segmentation of annotation `a` (row `row`) into segs[row]. */
 static int coco_segmentation(coco_build *b, const json_t *a, coco_image *im, long long ann_id,
                              uint64_t row)
@@ -1075,12 +1112,18 @@ static int coco_segmentation(coco_build *b, const json_t *a, coco_image *im, lon
     if (json_is_object(seg)) {
         if ((rc = coco_vec_grow(&b->parts, 1, sizeof(coco_part))) < 0)
             return rc;
-        if ((rc = coco_rle(b, seg, im, ann_id, (coco_part *)b->parts.data + b->parts.n)) < 0)
+        const coco_part *pt = (coco_part *)b->parts.data + b->parts.n;
+        if ((rc = coco_rle(b, seg, im, ann_id, (coco_part *)pt)) < 0)
             return rc;
         b->parts.n++;
         sg->nparts = 1;
         sg->kind = SEG_RLE;
-        return 0;
+        /* a read walks the counts and paints the runs of 1 */
+        const uint32_t *c = (const uint32_t *)b->counts.data + pt->off;
+        im->paint_work += pt->n;
+        for (uint64_t i = 1; i < pt->n; i += 2)
+            im->paint_work += c[i];
+        return coco_paint_check(b, im, ann_id);
     }
     if (!json_is_array(seg))
         return stk_fail(STK_EFORMAT,
@@ -1113,6 +1156,8 @@ static int coco_segmentation(coco_build *b, const json_t *a, coco_image *im, lon
                                &im->max_points)) < 0)
             return rc;
         b->parts.n++;
+        if ((rc = coco_paint_check(b, im, ann_id)) < 0)
+            return rc; /* at once: the next parts are not converted for nothing */
     }
     return 0;
 }
