@@ -247,7 +247,7 @@ static void test_round_trip(void **state)
     uint64_t hs = header_size_of(key);
     assert_int_equal(n, hs + 8 * 4);
     assert_memory_equal(m, "STKCACHE", 8);
-    assert_int_equal(le32(m + 8), 1);
+    assert_int_equal(le32(m + 8), 2);
     assert_int_equal(le32(m + 12), hs);
     assert_int_equal(le32(m + 16) | (uint64_t)le32(m + 20) << 32, size);
     assert_int_equal(le32(m + 24), cs);
@@ -267,6 +267,50 @@ static void test_round_trip(void **state)
     stk_cache_close(c);
     stk_cache_close(NULL);
     stk_cache_object_close(NULL);
+    free(bytes);
+}
+
+/* A .map written by an older version (1: chunks it holds may have come from
+ * a 206 for other bytes than asked, cached with a CRC of their own) is not
+ * trusted: the object opens empty and its chunks are fetched again. */
+static void test_old_version_is_discarded(void **state)
+{
+    (void)state;
+    const char *dir = tu_path("oldversion");
+    const char *key = "http://host/a.tar#\"e1\"#4096";
+    const uint32_t cs = 1024;
+    const uint64_t size = 4096;
+    uint8_t *bytes = object_bytes(size, 5);
+    stk_cache *c;
+    stk_cache_object *o;
+    assert_int_equal(stk_cache_open(dir, 0, &c), 0);
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    for (uint64_t k = 0; k < 4; k++)
+        fill_chunk(o, bytes, k);
+    stk_cache_object_close(o);
+    stk_cache_close(c);
+
+    char map[512], data[512];
+    key_paths(dir, key, map, data);
+    size_t n;
+    uint8_t *m = tu_read_file(map, &n);
+    assert_non_null(m);
+    assert_int_equal(le32(m + 8), 2);
+    /* the same file as version 1 wrote it: version 1, its header CRC valid */
+    m[8] = 1;
+    uint32_t hcrc = stk_crc32c_sw(stk_crc32c_sw(0, m, 32), key, strlen(key));
+    memcpy(m + 32, &hcrc, 4); /* (little-endian host) */
+    tu_write_file(map, m, n);
+    free(m);
+
+    assert_int_equal(stk_cache_open(dir, 0, &c), 0);
+    assert_int_equal(stk_cache_object_open(c, key, size, cs, &o), 0);
+    for (uint64_t k = 0; k < 4; k++)
+        assert_false(stk_cache_has(o, k));
+    uint8_t buf[16];
+    assert_int_equal(stk_cache_read(o, buf, sizeof buf, 0), STK_ENOENT);
+    stk_cache_object_close(o);
+    stk_cache_close(c);
     free(bytes);
 }
 
@@ -1332,6 +1376,7 @@ int main(void)
         cmocka_unit_test(test_corruption),       cmocka_unit_test(test_read_checks_whole_chunks),       cmocka_unit_test(test_evict_lru),
         cmocka_unit_test(test_errors),           cmocka_unit_test(test_view),
         cmocka_unit_test(test_usage_and_trim),   cmocka_unit_test(test_view_threads),
+        cmocka_unit_test(test_old_version_is_discarded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

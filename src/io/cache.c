@@ -8,7 +8,10 @@
  * file is
  *
  *   0   "STKCACHE"          magic
- *   8   u32 version (1)
+ *   8   u32 version (2; a .map of version 1 is another object's, removed
+ *                           and created afresh: version 1 took a 206 for other
+ *                           bytes than asked as the chunk's, with a CRC of its
+ *                           own, and nothing else would ever refetch it)
  *   12  u32 header_size     where the entries start: 40 + key_len rounded
  *                           up to 64
  *   16  u64 size            the object's size in bytes
@@ -111,7 +114,7 @@
 #include <unistd.h>
 
 #define MAP_MAGIC "STKCACHE"
-#define MAP_VERSION 1u
+#define MAP_VERSION 2u
 #define MAP_FIXED_HEADER 40u
 #define ENTRY_SIZE 8u
 #define KEY_MAX 16384u         /* longest key accepted (bytes) */

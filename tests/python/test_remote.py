@@ -154,7 +154,7 @@ def cache_maps(cache):
             if len(raw) < 40 or raw[:8] != b"STKCACHE":
                 continue  # being created, or torn by a kill: nothing in it is trusted
             version, header_size, size, chunk, key_len = struct.unpack_from("<IIQII", raw, 8)
-            assert version == 1 and chunk == CHUNK, (path, version, chunk)
+            assert version == 2 and chunk == CHUNK, (path, version, chunk)
             key = raw[40:40 + key_len].decode()
             n = (size + chunk - 1) // chunk
             present = [k for k in range(n)
