@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int g_fd = -1;
 static char g_mem[64];
-static char g_dir[64];
+static char g_dir[512];
 static volatile uint64_t g_sink;
 
 static void touch(const void *p, size_t n)
@@ -51,7 +51,7 @@ static void touch(const void *p, size_t n)
 
 static void cleanup(void)
 {
-    char p[128];
+    char p[1024];
     snprintf(p, sizeof p, "%s/a.png", g_dir);
     unlink(p);
     snprintf(p, sizeof p, "%s/b.png", g_dir);
@@ -62,11 +62,10 @@ static void cleanup(void)
 static void setup(void)
 {
     static uint8_t px[8 * 6 * 3];
-    char p[128];
+    char p[1024];
     g_fd = fuzz_memfd("fuzz_coco");
     snprintf(g_mem, sizeof g_mem, "/proc/self/fd/%d", g_fd);
-    snprintf(g_dir, sizeof g_dir, "/tmp/fuzz_coco-XXXXXX");
-    check(mkdtemp(g_dir) != NULL, "mkdtemp");
+    fuzz_tempdir(g_dir, sizeof g_dir, "fuzz_coco");
     atexit(cleanup);
     memset(px, 90, sizeof px);
     snprintf(p, sizeof p, "%s/a.png", g_dir);
@@ -162,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (g_fd < 0)
         setup();
     fuzz_write_fd(g_fd, data, size);
-    char uri[256];
+    char uri[1024];
     for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
         snprintf(uri, sizeof uri, "coco:%s?annotations=%s%s", g_dir, g_mem, ways[w].query);
         read_all(uri, ways[w].semantic, ways[w].instance);

@@ -36,17 +36,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define READ_BUDGET 64
 
-static char g_env[64];
+static char g_dir[512];
+static char g_env[600];
 static volatile uint64_t g_sink;
+
+/* The directory and what write_env made in it, at exit. */
+static void cleanup(void)
+{
+    char lock[620];
+    snprintf(lock, sizeof lock, "%s-lock", g_env);
+    unlink(g_env);
+    unlink(lock);
+    rmdir(g_dir);
+}
 
 /* Write the environment (one file, MDB_NOSUBDIR); 0 if it has no record. */
 static int write_env(const uint8_t *d, size_t n)
 {
-    char lock[80];
+    char lock[620];
     if (!g_env[0]) {
-        char tmpl[] = "/tmp/fuzz_lmdb_XXXXXX";
-        check(mkdtemp(tmpl) != NULL, "mkdtemp");
-        snprintf(g_env, sizeof g_env, "%s/env.mdb", tmpl);
+        fuzz_tempdir(g_dir, sizeof g_dir, "fuzz_lmdb");
+        snprintf(g_env, sizeof g_env, "%s/env.mdb", g_dir);
+        atexit(cleanup);
     }
     snprintf(lock, sizeof lock, "%s-lock", g_env);
     unlink(g_env);
@@ -122,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     uint8_t flags = data[0];
     int puts = write_env(data + 1, size - 1);
-    char uri[256];
+    char uri[1024];
     snprintf(uri, sizeof uri, "lmdb:%s?value=%s%s", g_env, flags & 1 ? "encoded" : "datum",
              (flags & 3) == 2 ? "&color=rgb" : "");
     stk_dataset_options opts = {.max_bytes = 16u << 20, .max_samples = 1u << 20,

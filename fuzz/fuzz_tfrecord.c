@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int g_fd = -1;
 static char g_mem[64];
-static char g_dir[64];
+static char g_dir[512];
 static volatile uint64_t g_sink;
 
 static void touch(const void *p, size_t n)
@@ -66,7 +66,7 @@ static void put_mem(const uint8_t *data, size_t size)
 static void cleanup(void)
 {
     static const char *const names[] = {"ok.tfrecord", "ok.tfrecord.idx", "ok.tfrecord.stkidx"};
-    char p[128];
+    char p[1024];
     for (size_t i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
         unlink(p);
@@ -76,7 +76,7 @@ static void cleanup(void)
 
 static void put_file(const char *name, const void *data, size_t size)
 {
-    char p[128];
+    char p[1024];
     snprintf(p, sizeof p, "%s/%s", g_dir, name);
     FILE *f = fopen(p, "wb");
     check(f != NULL, "fopen");
@@ -181,10 +181,9 @@ static void read_all(const char *uri)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char uri[256];
+    char uri[1024];
     if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/fuzz_tfrecord-XXXXXX");
-        check(mkdtemp(g_dir) != NULL, "mkdtemp");
+        fuzz_tempdir(g_dir, sizeof g_dir, "fuzz_tfrecord");
         atexit(cleanup);
     }
     if (size > (1u << 20))
@@ -218,7 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* 4. A cache of that file: the input as its offsets, the header and
      * checksum made right. */
-    char p[128];
+    char p[1024];
     snprintf(p, sizeof p, "%s/ok.tfrecord.idx", g_dir);
     unlink(p);
     struct stat st;

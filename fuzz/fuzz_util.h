@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -24,6 +25,19 @@ __attribute__((unused)) static void check(int ok, const char *what)
         fprintf(stderr, FUZZ_NAME ": oracle failed: %s\n", what);
         abort();
     }
+}
+
+/* A new directory $TMPDIR/STEM-XXXXXX (/tmp without TMPDIR) into buf: a
+ * target that needs real files makes them there, and removes them at exit
+ * (atexit), so runs leave nothing behind and honour TMPDIR as mktemp does. */
+__attribute__((unused)) static void fuzz_tempdir(char *buf, size_t cap, const char *stem)
+{
+    const char *t = getenv("TMPDIR");
+    if (!t || !*t)
+        t = "/tmp";
+    int n = snprintf(buf, cap, "%s/%s-XXXXXX", t, stem);
+    check(n > 0 && (size_t)n < cap, "TMPDIR is too long");
+    check(mkdtemp(buf) != NULL, "mkdtemp in TMPDIR");
 }
 
 /* A new memory file (named `name` in /proc), close-on-exec. */

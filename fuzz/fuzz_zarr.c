@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define READ_BUDGET 32
 #define MAX_SECTIONS 12
 
-static char g_dir[64];
+static char g_dir[512];
 static volatile uint64_t g_sink;
 
 static void touch(const void *p, size_t n)
@@ -72,7 +72,7 @@ static void rm_tree(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static void put(const char *rel, const void *data, size_t size)
 {
-    char path[256];
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dir, rel);
     FILE *f = fopen(path, "wb");
     check(f != NULL, "fopen");
@@ -82,7 +82,7 @@ static void put(const char *rel, const void *data, size_t size)
 
 static void dir(const char *rel)
 {
-    char path[256];
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dir, rel);
     mkdir(path, 0700);
 }
@@ -265,10 +265,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *sec[MAX_SECTIONS];
     size_t len[MAX_SECTIONS], ns = 0;
-    char uri[128];
+    char uri[1024];
     if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/fuzz_zarr.XXXXXX");
-        check(mkdtemp(g_dir) != NULL, "mkdtemp");
+        fuzz_tempdir(g_dir, sizeof g_dir, "fuzz_zarr");
         atexit(rm_tree);
     }
     rm_tree(); /* a fresh directory for each input */
