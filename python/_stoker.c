@@ -1827,6 +1827,7 @@ typedef struct {
     int fields;           /* fields= beyond (image, label): yield one item per field */
     uint64_t stash_gen;   /* gen of the iterator holding a taken but undelivered batch
                              (an interrupted next(); see iter_next), 0 if none */
+    uint64_t delivered;   /* rows of the items next() returned (stats()["delivered"]) */
 } LoaderObject;
 
 typedef struct {
@@ -1848,6 +1849,7 @@ typedef struct {
     PyObject *stash;      /* strong or NULL: the batch an interrupted next() took, for the
                              next call: its Batch (stash_built 0) or the finished item (1) */
     int stash_built;
+    uint32_t stash_rows;  /* the kept batch's rows */
 } IterObject;
 
 static PyTypeObject LoaderType, BatchType, IterType;
@@ -2732,6 +2734,7 @@ static PyObject *iter_next(IterObject *it)
             return NULL;
         if (it->stash_built) {
             PyObject *item = iter_unstash(it);
+            L->delivered += it->stash_rows;
             stk_loader_profile_note(L->l, asked, monotonic_s());
             return item;
         }
@@ -2755,6 +2758,7 @@ static PyObject *iter_next(IterObject *it)
         L->lent++;
         batch_view_init(bo, L->kind);
     }
+    uint32_t rows = bo->b.size;
     PyObject *item = build_item(L, it, (BatchObject *)Py_NewRef((PyObject *)bo));
     if (!item) {
         iter_stash(it, (PyObject *)bo, 0);
@@ -2763,8 +2767,10 @@ static PyObject *iter_next(IterObject *it)
     Py_DECREF(bo);
     if (PyErr_CheckSignals() < 0) {
         iter_stash(it, item, 1);
+        it->stash_rows = rows;
         return NULL;
     }
+    L->delivered += rows;
     stk_loader_profile_note(L->l, asked, monotonic_s());
     return item;
 }
@@ -2831,6 +2837,7 @@ static PyObject *loader_make_iter(LoaderObject *self, int with_indices, PyObject
     it->wrap = wrap == Py_None ? NULL : Py_XNewRef(wrap);
     it->stash = NULL;
     it->stash_built = 0;
+    it->stash_rows = 0;
     return (PyObject *)it;
 }
 
@@ -2966,7 +2973,7 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         return NULL;
     stk_loader_stats s;
     stk_loader_stats_get(self->l, &s);
-    return Py_BuildValue(
+    PyObject *d = Py_BuildValue(
         "{sKsKsKsdsdsdsdsIsKsKsnsKsdsdsdsKsIsIsKsKsI}", "samples", (unsigned long long)s.samples,
         "batches", (unsigned long long)s.batches, "skipped", (unsigned long long)s.skipped,
         "read_s", s.read_s, "augment_s", s.augment_s, "worker_idle_s", s.idle_s,
@@ -2977,6 +2984,13 @@ static PyObject *loader_stats(LoaderObject *self, PyObject *u)
         "memory_bytes", (unsigned long long)s.memory_bytes, "threads", s.threads, "prefetch",
         s.prefetch, "decisions", (unsigned long long)s.decisions, "gpu_head_rows",
         (unsigned long long)s.gpu_head_rows, "gpu_decode_cpu_rows", s.gpu_decode_cpu_rows);
+    /* "samples" counts what the workers wrote, prefetched batches included;
+     * "delivered" only the rows next() handed over. */
+    PyObject *n = d ? PyLong_FromUnsignedLongLong(self->delivered) : NULL;
+    if (!n || PyDict_SetItemString(d, "delivered", n) < 0)
+        Py_CLEAR(d);
+    Py_XDECREF(n);
+    return d;
 }
 
 static PyObject *loader_device_info(LoaderObject *self, PyObject *noargs)

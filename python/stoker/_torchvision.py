@@ -8,7 +8,7 @@ stoker transforms and stage strings. Each torchvision object is read
 ``padding``, ``fill``, ``degrees``, ``brightness``..., ``mean``/``std``)
 and rebuilt as the stoker transform of the same name, whose constructor
 refuses what stoker cannot do (an interpolation other than bilinear, bicubic
-or nearest (RandomRotation: bilinear only),
+or nearest (RandomRotation, RandomAffine: bilinear or nearest),
 ``pad_if_needed``, ``max_size``...) with a ValueError naming the argument;
 this module adds the name of the torchvision transform to that message.
 A transform with no stoker equivalent (``Lambda``, ``ToPILImage``, a

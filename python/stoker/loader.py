@@ -1173,7 +1173,10 @@ class Loader:
     def stats(self):
         """Counters and times since creation, a dict:
 
-        ``samples``, ``batches`` (delivered), ``skipped`` (corrupt samples
+        ``samples`` (written into batches by the workers: prefetched batches
+        not yet handed over included), ``delivered`` (rows of the batches
+        ``next()`` handed to the loop), ``batches`` (delivered),
+        ``skipped`` (corrupt samples
         skipped), ``read_s``, ``decode_s``, ``augment_s`` (without the
         decoder), ``collate_s``, ``worker_idle_s`` (worker seconds summed
         over threads), ``consumer_wait_s`` (time the consumer waited for

@@ -310,26 +310,48 @@ class Resize(Transform):
 
 
 class RandomRotation(Transform):
-    """Rotate by a random angle, like torchvision's ``RandomRotation`` with
-    bilinear interpolation, expand=False, rotation about the centre; ``fill``
-    is a pixel value 0-255 (or one per channel). Spec: ``rotate D [fill=F]``.
+    """Rotate by a random angle, like torchvision's ``RandomRotation``,
+    expand=False, rotation about the centre; ``fill`` is a pixel value 0-255
+    (or one per channel). ``interpolation``: 'bilinear' (stoker's default;
+    spec ``rotate D [fill=F]``) or 'nearest' (torchvision's default, so a
+    torchvision ``RandomRotation(10)`` passed as it is works): ``F.rotate``
+    with nearest is ``F.affine`` with the angle negated and nothing else
+    drawn, so it runs as the ``affine`` op (spec ``affine -HI:-LO
+    [fill=F]``), which matches torchvision value for value.
     """
 
     op = "rotate"  # its op in the op table (src/ops/op_table.c)
 
     def __init__(self, degrees, interpolation="bilinear", expand=False, center=None, fill=0):
-        _bilinear_only(interpolation, None, "RandomRotation")
+        name = str(getattr(interpolation, "value", interpolation)).lower()
+        name = {"2": "bilinear", "interpolationmode.bilinear": "bilinear",
+                "0": "nearest", "interpolationmode.nearest": "nearest"}.get(name, name)
+        if name not in ("bilinear", "nearest"):
+            raise ValueError("RandomRotation(interpolation=%r) is not supported: pass "
+                             "interpolation=InterpolationMode.BILINEAR or "
+                             "InterpolationMode.NEAREST" % (interpolation,))
         if expand:
             raise ValueError("RandomRotation(expand=True) is not supported (fixed output size)")
         if center is not None:
             raise ValueError("RandomRotation(center=...) is not supported (rotates about the "
                              "image centre)")
         self.degrees = degrees
+        self.interpolation = name
         self.fill = fill
         _validate(self.spec())
 
     def spec(self):
-        return "rotate " + _range(self.degrees, "degrees") + _fill_mode(self.fill, "constant")
+        if self.interpolation == "bilinear":
+            return "rotate " + _range(self.degrees, "degrees") + _fill_mode(self.fill,
+                                                                            "constant")
+        # Nearest: affine, whose angle turns the other way (F.rotate passes
+        # -angle to the same inverse matrix F.affine builds).
+        if isinstance(self.degrees, numbers.Real) and not isinstance(self.degrees, bool):
+            degrees = _range(self.degrees, "degrees")  # -D:D is its own negation
+        else:
+            seq = _seq(self.degrees, "degrees", "a number or a (min, max) pair")
+            degrees = ":".join(_num(-v, "degrees") for v in seq[::-1])
+        return "affine " + degrees + _fill_mode(self.fill, "constant")
 
 
 def _nearest_only(interpolation, what):

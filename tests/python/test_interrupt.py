@@ -124,7 +124,10 @@ def test_sigint_at_random_times_loses_no_batch(kind, sigint_raises):
     rnd = random.Random(int(os.environ.get("STK_TEST_SEED", "26")))
     interrupted = 0
     for trial in range(TRIALS):
+        before = loader.stats()["delivered"]
         got, seen = _interrupted_epoch(loader, rnd.uniform(0, took))
+        # stats()["delivered"]: the rows handed over, each batch once.
+        assert loader.stats()["delivered"] - before == 192
         assert got == ref, "trial %d: %d batches, lost or repeated (interrupted at %s)" % (
             trial, len(got), [n for n, _ in seen])
         for n, st in seen:

@@ -152,6 +152,22 @@ def test_resume_mismatch_names_the_settings_in_words(cifar_dir):
     assert "flags" not in str(e.value)
 
 
+def test_stats_samples_counts_prefetched_rows_delivered_does_not(cifar_dir):
+    # Issue 26: stats()["samples"] counts what the workers wrote, prefetched
+    # batches included; "delivered" the rows next() handed over.
+    loader = make(cifar_dir, batch_size=8, num_threads=2, prefetch=3)
+    it = iter(loader)
+    next(it)
+    next(it)
+    st = loader.stats()
+    assert st["delivered"] == 16 and st["batches"] == 2
+    for _ in it:
+        pass
+    st = loader.stats()
+    assert st["delivered"] == 185 and st["batches"] == 24
+    assert st["samples"] >= st["delivered"]  # plus what was read ahead into epoch 1
+
+
 def test_unknown_arguments_say_what_to_pass(cifar_dir):
     # Issue 26: a bare TypeError before; DataLoader's names get the stoker
     # spelling (or why none is needed), typos a did-you-mean.

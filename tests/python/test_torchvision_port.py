@@ -199,7 +199,9 @@ def test_nested_compose_and_mixed_list():
     (T.RandomResizedCrop(32, interpolation=IM.BOX),
      r"^torchvision.transforms.RandomResizedCrop: .*interpolation"),
     (T.Resize(32, interpolation=IM.HAMMING), r"^torchvision.transforms.Resize: .*interpolation"),
-    (T.RandomRotation(10), r"^torchvision.transforms.RandomRotation: .*interpolation"),
+    (T.RandomRotation(10, interpolation=IM.BICUBIC),
+     r"^torchvision.transforms.RandomRotation: .*pass interpolation=InterpolationMode.BILINEAR "
+     r"or InterpolationMode.NEAREST"),
     (T.RandomRotation(10, interpolation=IM.BILINEAR, expand=True),
      r"^torchvision.transforms.RandomRotation: RandomRotation\(expand=True\) is not supported"),
     (T.RandomRotation(10, interpolation=IM.BILINEAR, center=(3, 4)),
