@@ -352,7 +352,7 @@ static void test_damage_at_read(void **state)
     uint8_t img[16];
     const float vec[1] = {1.5f};
     buf f = {0}, r = {0};
-    uint64_t off[6];
+    uint64_t off[7];
     fake_image(img, sizeof img, 3);
     image_record(&r, 0, 1.0f, NULL, img, sizeof img);
     off[0] = f.n;
@@ -370,6 +370,9 @@ static void test_damage_at_read(void **state)
     write_record(&f, r.p, (uint32_t)r.n);
     image_record(&r, 0, 4.0f, NULL, img, 0);
     off[5] = f.n;
+    write_record(&f, r.p, (uint32_t)r.n);
+    image_record(&r, 0, 1152921504606846976.0f, NULL, img, sizeof img);
+    off[6] = f.n;
     write_record(&f, r.p, (uint32_t)r.n);
     const char *rec = tu_path("rd.rec");
     tu_write_file(rec, f.p, f.n);
@@ -389,9 +392,14 @@ static void test_damage_at_read(void **state)
     expect_read_fail(ds, 4, "the label 1.5 is not an integer");
     snprintf(want, sizeof want, "record 5 (byte %llu): no image bytes", (unsigned long long)off[5]);
     expect_read_fail(ds, 5, want);
+    /* 2^60 is an integer, but past 2^53: said so, in full (not "1.15292e+18
+     * is not an integer") */
+    snprintf(want, sizeof want, "record 6 (byte %llu): the label 1152921504606846976 is beyond "
+                                "2^53 (9007199254740992)", (unsigned long long)off[6]);
+    expect_read_fail(ds, 6, want);
     stk_dataset_info info;
     stk_dataset_info_get(ds, &info);
-    assert_int_equal(info.count, 6);
+    assert_int_equal(info.count, 7);
     stk_dataset_close(ds);
     free(f.p);
     free(r.p);

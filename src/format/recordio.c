@@ -131,8 +131,17 @@ static int rio_header(const uint8_t *p, size_t n, int64_t *label, size_t *skip, 
     }
     uint32_t bits = stk_rd32(flag ? p + RIO_HEADER : p + 4);
     memcpy(&x, &bits, sizeof x);
-    if (!(x == floorf(x)) || fabsf(x) >= 9007199254740992.0f) {
+    if (!(x == floorf(x))) { /* NaN too */
         snprintf(why, whylen, "the label %g is not an integer (stoker's labels are int64 classes)",
+                 (double)x);
+        return -1;
+    }
+    if (fabsf(x) >= 9007199254740992.0f) {
+        /* printed whole (a float this large is an integer, %.0f is exact):
+         * "%g" gave "1.15292e+18 is not an integer", which it is */
+        snprintf(why, whylen,
+                 "the label %.0f is beyond 2^53 (9007199254740992), the largest integer a "
+                 "float label is taken as (stoker's labels are int64 classes)",
                  (double)x);
         return -1;
     }
