@@ -387,9 +387,10 @@ typedef struct remote_source {
     stk_cache *cache;    /* a reference */
     stk_cache_object *obj;
     uint32_t chunk;
-    _Atomic int refs;    /* owner + background fetches */
+    _Atomic int refs;    /* owner + background fetches and queued hints */
     _Atomic bool cancelled;
-    pthread_mutex_t mu;  /* guards `fetches` */
+    pthread_mutex_t mu;  /* guards `fetches`; `idle` waits under it */
+    pthread_cond_t idle; /* broadcast when refs drops to the owner's alone */
     fetch *fetches;      /* transfers in flight */
 } remote_source;
 
@@ -873,14 +874,58 @@ static void remote_advise(const stk_source *src, const uint8_t *data, uint64_t o
 
 static void source_unref(remote_source *s)
 {
-    if (atomic_fetch_sub(&s->refs, 1) != 1)
+    int was = atomic_fetch_sub(&s->refs, 1);
+    if (was == 2) {
+        /* (under mu, so a wait_idle that saw refs > 1 is waiting by now) */
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->idle);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (was != 1)
         return;
     stk_cache_object_close(s->obj);
     stk_cache_close(s->cache);
     target_free(&s->tg);
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->idle);
     free(s->base.name);
     free(s);
+}
+
+/* Wait until the owner's is the only reference: s's hints still queued are
+ * dropped (a queue that nothing drains, STOKER_READAHEAD=0, would hold them
+ * for ever), then every background fetch of s has finished, its `done`
+ * included (which holds the cache object open until its last line). Only
+ * where that is bounded: every chunk those fetches claimed has been waited
+ * for. */
+static void wait_idle(remote_source *s)
+{
+    hint *mine = NULL;
+    pthread_mutex_lock(&ra.mu);
+    ra.tail = NULL;
+    for (hint **p = &ra.head; *p;) {
+        hint *h = *p;
+        if (h->src == s) {
+            *p = h->next;
+            h->next = mine;
+            mine = h;
+            ra.queued--;
+        } else {
+            ra.tail = h;
+            p = &h->next;
+        }
+    }
+    pthread_mutex_unlock(&ra.mu);
+    while (mine) {
+        hint *h = mine;
+        mine = h->next;
+        source_unref(h->src);
+        free(h);
+    }
+    pthread_mutex_lock(&s->mu);
+    while (atomic_load(&s->refs) > 1)
+        pthread_cond_wait(&s->idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void remote_close(stk_source *src)
@@ -940,6 +985,7 @@ int stk_remote_open(const char *url, uint64_t max_bytes, stk_source **out)
     if (!s)
         return stk_fail(STK_ENOMEM, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle, NULL);
     atomic_init(&s->refs, 1);
     s->base.ops = &remote_ops;
     int rc = 0;
@@ -1359,6 +1405,13 @@ STK_API int stk_remote_prefetch(const char *uri,
         if (rc == 0 && progress)
             progress(ctx, i + 1, n, urls[i]);
     }
+    /* Every chunk is in: the background fetches are in their last lines.
+     * Waiting for them makes the figures and the cache whole when this
+     * returns: their bytes counted, their objects closed (a trim that
+     * follows, `stoker.cache_trim`, skips objects still open). Without it
+     * both raced the caller. */
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        wait_idle((remote_source *)src[i]);
     for (uint32_t i = 0; i < n; i++)
         stk_source_close(src[i]);
     free(src);
