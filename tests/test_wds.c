@@ -618,12 +618,32 @@ static void test_damage(void **state)
     tb_sum(&t, hdr[1]);
     tb_save(&t, "bad.tar");
     expect_fail(uri, STK_EFORMAT, "member '000000.cls': bad size field", NULL);
+    /* Bytes of the file are escaped in messages, never sent raw to the
+     * terminal (an ESC would drive it). */
+    assert_null(strchr(stk_errmsg(), '\xff'));
+    assert_non_null(strstr(stk_errmsg(), "bad size field '\\xff\\xff\\xff"));
+    two_samples(&t, hdr);
+    tb_end(&t);
+    memcpy(t.d + hdr[1] + 124, "\x1b[2J\\0009\x07", 11);
+    memcpy(t.d + hdr[1] + 100, "\x1b]0;pwned\x07", 11); /* the mode field: not printed */
+    tb_sum(&t, hdr[1]);
+    tb_save(&t, "bad.tar");
+    expect_fail(uri, STK_EFORMAT, "member '000000.cls': bad size field '\\x1b[2J\\x5c0009\\x07'",
+                NULL);
+    assert_null(strchr(stk_errmsg(), '\x1b'));
     /* A checksum field that is not octal. */
     two_samples(&t, hdr);
     tb_end(&t);
     memcpy(t.d + hdr[1] + 148, "12345z\0 ", 8);
     tb_save(&t, "bad.tar");
-    snprintf(want, sizeof want, "byte %zu: header checksum mismatch (stored 12345z", hdr[1]);
+    snprintf(want, sizeof want, "byte %zu: header checksum mismatch (stored '12345z'", hdr[1]);
+    expect_fail(uri, STK_EFORMAT, want, NULL);
+    two_samples(&t, hdr);
+    tb_end(&t);
+    memcpy(t.d + hdr[1] + 148, "\x1b[31m\x9b\0", 8);
+    tb_save(&t, "bad.tar");
+    snprintf(want, sizeof want, "byte %zu: header checksum mismatch (stored '\\x1b[31m\\x9b'",
+             hdr[1]);
     expect_fail(uri, STK_EFORMAT, want, NULL);
 
     /* Garbage after the end-of-archive marker. */
@@ -710,7 +730,7 @@ static void test_damage(void **state)
 
     /* Labels. */
     const char *bad_labels[] = {"abc", "1.5", "", "  ", "12 3", "99999999999999999999", "-",
-                                "0x10"};
+                                "0x10", "\x1b[2J"};
     for (size_t k = 0; k < sizeof bad_labels / sizeof bad_labels[0]; k++) {
         t.n = 0;
         tb_str(&t, "000000.jpg", "img");
@@ -721,7 +741,7 @@ static void test_damage(void **state)
         tb_save(&t, "bad.tar");
         snprintf(want, sizeof want, "%s: member 000001.cls (byte %zu): label '%s' is not a decimal "
                                     "integer",
-                 p, lh, bad_labels[k]);
+                 p, lh, bad_labels[k][0] == 0x1b ? "\\x1b[2J" : bad_labels[k]);
         expect_fail(uri, STK_EFORMAT, want, NULL);
     }
     t.n = 0;

@@ -150,6 +150,31 @@ static int tar_err(const tar_walk *w, int code, const char *fmt, ...)
     return code;
 }
 
+/* Bytes of the file for a message: printable ASCII as it is, every other
+ * byte (control bytes, an ESC that would drive the terminal, bytes past
+ * 0x7e) and the backslash as \xNN, up to the first NUL of the n bytes
+ * (tar fields end there); cut with "..." where buf is full. Returns buf. */
+static const char *wds_escape(const void *bytes, size_t n, char *buf, size_t cap)
+{
+    const uint8_t *b = bytes;
+    size_t o = 0;
+    for (size_t i = 0; i < n && b[i]; i++) {
+        char one[5];
+        int k = b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\'
+                    ? snprintf(one, sizeof one, "%c", b[i])
+                    : snprintf(one, sizeof one, "\\x%02x", b[i]);
+        if (o + (size_t)k + 4 > cap) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, one, (size_t)k);
+        o += (size_t)k;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 static void tar_walk_free(tar_walk *w)
 {
     free(w->buf);
@@ -294,18 +319,20 @@ static int tar_pax(tar_walk *w, const uint8_t *d, size_t n, uint64_t off, int gl
             size_t k = 0;
             for (; k < vlen && val[k] >= '0' && val[k] <= '9' && !(v >> 59); k++)
                 v = v * 10 + (uint64_t)(val[k] - '0');
+            char esc[200];
             if (!vlen || k != vlen)
                 return tar_err(w, STK_EFORMAT,
-                               "%s: byte %llu: pax header: size '%.*s' is not a decimal number",
-                               w->f->path, (unsigned long long)off, (int)(vlen > 40 ? 40 : vlen),
-                               (const char *)val);
+                               "%s: byte %llu: pax header: size '%s' is not a decimal number",
+                               w->f->path, (unsigned long long)off,
+                               wds_escape(val, vlen > 40 ? 40 : vlen, esc, sizeof esc));
             *size = v;
             *have_size = 1;
         } else if (klen > 11 && !memcmp(kv, "GNU.sparse.", 11)) {
+            char esc[200];
             return tar_err(w, STK_EUNSUPPORTED,
-                           "%s: byte %llu: a GNU sparse member (pax %.*s); sparse files are not "
+                           "%s: byte %llu: a GNU sparse member (pax %s); sparse files are not "
                            "read (write the tar without --sparse)",
-                           w->f->path, (unsigned long long)off, (int)klen, (const char *)kv);
+                           w->f->path, (unsigned long long)off, wds_escape(kv, klen, esc, sizeof esc));
         }
         i += len;
     }
@@ -397,19 +424,21 @@ static int tar_next(tar_walk *w, tar_member *m)
                                path,
                                h[0] == 0x1f ? "gzip" : h[0] == 'B' ? "bzip2"
                                             : h[0] == 0xfd ? "xz" : "zstd");
+            char esc[40];
             return tar_err(w, STK_EFORMAT,
-                           "%s: byte %llu: header checksum mismatch (stored %.8s, computed "
+                           "%s: byte %llu: header checksum mismatch (stored '%s', computed "
                            "%06llo)%s",
-                           path, (unsigned long long)pos, (const char *)h + 148,
+                           path, (unsigned long long)pos, wds_escape(h + 148, 8, esc, sizeof esc),
                            (unsigned long long)sum_u,
                            pos == 0 ? "; not a tar archive?" : "");
         }
         size_t nlen = tar_strnlen(h, 100);
         uint64_t size;
+        char esc_name[420], esc[60];
         if (tar_number(h + 124, 12, &size) < 0)
-            return tar_err(w, STK_EFORMAT, "%s: byte %llu: member '%.*s': bad size field '%.12s'",
-                           path, (unsigned long long)pos, (int)nlen, (const char *)h,
-                           (const char *)h + 124);
+            return tar_err(w, STK_EFORMAT, "%s: byte %llu: member '%s': bad size field '%s'", path,
+                           (unsigned long long)pos, wds_escape(h, nlen, esc_name, sizeof esc_name),
+                           wds_escape(h + 124, 12, esc, sizeof esc));
         const char type = (char)h[156];
         const uint64_t data = pos + 512;
         if (type == 'L' || type == 'K' || type == 'x' || type == 'g') {
@@ -447,9 +476,10 @@ static int tar_next(tar_walk *w, tar_member *m)
         }
         if (type == 'S')
             return tar_err(w, STK_EUNSUPPORTED,
-                           "%s: byte %llu: member '%.*s' is a GNU sparse file; sparse files are "
+                           "%s: byte %llu: member '%s' is a GNU sparse file; sparse files are "
                            "not read (write the tar without --sparse)",
-                           path, (unsigned long long)pos, (int)nlen, (const char *)h);
+                           path, (unsigned long long)pos,
+                           wds_escape(h, nlen, esc_name, sizeof esc_name));
         /* The name: a pending long name / pax path, else prefix/name. */
         size_t len;
         if (have_lname) {
@@ -482,7 +512,9 @@ static int tar_next(tar_walk *w, tar_member *m)
             return tar_err(w, STK_EFORMAT,
                            "%s: byte %llu: member '%s': its size, %llu bytes, runs past the end "
                            "of the file (%llu bytes): truncated tar or absurd size",
-                           path, (unsigned long long)pos, w->name, (unsigned long long)size,
+                           path, (unsigned long long)pos,
+                           wds_escape(w->name, strlen(w->name), esc_name, sizeof esc_name),
+                           (unsigned long long)size,
                            (unsigned long long)fsize);
         m->hdr = first;
         m->data = data;
@@ -686,11 +718,9 @@ static int wds_group_close(wds_build *b, tar_walk *w, wds_group *g)
         return rc;
     int64_t label;
     if (wds_parse_label(d, (size_t)g->size_of[WDS_LABEL], &label) < 0) {
-        char text[48];
+        char text[200];
         size_t n = g->size_of[WDS_LABEL] < 40 ? (size_t)g->size_of[WDS_LABEL] : 40;
-        for (size_t i = 0; i < n; i++)
-            text[i] = d[i] >= 0x20 && d[i] < 0x7f ? (char)d[i] : '?';
-        text[n] = '\0';
+        wds_escape(d, n, text, sizeof text);
         return stk_fail(STK_EFORMAT,
                         "%s: member %.*s.%s (byte %llu): label '%s%s' is not a decimal integer "
                         "(label=EXTS picks the label member)",
