@@ -41,7 +41,7 @@ them too: in every class, one image in 64 is grayscale, one in 200 is CMYK
 (Adobe-inverted, as PIL writes it) and one in 25 is progressive (with
 optimised Huffman tables), each at an offset that depends on the class. A
 10 x (20 + 2) set holds 4 grayscale, 2 CMYK and 11 progressive files, and
-the first three classes hold one of each among their first 7 images.
+the first class holds one of each among its first 7 images.
 
 Determinism. Image i of class c in a split depends only on (seed, split, c,
 i): its draws come from numpy's generator seeded with exactly those, and its
