@@ -2282,7 +2282,10 @@ const char *stk_bound_name(int bound)
 static const char *const stage_help[] = {
     "",
     "pack into .stk shards, or check storage with stoker doctor",
-    "more cores, shards packed with --restart, or --reencode --max-side",
+    /* (not "pack with --restart": these may be packed so already; the
+     * doctor times what each rewrite would give on the files themselves) */
+    "more cores, or stoker doctor to time restart markers and smaller re-encodes on "
+    "these files",
     "more cores, cheaper ops or a smaller output dtype",
     "fewer damaged samples",
     "a deeper prefetch (or prefetch auto)",
