@@ -299,8 +299,13 @@ static int run_bench(const bench_args *a)
             printf(", \"digest\": \"%s\"", digest);
         printf("}\n");
     } else {
-        printf("stoker bench: %s (%llu samples, %ux%ux%u)\n", a->dataset,
-               (unsigned long long)info.count, info.height, info.width, info.channels);
+        /* Encoded or variously sized images have no one shape (0x0x0). */
+        if (info.height && info.width)
+            printf("stoker bench: %s (%llu samples, %ux%ux%u)\n", a->dataset,
+                   (unsigned long long)info.count, info.height, info.width, info.channels);
+        else
+            printf("stoker bench: %s (%llu samples, variable size)\n", a->dataset,
+                   (unsigned long long)info.count);
         printf("  pipeline:   %s\n", a->pipeline);
         printf("  output:     %lldx%lldx%lld %s %s, %zu bytes/sample\n", (long long)shape[0],
                (long long)shape[1], (long long)shape[2], dtype_name(dtype),

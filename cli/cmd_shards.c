@@ -398,11 +398,20 @@ int cmd_inspect(int argc, char **argv)
             printf("\n");
         }
     } else {
-        printf("labels:   %lld classes\n", (long long)(max_label + 1));
+        /* A set whose labels are bare numbers (TFRecord, RecordIO, CIFAR
+         * without a meta file) has no names: say so once rather than print
+         * blank ones. */
+        bool named = false;
+        for (int64_t l = 0; l <= max_label && l < 1024 && !named; l++) {
+            const char *name = stk_dataset_class_name(ds, (uint32_t)l);
+            named = name && name[0];
+        }
+        printf("labels:   %lld classes%s\n", (long long)(max_label + 1),
+               named ? "" : " (numbers only: the dataset names no classes)");
         for (int64_t l = 0; l <= max_label && l < 1024; l++) {
             const char *name = stk_dataset_class_name(ds, (uint32_t)l);
             printf("  %4lld ", (long long)l);
-            int cols = print_class_name(name ? name : "");
+            int cols = named ? print_class_name(name ? name : "") : 0;
             printf("%*s %llu\n", cols < 24 ? 24 - cols : 0, "", (unsigned long long)counts[l]);
         }
         if (other)
@@ -411,8 +420,14 @@ int cmd_inspect(int argc, char **argv)
     static const char *const keys[] = {"source", "created_by", "shard_set", "index"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const char *v = stk_dataset_metadata(ds, keys[k]);
-        if (v)
-            printf("%-9s %s\n", keys[k], v);
+        if (!v)
+            continue;
+        /* One value may hold several lines (a TFRecord set's "index": a
+         * line per file): each continues under the first. */
+        printf("%-9s ", keys[k]);
+        for (const char *nl; (nl = strchr(v, '\n')); v = nl + 1)
+            printf("%.*s\n%-9s ", (int)(nl - v), v, "");
+        printf("%s\n", v);
     }
     for (uint64_t i = 0; i < stk_dataset_skipped_count(ds); i++)
         printf("skipped:  %s\n", stk_dataset_skipped(ds, i));

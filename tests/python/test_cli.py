@@ -452,3 +452,37 @@ def test_preview_labels_name_the_class(tmp_path):
         text = "#0 ant" if v == 10 else "#1 bumbleb"  # cut to the 10 characters of 64 pixels
         cols = caption_extent(g, 66, x, 64)
         assert 6 * (len(text) - 1) <= cols.max() <= 6 * len(text) - 2, (text, cols)
+
+
+def test_inspect_tfrecord_indents_index_lines_and_says_names_are_missing(tmp_path):
+    """A TFRecord set's "index" note has a line per file: each continues
+    under the first, not at column 0. Its labels are bare numbers: inspect
+    says the dataset names no classes instead of printing blank names."""
+    from tfrecord_writer import example, write_tfrecord
+    d = tmp_path / "set"
+    d.mkdir()
+    for f in range(3):
+        write_tfrecord(str(d / ("part-%02d.tfrecord" % f)),
+                       [example({"image/encoded": b"x%d" % i, "image/class/label": i % 2})
+                        for i in range(4)])
+    out = run_stoker("inspect", "tfrecord:%s" % d).stdout
+    lines = out.splitlines()
+    at = [i for i, l in enumerate(lines) if l.startswith("index ")]
+    assert len(at) == 1, out
+    index = lines[at[0]:at[0] + 3]
+    for f, line in enumerate(index):
+        assert ("part-%02d.tfrecord" % f) in line, out
+        assert line.startswith("index     " if f == 0 else " " * 10), out
+        assert not line[10:].startswith(" "), out
+    assert "labels:   2 classes (numbers only: the dataset names no classes)" in out
+    counts = [l.split() for l in lines if re.match(r"^ +[01] +\d+$", l)]
+    assert counts == [["0", "6"], ["1", "6"]], out
+
+
+def test_bench_names_variable_size_images(tmp_path):
+    from PIL import Image
+    for i, (h, w) in enumerate(((20, 30), (40, 10))):
+        (tmp_path / "c").mkdir(exist_ok=True)
+        Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(str(tmp_path / "c" / ("%d.png" % i)))
+    out = run_stoker("bench", str(tmp_path), "--pipeline", "resize 8,8 | to u8").stdout
+    assert out.splitlines()[0] == "stoker bench: %s (2 samples, variable size)" % tmp_path, out
