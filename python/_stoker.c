@@ -1828,6 +1828,9 @@ typedef struct {
     uint64_t stash_gen;   /* gen of the iterator holding a taken but undelivered batch
                              (an interrupted next(); see iter_next), 0 if none */
     uint64_t delivered;   /* rows of the items next() returned (stats()["delivered"]) */
+    PyObject *skipped;    /* list of (index, path, reason) of the samples that failed to
+                             read in the batches taken (on_error skip/replace), strong,
+                             or NULL before the first */
 } LoaderObject;
 
 typedef struct {
@@ -2014,8 +2017,8 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         PyErr_SetString(PyExc_ValueError, "device_convert must be callable (or None)");
         return NULL;
     }
-    if (on_error != 0 && on_error != 1) {
-        PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise) or 1 (skip)");
+    if (on_error < 0 || on_error > 2) {
+        PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise), 1 (skip) or 2 (replace)");
         return NULL;
     }
     if (block && !shuffle) {
@@ -2029,7 +2032,7 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     o.no_shuffle = !shuffle;
     o.shuffle = block ? STK_SHUFFLE_BLOCK : STK_SHUFFLE_GLOBAL;
     o.drop_last = drop_last;
-    o.on_error = on_error ? STK_ON_ERROR_SKIP : STK_ON_ERROR_RAISE;
+    o.on_error = (stk_error_policy)on_error;
 
     LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
     if (!self)
@@ -2080,6 +2083,7 @@ static void loader_dealloc(LoaderObject *self)
     Py_XDECREF(self->convert);
     Py_XDECREF(self->convert_device);
     Py_XDECREF(self->dataset);
+    Py_XDECREF(self->skipped);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2720,6 +2724,47 @@ static PyObject *iter_unstash(IterObject *it)
  * check and that one can still drop the item: CPython's window, not ours.)
  * The kept batch is handed over by the next next() on this iterator;
  * state_dict() does not count it (loader_state_c); a new pass drops it. */
+/* Append lent batch b's failed samples (stk_loader_skipped) to L->skipped
+ * as (index, path or None, reason). -1 with an exception set. */
+static int note_skipped(LoaderObject *L, const stk_batch *b)
+{
+    if (!b->skipped)
+        return 0;
+    if (!L->skipped && !(L->skipped = PyList_New(0)))
+        return -1;
+    stk_dataset *ds = ((DatasetObject *)L->dataset)->ds;
+    for (uint32_t i = 0; i < b->skipped; i++) {
+        uint64_t index;
+        const char *reason;
+        char *path = NULL;
+        int rc = stk_loader_skipped(L->l, b, i, &index, &reason);
+        if (rc < 0) {
+            raise_last(rc);
+            return -1;
+        }
+        if (stk_dataset_sample_path(ds, index, &path) < 0)
+            path = NULL; /* (a name that cannot be read: None) */
+        PyObject *t = Py_BuildValue("(KNN)", (unsigned long long)index,
+                                    path ? PyUnicode_DecodeFSDefault(path) : Py_NewRef(Py_None),
+                                    PyUnicode_DecodeUTF8(reason, (Py_ssize_t)strlen(reason),
+                                                         "replace"));
+        stk_free(path);
+        if (!t || PyList_Append(L->skipped, t) < 0) {
+            Py_XDECREF(t);
+            return -1;
+        }
+        Py_DECREF(t);
+    }
+    return 0;
+}
+
+static PyObject *loader_get_skipped(LoaderObject *self, void *c)
+{
+    if (!self->skipped && !(self->skipped = PyList_New(0)))
+        return NULL;
+    return Py_NewRef(self->skipped);
+}
+
 static PyObject *iter_next(IterObject *it)
 {
     LoaderObject *L = it->loader;
@@ -2757,6 +2802,10 @@ static PyObject *iter_next(IterObject *it)
         bo->fork_gen = L->fork_gen;
         L->lent++;
         batch_view_init(bo, L->kind);
+        if (note_skipped(L, &b) < 0) {
+            Py_DECREF(bo);
+            return NULL;
+        }
     }
     uint32_t rows = bo->b.size;
     PyObject *item = build_item(L, it, (BatchObject *)Py_NewRef((PyObject *)bo));
@@ -3250,6 +3299,9 @@ static PyGetSetDef loader_getset[] = {
     {"closed", (getter)loader_get_closed, NULL, "Whether close() was called.", NULL},
     {"dataset", (getter)loader_get_dataset, NULL, "The Dataset it reads.", NULL},
     {"max_batches", (getter)loader_get_max_batches, NULL, "Cap on batch buffers.", NULL},
+    {"skipped", (getter)loader_get_skipped, NULL,
+     "(index, path, reason) of every sample that failed to read in the batches taken "
+     "(on_error='skip' or 'replace'), in order; a list you may clear.", NULL},
     {0},
 };
 

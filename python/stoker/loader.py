@@ -16,7 +16,7 @@ _DTYPES = {"uint8": "u8", "u8": "u8", "float16": "f16", "half": "f16", "f16": "f
            "float32": "f32", "float": "f32", "f32": "f32", "bfloat16": "bf16", "bf16": "bf16"}
 _LAYOUTS = {"nchw": "chw", "chw": "chw", "nhwc": "hwc", "hwc": "hwc"}
 _OUTPUTS = ("torch", "numpy", "dlpack")
-_ON_ERROR = {"raise": 0, "skip": 1}
+_ON_ERROR = {"raise": 0, "skip": 1, "replace": 2}
 _PLACEMENTS = {"auto": 0, "cpu": 1, "gpu": 2}  # stk_placement
 _DECODERS = {"cpu": 0, "nvjpeg": 1}  # stk_decoder
 
@@ -735,7 +735,11 @@ class Loader:
         when it is initialised, else the RANK/WORLD_SIZE environment, else 0/1.
         A state_dict taken with another world size (or batch size) is
         accepted: the epoch continues where the old ranks together stopped.
-      on_error: 'raise' (default) or 'skip' corrupt samples (counted in stats()).
+      on_error: 'raise' (default), 'skip' corrupt samples (their batch is
+        shorter) or 'replace' them (every batch stays full: another sample of
+        the epoch, drawn deterministically, takes the corrupt one's place;
+        docs/pipeline.md). Both count them in stats() and list them in
+        ``loader.skipped``.
       indices: a subset, a sequence of dataset indices (duplicates allowed):
         each epoch permutes this list (as SubsetRandomSampler) and reads
         nothing else.
@@ -856,7 +860,8 @@ class Loader:
                              % (decoder,))
         device_convert = _device_converter(output, device)
         if on_error not in _ON_ERROR:
-            raise ValueError("on_error must be 'raise' or 'skip', got %r" % (on_error,))
+            raise ValueError("on_error must be 'raise', 'skip' or 'replace', got %r"
+                             % (on_error,))
         shuffle, block = _shuffle_mode(shuffle)
         if not block and (block_size is not None or shuffle_window is not None):
             raise ValueError("block_size and shuffle_window need shuffle='block'")
@@ -1169,6 +1174,15 @@ class Loader:
         batches are being made before the first iteration. A no-op when
         started (iteration starts a lazy Loader by itself)."""
         self._core.warmup()
+
+    @property
+    def skipped(self):
+        """The samples that failed to read in the batches delivered so far
+        (``on_error='skip'`` or ``'replace'``), in order: a list of
+        ``(index, path, reason)`` (path None where the format names no
+        file; under 'replace' a failed substitute is listed too). The same
+        list object each time: clear it to start afresh."""
+        return self._core.skipped
 
     def stats(self):
         """Counters and times since creation, a dict:
