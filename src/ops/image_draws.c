@@ -194,12 +194,20 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
         case G_RCROP:
         case G_CCROP: {
             int64_t vh = view_len(&d->ay), vw = view_len(&d->ax);
+            /* torchvision's CenterCrop zero-pads an image smaller than the
+             * crop; the fused head here cannot write a border yet, so say so
+             * rather than fail with a bare size. */
             if ((int64_t)g->h > vh || (int64_t)g->w > vw)
                 return stk_fail(STK_EDATA,
                                 "%s %ux%u (HxW) does not fit the %lldx%lld image; resize "
-                                "first or crop less",
+                                "first or crop less%s",
                                 g->kind == G_RCROP ? "random_crop" : "center_crop", g->h, g->w,
-                                (long long)vh, (long long)vw);
+                                (long long)vh, (long long)vw,
+                                g->kind == G_RCROP
+                                    ? ""
+                                    : " (torchvision's CenterCrop pads a smaller image with "
+                                      "zeros; stoker does not pad images of varying size: "
+                                      "put a Resize before the crop)");
             int64_t top, left;
             if (g->kind == G_RCROP) {
                 top = stk_rng_range(rng, 0, vh - g->h);

@@ -1,7 +1,7 @@
 """Ctrl-C at random times never loses or repeats a batch (issue 26).
 
 SIGINT is sent to this process from a timer thread at a random moment of an
-epoch; Python's default handler raises KeyboardInterrupt in the consumer
+epoch (100 epochs interrupted per output kind); Python's default handler raises KeyboardInterrupt in the consumer
 wherever it is: waiting in next() with the GIL released, building the item,
 running a wrap (as_dict, a batch_transform), or in the loop's own code. After
 each interruption the loop goes on with next() on the same iterator. What the
@@ -122,19 +122,26 @@ def test_sigint_at_random_times_loses_no_batch(kind, sigint_raises):
     ref, states, end, took = _reference(loader)
     assert len(ref) == 48 and len(set(ref)) == 48
     rnd = random.Random(int(os.environ.get("STK_TEST_SEED", "26")))
-    interrupted = 0
-    for trial in range(TRIALS):
+    # TRIALS epochs interrupted inside the epoch. A signal that comes after
+    # the epoch's end (the machine ran faster than the delay drawn) tests
+    # nothing: that epoch is checked all the same but not counted, and the
+    # next delay is drawn within the last epoch's own duration. The attempt
+    # cap is a hang guard, not a timing threshold.
+    interrupted = attempts = 0
+    while interrupted < TRIALS:
+        attempts += 1
+        assert attempts <= 20 * TRIALS, "only %d of %d epochs interrupted" % (interrupted,
+                                                                           attempts)
         before = loader.stats()["delivered"]
+        t0 = time.monotonic()
         got, seen = _interrupted_epoch(loader, rnd.uniform(0, took))
+        took = time.monotonic() - t0
         # stats()["delivered"]: the rows handed over, each batch once.
         assert loader.stats()["delivered"] - before == 192
         assert got == ref, "trial %d: %d batches, lost or repeated (interrupted at %s)" % (
-            trial, len(got), [n for n, _ in seen])
+            attempts, len(got), [n for n, _ in seen])
         for n, st in seen:
             if n is not None:
-                interrupted += 1
-                assert st == states[n], "trial %d: state_dict after %d batches" % (trial, n)
+                assert st == states[n], "trial %d: state_dict after %d batches" % (attempts, n)
+        interrupted += any(n is not None for n, _ in seen)
         assert loader.state_dict() == end  # the pass ended: the next epoch, position 0
-    # Most signals land inside the epoch (the delay is drawn within the
-    # uninterrupted epoch's duration): the trials did test interruptions.
-    assert interrupted >= TRIALS // 4, interrupted

@@ -54,3 +54,20 @@ def test_random_rotation_refusal_says_what_to_pass():
                                          r"interpolation=InterpolationMode.BILINEAR or "
                                          r"InterpolationMode.NEAREST"):
         stoker.build_spec([T.RandomRotation(10, interpolation=IM.BICUBIC)])
+
+
+def test_center_crop_larger_than_the_image_says_why(tmp_path):
+    # torchvision's CenterCrop zero-pads a smaller image; stoker does not
+    # (yet) on images of varying size: the error says so and what to do.
+    from PIL import Image
+    (tmp_path / "a").mkdir()
+    rng = np.random.default_rng(2)
+    for i, (h, w) in enumerate([(30, 40), (50, 20)]):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
+            tmp_path / "a" / ("%d.png" % i))
+    loader = stoker.Loader("imagefolder:" + str(tmp_path), batch_size=2,
+                           transforms=[T.CenterCrop(64)], output="numpy")
+    with pytest.raises(stoker.DataError, match=r"center_crop 64x64 \(HxW\) does not fit the "
+                                               r"\d+x\d+ image; .*torchvision's CenterCrop pads "
+                                               r"a smaller image with zeros.*put a Resize"):
+        next(iter(loader))
