@@ -2284,8 +2284,8 @@ static const char *const stage_help[] = {
     "pack into .stk shards, or check storage with stoker doctor",
     /* (not "pack with --restart": these may be packed so already; the
      * doctor times what each rewrite would give on the files themselves) */
-    "more cores, or stoker doctor to time restart markers and smaller re-encodes on "
-    "these files",
+    ("more cores, or stoker doctor to time restart markers and smaller re-encodes on "
+     "these files"),
     "more cores, cheaper ops or a smaller output dtype",
     "fewer damaged samples",
     "a deeper prefetch (or prefetch auto)",
