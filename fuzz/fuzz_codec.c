@@ -68,7 +68,7 @@ static uint32_t pick(const uint8_t *data, size_t size, size_t k, uint32_t mod)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    stk_codec_limits lim = {MAX_PIXELS};
+    stk_codec_limits lim = {.max_pixels = MAX_PIXELS};
     stk_scratch full = {0}, part = {0};
     stk_image_info info;
     int rc = stk_image_probe(data, size, &lim, &info);

@@ -289,7 +289,7 @@ static void check_format(encoded e, stk_image_format fmt, int palette, int gif, 
     stk_scratch_free(&s);
 
     /* The limit, from the header, before the scratch grows. */
-    stk_codec_limits lim = {(uint64_t)w * h - 1};
+    stk_codec_limits lim = {.max_pixels = (uint64_t)w * h - 1};
     snprintf(want, sizeof want, "%s: %ux%u image (%u pixels) exceeds the max_pixels limit of %u",
              e.name, w, h, w * h, w * h - 1);
     assert_int_equal(stk_image_probe(e.data, e.size, &lim, &info), STK_ELIMIT);

@@ -393,7 +393,9 @@ int stk_bmp_decode(const stk_decode_req *req)
         return stk_fail(STK_ELIMIT, "BMP: %ux%u image does not fit in memory", b.width, b.height);
     size_t out_row = (size_t)b.width * 3, px = (size_t)b.width * b.height;
     int rle = b.compression == 1 || b.compression == 2;
-    if ((rc = stk_scratch_reserve(req->out, out_row * b.height + (rle ? px : 0))))
+    if ((rc = stk_codec_check_bytes(req, "BMP", b.width, b.height,
+                                    (uint64_t)out_row * b.height + (rle ? px : 0), 0)) ||
+        (rc = stk_codec_reserve(req, out_row * b.height + (rle ? px : 0))))
         return rc;
     const uint8_t *pix = req->data + b.offset, *pal = req->data + b.pal_at;
     if (rle) {

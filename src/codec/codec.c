@@ -19,6 +19,13 @@
  * region bounds — is checked by the decoder right after it has read the
  * header and before it allocates.
  *
+ * The decode budget (stk_codec_limits.max_bytes) is likewise checked by
+ * each decoder once it knows the header: it counts what that decoder will
+ * put in the output scratch and what it (or its library) allocates on its
+ * own, as a pure function of the header, the region and the scale — never
+ * of what the scratch already holds — so a sample is refused or decoded
+ * the same way whichever thread, with whatever history, decodes it.
+ *
  * The formats without a region decode of their own (WebP, BMP, TIFF, GIF)
  * decode the whole image into the scratch and stk_codec_finish_view points
  * the view at the region inside it, so a region equals the same window of
@@ -133,6 +140,48 @@ int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height, ui
     return 0;
 }
 
+/* The last decode's need on this thread (stk_image_last_need). */
+static _Thread_local uint64_t stk_need_out, stk_need_own;
+
+void stk_image_last_need(uint64_t *out_bytes, uint64_t *own_bytes)
+{
+    if (out_bytes)
+        *out_bytes = stk_need_out;
+    if (own_bytes)
+        *own_bytes = stk_need_own;
+}
+
+int stk_codec_check_bytes(const stk_decode_req *req, const char *what, uint32_t width,
+                          uint32_t height, uint64_t out_bytes, uint64_t own_bytes)
+{
+    uint64_t need = out_bytes + own_bytes; /* each < 2^60: sizes of < 2^32 x 2^32 x 8 */
+    stk_need_out = out_bytes;
+    stk_need_own = own_bytes;
+    if (req->max_bytes && need > req->max_bytes)
+        return stk_fail(STK_ELIMIT,
+                        "%s: decoding the %ux%u image needs %llu bytes (%.1f MiB), over the "
+                        "decode budget of %llu bytes (%.1f MiB) that memory_limit leaves each "
+                        "worker thread",
+                        what, width, height, (unsigned long long)need,
+                        (double)need / (1024.0 * 1024.0), (unsigned long long)req->max_bytes,
+                        (double)req->max_bytes / (1024.0 * 1024.0));
+    return 0;
+}
+
+int stk_codec_reserve(const stk_decode_req *req, size_t bytes)
+{
+    stk_scratch *s = req->out;
+    if (!req->max_bytes || s->cap >= bytes)
+        return stk_scratch_reserve(s, bytes);
+    uint8_t *p = stk_aligned_alloc(bytes);
+    if (!p)
+        return stk_fail(STK_ENOMEM, "out of memory allocating %zu bytes of scratch", bytes);
+    stk_aligned_free(s->data);
+    s->data = p;
+    s->cap = bytes;
+    return 0;
+}
+
 void stk_codec_finish_view(const stk_decode_req *req, uint8_t *pixels, uint32_t width,
                            uint32_t height)
 {
@@ -204,6 +253,8 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
     req.data = data;
     req.size = size;
     req.max_pixels = stk_limits_pixels(limits);
+    req.max_bytes = limits ? limits->max_bytes : 0;
+    stk_need_out = stk_need_own = 0;
     req.region = region;
     req.scale_denom = scale_denom;
     req.out = out;

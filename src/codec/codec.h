@@ -43,8 +43,19 @@ typedef struct stk_image_info {
  * default of stk_dataset_options.max_pixels). */
 #define STK_DEFAULT_MAX_PIXELS (1ull << 28)
 
+/* Internal (not in include/stoker): fields may be added. Zero-initialise
+ * it and set what you need. */
 typedef struct stk_codec_limits {
     uint64_t max_pixels; /* width * height; 0 = STK_DEFAULT_MAX_PIXELS */
+    /* The decode budget: the bytes one decode may need at its peak — the
+     * output it writes into `out` plus the buffers the decoder allocates
+     * itself (libjpeg's coefficients of a progressive file, libwebp's
+     * lossless ARGB image, libtiff's strip, libspng's rows) — as computed
+     * from the header, before anything sized by the image is allocated.
+     * Over it: STK_ELIMIT naming the bytes needed and the budget. 0 = no
+     * budget (the decode is then exactly what it was before the field
+     * existed). The loader sets it from memory_limit (docs/engine.md). */
+    uint64_t max_bytes;
 } stk_codec_limits;
 
 /* Sniff the format from magic bytes ("\xFF\xD8\xFF" JPEG, PNG signature,
@@ -80,6 +91,13 @@ typedef struct stk_rect {
 int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *limits,
                      const stk_rect *region, unsigned scale_denom, stk_scratch *out,
                      stk_image_view *view);
+
+/* What the calling thread's last stk_image_decode needed by the budget's
+ * count (both 0 before the first, or after one refused before the decoder
+ * read the header): `out_bytes` the part in `out`, `own_bytes` the
+ * decoder's own buffers, freed before it returned. The loader adds the
+ * latter to the memory it reports (stk_loader_stats.memory_bytes). */
+void stk_image_last_need(uint64_t *out_bytes, uint64_t *own_bytes);
 
 /*
  * Decode a segmentation mask: one channel of class ids. An indexed or

@@ -21,6 +21,7 @@ typedef struct stk_decode_req {
     const uint8_t *data;   /* lent: the encoded bytes */
     size_t size;
     uint64_t max_pixels;   /* resolved: never 0 */
+    uint64_t max_bytes;    /* the decode budget (codec.h); 0 = none */
     const stk_rect *region;/* NULL = whole image; shape nonzero, bounds unchecked */
     unsigned scale_denom;  /* 1, 2, 4 or 8 (PNG: 1) */
     stk_scratch *out;      /* caller's: grown to hold the pixels */
@@ -134,6 +135,19 @@ int stk_jpeg_warning_is_benign(int msg_code);
  * "JPEG" or "PNG". */
 int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width,
                            uint32_t height);
+/* The budget check every decoder makes after reading the header and
+ * before it allocates anything sized by the image: `out_bytes` it will
+ * reserve in req->out, `own_bytes` it (or its library) will allocate
+ * itself. Records both for stk_image_last_need, then STK_ELIMIT when
+ * their sum is over req->max_bytes (a nonzero budget), with `what`'s
+ * prefix, the image's size and the numbers. */
+int stk_codec_check_bytes(const stk_decode_req *req, const char *what, uint32_t width,
+                          uint32_t height, uint64_t out_bytes, uint64_t own_bytes);
+/* stk_scratch_reserve for a decoder's output: under a budget, grown to
+ * exactly `bytes` (no doubling), so the scratch a worker keeps stays
+ * within what the budget allowed; without one, as stk_scratch_reserve. */
+int stk_codec_reserve(const stk_decode_req *req, size_t bytes);
+
 /* STK_ELIMIT when width * height > max_pixels (with the numbers). */
 int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height,
                            uint64_t max_pixels);

@@ -21,7 +21,8 @@
  * are read block by block (a graphic control extension sets the transparent
  * index; the last one before the image counts, as in PIL), and at the
  * first image descriptor the canvas size is known and checked against
- * max_pixels before anything is allocated; the frame is read row by row
+ * max_pixels and the decode budget (4 bytes a canvas pixel: RGB and
+ * index) before anything is allocated; the frame is read row by row
  * with DGifGetLine into the output, which also reads the rest of the
  * frame's data up to its terminating block. Later frames and the trailer
  * are not read (DGifSlurp, which reads every frame into memory, is not
@@ -165,7 +166,10 @@ int stk_gif_decode(const stk_decode_req *req)
 
     /* The canvas as indices (1 byte a pixel) after the RGB output. */
     size_t rgb = (size_t)f.cw * f.ch * 3, idx = (size_t)f.cw * f.ch;
-    if ((rc = stk_scratch_reserve(req->out, rgb + idx)))
+    /* (A 35-byte file can declare a 65535x65535 screen: the budget is
+     * checked on the canvas, which is what gets allocated.) */
+    if ((rc = stk_codec_check_bytes(req, "GIF", f.cw, f.ch, rgb + idx, 0)) ||
+        (rc = stk_codec_reserve(req, rgb + idx)))
         goto out;
     uint8_t *canvas = req->out->data + rgb;
     memset(canvas, f.transparent >= 0 ? f.transparent : 0, idx);

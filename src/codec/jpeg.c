@@ -111,6 +111,8 @@ typedef struct stk_jpeg_job {
     stk_jpeg_err err;
     struct jpeg_progress_mgr progress;
     JSAMPROW rows[STK_JPEG_ROWS];
+    uint64_t own;                 /* libjpeg's own bytes, by the budget's count
+                                     (here, not a local: setjmp) */
 } stk_jpeg_job;
 
 /* ------------------------------------------------------------------------ */
@@ -310,6 +312,28 @@ static int stk_jpeg_run(stk_jpeg_job *job)
     cinfo->scale_num = 1;
     cinfo->scale_denom = d;
 
+    /* The decode budget, part 1: a progressive file keeps every DCT
+     * coefficient of the whole image (128 bytes a block of each
+     * component, at any scale or crop) from jpeg_start_decompress on; a
+     * sequential one only an iMCU row. Checked before that allocation. */
+    if (cinfo->progressive_mode) {
+        for (int c = 0; c < cinfo->num_components; c++) {
+            const jpeg_component_info *ci = &cinfo->comp_info[c];
+            /* blocks, rounded out to whole iMCUs (at most one more) */
+            uint64_t bw = (uint64_t)cinfo->image_width * ci->h_samp_factor /
+                              (8 * (uint64_t)cinfo->max_h_samp_factor) +
+                          1 + (uint64_t)cinfo->max_h_samp_factor;
+            uint64_t bh = (uint64_t)cinfo->image_height * ci->v_samp_factor /
+                              (8 * (uint64_t)cinfo->max_v_samp_factor) +
+                          1 + (uint64_t)cinfo->max_v_samp_factor;
+            job->own += bw * bh * 128;
+        }
+    }
+    rc = stk_codec_check_bytes(req, "JPEG", cinfo->image_width, cinfo->image_height, 0,
+                               job->own);
+    if (rc)
+        goto done;
+
     jpeg_start_decompress(cinfo);
     ow = cinfo->output_width;
     oh = cinfo->output_height;
@@ -375,8 +399,10 @@ static int stk_jpeg_run(stk_jpeg_job *job)
         rc = stk_fail(STK_ELIMIT, "JPEG: %ux%u output does not fit in memory", cw, sy1 - sy0);
         goto done;
     }
-    rc = stk_scratch_reserve(req->out, (size_t)total);
-    if (rc)
+    /* Part 2: the output, now that the crop is known. */
+    rc = stk_codec_check_bytes(req, "JPEG", cinfo->image_width, cinfo->image_height, total,
+                               job->own);
+    if (rc || (rc = stk_codec_reserve(req, (size_t)total)))
         goto done;
     base = req->out->data;
     tmpbuf = base + row_bytes * (sy1 - sy0);

@@ -121,11 +121,19 @@ int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_ima
     return rc;
 }
 
+/* libspng's own memory: the current and previous scanline (up to 8 bytes
+ * a pixel), the row it converts into, and zlib's inflate state. */
+static uint64_t stk_png_own_bytes(const struct spng_ihdr *ihdr)
+{
+    return (uint64_t)ihdr->width * 8 * 3 + ((uint64_t)64 << 10);
+}
+
 /* Rows 0 .. r->y + r->height - 1 of a non-interlaced image, keeping the
  * region's columns of its rows, densely, at out->data. */
 static int stk_png_decode_rows(spng_ctx *ctx, const struct spng_ihdr *ihdr, const stk_rect *r,
-                               stk_scratch *out)
+                               const stk_decode_req *req)
 {
+    stk_scratch *out = req->out;
     size_t row_bytes = (size_t)ihdr->width * 3, keep = (size_t)r->width * 3;
     uint64_t total;
     uint8_t *tmp;
@@ -135,8 +143,10 @@ static int stk_png_decode_rows(spng_ctx *ctx, const struct spng_ihdr *ihdr, cons
     if (!stk_mul_ok(keep, r->height, &total) || !stk_add_ok(total, row_bytes, &total) ||
         total > SIZE_MAX)
         return stk_fail(STK_ELIMIT, "PNG: region does not fit in memory");
-    if (stk_scratch_reserve(out, (size_t)total))
-        return STK_ENOMEM;
+    int rc = stk_codec_check_bytes(req, "PNG", ihdr->width, ihdr->height, total,
+                                   stk_png_own_bytes(ihdr));
+    if (rc || (rc = stk_codec_reserve(req, (size_t)total)))
+        return rc;
     tmp = out->data + keep * r->height;
 
     if ((e = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE)))
@@ -178,7 +188,7 @@ int stk_png_decode(const stk_decode_req *req)
     v->col_stride = 3;
     v->chan_stride = 1;
     if (r && !ihdr.interlace_method) {
-        rc = stk_png_decode_rows(ctx, &ihdr, r, req->out);
+        rc = stk_png_decode_rows(ctx, &ihdr, r, req);
         if (rc)
             goto out;
         v->pixels = req->out->data;
@@ -192,7 +202,9 @@ int stk_png_decode(const stk_decode_req *req)
         rc = stk_png_err(e, NULL);
         goto out;
     }
-    if ((rc = stk_scratch_reserve(req->out, len)))
+    if ((rc = stk_codec_check_bytes(req, "PNG", ihdr.width, ihdr.height, len,
+                                    stk_png_own_bytes(&ihdr))) ||
+        (rc = stk_codec_reserve(req, len)))
         goto out;
     if ((e = spng_decode_image(ctx, req->out->data, len, SPNG_FMT_RGB8, 0))) {
         rc = stk_png_err(e, NULL);

@@ -502,7 +502,14 @@ int stk_tiff_decode(const stk_decode_req *req)
         rc = stk_fail(STK_ELIMIT, "TIFF: image does not fit in memory");
         goto out;
     }
-    if ((rc = stk_scratch_reserve(req->out, (size_t)(rgb + raw))))
+    /* libtiff's own: the compressed bytes of one strip or tile (no more
+     * than the file), and for tiles the decoded tile we copy from
+     * (strips decode straight into `raw`). */
+    uint64_t unit = TIFFIsTiled(tif) ? (uint64_t)TIFFTileSize64(tif)
+                                     : (uint64_t)TIFFStripSize64(tif);
+    uint64_t own = (unit < j.size ? unit : j.size) + (TIFFIsTiled(tif) ? unit : 0);
+    if ((rc = stk_codec_check_bytes(req, "TIFF", l.width, l.height, all, own)) ||
+        (rc = stk_codec_reserve(req, (size_t)all)))
         goto out;
     uint8_t *samples = req->out->data + rgb;
     j.reading = 1;

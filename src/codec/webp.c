@@ -161,7 +161,15 @@ int stk_webp_decode(const stk_decode_req *req)
         (rc = stk_codec_check_region("WebP", req->region, info.width, info.height)))
         return rc;
     len = (size_t)info.width * info.height * 3; /* <= 3 * max_pixels: checked */
-    if ((rc = stk_scratch_reserve(req->out, len)))
+    /* libwebp's own memory: a lossless (VP8L) image is decoded to a whole
+     * ARGB picture (4 bytes a pixel) before it is converted to ours; a
+     * lossy one needs a few macroblock rows (counted as 64 rows of 4
+     * bytes); the demuxer of an animation, nothing sized by the canvas. */
+    uint64_t own = (f.format == 2 || f.has_animation ? (uint64_t)info.width * info.height * 4
+                                                      : 0) +
+                   (uint64_t)info.width * 64 * 4;
+    if ((rc = stk_codec_check_bytes(req, "WebP", info.width, info.height, len, own)) ||
+        (rc = stk_codec_reserve(req, len)))
         return rc;
     if (f.has_animation) {
         if ((rc = stk_webp_first_frame(req, info.width, info.height)))

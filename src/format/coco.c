@@ -422,7 +422,7 @@ static int coco_read_image(const stk_dataset *ds, uint64_t index, stk_scratch *s
     stk_source_close(src);
     if (rc < 0)
         return coco_read_fail(m, im, rc);
-    stk_codec_limits lim = {m->max_pixels};
+    stk_codec_limits lim = {.max_pixels = m->max_pixels};
     stk_image_info info;
     if ((rc = stk_image_probe(scratch->data, done, &lim, &info)) < 0)
         return coco_read_fail(m, im, rc == STK_ENOMEM ? rc : STK_EDATA);

@@ -200,7 +200,7 @@ static int seg_read_mask(const stk_dataset *ds, uint64_t index, stk_scratch *scr
     const char *mrel = m->arena + m->mask[index], *irel = m->arena + m->image[index];
     stk_file_source mf, imf;
     size_t msize = 0, head = 0;
-    stk_codec_limits lim = {m->max_pixels};
+    stk_codec_limits lim = {.max_pixels = m->max_pixels};
     stk_image_info mi, ii;
     bool iopen = false; /* imf to be closed */
     int rc = seg_open(m, mrel, &mf);

@@ -24,14 +24,18 @@
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* Make s->cap >= bytes keeping its first `keep` bytes. */
-static int reserve_keep(stk_scratch *s, size_t bytes, size_t keep)
+/* Make s->cap >= bytes keeping its first `keep` bytes. Grows by doubling,
+ * but never past `limit` when it is nonzero (a decode budget) and bytes
+ * fits within it. */
+static int reserve_keep(stk_scratch *s, size_t bytes, size_t keep, uint64_t limit)
 {
     if (s->cap >= bytes)
         return 0;
     size_t cap = s->cap ? s->cap : 65536;
     while (cap < bytes)
         cap = cap > SIZE_MAX / 2 ? bytes : cap * 2;
+    if (limit && cap > limit && bytes <= limit)
+        cap = bytes;
     uint8_t *p = stk_aligned_alloc(cap);
     if (!p)
         return stk_fail(STK_ENOMEM, "out of memory allocating %zu bytes of scratch", cap);
@@ -41,6 +45,24 @@ static int reserve_keep(stk_scratch *s, size_t bytes, size_t keep)
     s->data = p;
     s->cap = cap;
     return 0;
+}
+
+/* The pipeline's own scratch for an encoded image against the decode
+ * budget: `need` bytes (the decoded region and the resampling workspace).
+ * STK_EDATA over it: one image too large for the memory given is one bad
+ * sample, which the loader names and on_error may skip. */
+static int budget_check(const stk_plan_input *in, const stk_image_info *info, uint64_t need)
+{
+    if (!in->decode_budget || need <= in->decode_budget)
+        return 0;
+    return stk_fail(STK_EDATA,
+                    "%s: the %ux%u image needs %llu bytes (%.1f MiB) of pipeline scratch, over "
+                    "the decode budget of %llu bytes (%.1f MiB) that memory_limit leaves each "
+                    "worker thread",
+                    stk_image_format_name(info->format), info->width, info->height,
+                    (unsigned long long)need, (double)need / (1024.0 * 1024.0),
+                    (unsigned long long)in->decode_budget,
+                    (double)in->decode_budget / (1024.0 * 1024.0));
 }
 
 /* Copy rows [y0, y0+h) and columns [x0, x0+w) of a raw view into dst as
@@ -247,7 +269,7 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
                             v->height, v->width, v->channels);
         if (ip->prefix) {
             size_t pb = (size_t)ip->pre_h * ip->pre_w * (size_t)nc;
-            if ((rc = reserve_keep(scratch, pb + 64, 0)) < 0)
+            if ((rc = reserve_keep(scratch, pb + 64, 0, 0)) < 0)
                 return rc;
             if ((rc = stk_plan_run(ip->prefix, v, rng, scratch->data)) < 0)
                 return rc;
@@ -381,15 +403,29 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
         uint64_t ow = (uint64_t)((W + d - 1) / d), est;
         if (!stk_mul_ok(ow * 4, (uint64_t)rows + 17, &est) || est > SIZE_MAX / 4)
             return stk_fail(STK_EDATA, "image too large");
-        if ((rc = reserve_keep(scratch, (size_t)est + slack + ws, 0)) < 0)
+        /* (A guess, to save the decoder a reallocation. Under a decode
+         * budget it is made only within the budget, and the scratch never
+         * doubles past it: the decoder checks what it needs once it has
+         * read the header, and the workspace is checked below.) */
+        size_t guess = (size_t)est + slack + ws;
+        if ((!in->decode_budget || guess <= in->decode_budget) &&
+            (rc = reserve_keep(scratch, guess, 0, in->decode_budget)) < 0)
             return rc;
         stk_rect r = {(uint32_t)rx0, (uint32_t)ry0, (uint32_t)(rx1 - rx0), (uint32_t)(ry1 - ry0)};
+        stk_codec_limits lim = {0, in->decode_budget};
         uint64_t t_dec = in->decode_ticks ? stk_ticks() : 0;
-        rc = stk_image_decode(in->encoded, in->encoded_size, NULL, &r, d, scratch, &view);
+        rc = stk_image_decode(in->encoded, in->encoded_size, in->decode_budget ? &lim : NULL, &r,
+                              d, scratch, &view);
         if (in->decode_ticks)
             *in->decode_ticks += stk_ticks() - t_dec;
+        if (in->decode_own_bytes) {
+            uint64_t own;
+            stk_image_last_need(NULL, &own);
+            if (own > *in->decode_own_bytes)
+                *in->decode_own_bytes = own;
+        }
         if (rc == STK_ELIMIT)
-            rc = STK_EDATA;
+            rc = STK_EDATA; /* one oversized image is one bad sample */
         if (rc < 0)
             return rc;
         if (view.width != (uint32_t)cols || view.height != (uint32_t)rows || view.channels != 3 ||
@@ -401,7 +437,7 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
                   (size_t)(rows - 1) * (size_t)view.row_stride + (size_t)cols * 3;
     } else if (kind == SRC_RAW) {
         size_t sb = (size_t)cols * rows * nc;
-        if ((rc = reserve_keep(scratch, al64(sb + slack) + ws, 0)) < 0)
+        if ((rc = reserve_keep(scratch, al64(sb + slack) + ws, 0, 0)) < 0)
             return rc;
         copy_raw(in->image, rx0, ry0, cols, rows, nc, scratch->data);
         view.pixels = scratch->data;
@@ -426,7 +462,10 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
     size_t pix_off = view.pixels ? (size_t)(view.pixels - scratch->data)
                                  : (size_t)(ry0 * (int64_t)ip->pre_w + rx0) * (size_t)nc;
     size_t ws_off = al64(src_end + slack);
-    if ((rc = reserve_keep(scratch, ws_off + ws, src_end)) < 0)
+    if (kind == SRC_ENC && (rc = budget_check(in, &g->info, (uint64_t)ws_off + ws)) < 0)
+        return rc;
+    if ((rc = reserve_keep(scratch, ws_off + ws, src_end,
+                           kind == SRC_ENC ? in->decode_budget : 0)) < 0)
         return rc;
     uint8_t *base = scratch->data;
     view.pixels = base + pix_off;

@@ -64,6 +64,15 @@ typedef struct stk_plan_input {
      * random_bbox_crop's draw reads (NULL, 0: none). */
     const float *boxes;
     uint32_t nboxes;
+    /* Optional (0: none): the decode budget of an encoded image, in bytes
+     * (stk_codec_limits.max_bytes; the loader's share of memory_limit per
+     * worker thread, docs/engine.md). An image whose decode, or the
+     * pipeline's own buffers for it, would need more is refused with
+     * STK_EDATA, naming the bytes and the budget. */
+    uint64_t decode_budget;
+    /* Optional (NULL: not measured): raised to the largest memory the
+     * decoder allocated for itself (beyond `scratch`) in one decode. */
+    uint64_t *decode_own_bytes;
 } stk_plan_input;
 
 /*

@@ -94,6 +94,7 @@
 #define AUTO_PREFETCH_MAX 16   /* ...and how deep it may go, */
 #define AUTO_POOL_BYTES (UINT64_C(1) << 30) /* ...past 4, within 1 GiB without memory_limit */
 #define AUTO_THREADS_CAP 64    /* threads = 0: at most this many workers */
+#define BUDGET_AUTO_THREADS 8  /* threads = 0: the decode budget is a share of 8 */
 #define MAX_THREADS 1024
 #define MAX_SLOTS 4096
 #define EVENT_RING 4096        /* batch records kept for the profile */
@@ -178,7 +179,10 @@ typedef struct worker {
     stk_worker_fields *fields; /* owned by the worker thread (NULL: image, label) */
     _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
     _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
-    _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk */
+    _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk,
+                                       plus own_peak */
+    uint64_t own_peak; /* owned by the worker thread: the most a decoder of
+                          its last chunk allocated for itself */
     _Atomic double idle_s;
 } worker;
 
@@ -262,6 +266,8 @@ struct stk_loader {
     uint32_t prefetch_cap;      /* auto prefetch's ceiling (memory, max_batches) */
     bool auto_threads, auto_prefetch;
     bool pool_capped;           /* memory_limit lowered max_batches */
+    uint64_t decode_budget;     /* bytes one decode may need (0: no memory_limit);
+                                   plan_knobs, immutable after create */
     pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
     uint64_t batch_bytes;       /* one slot's buffers */
 
@@ -603,7 +609,9 @@ static int run_row(stk_loader *l, worker *w, slot *s, uint32_t row, uint64_t epo
         stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
                              .encoded = sample.encoded,
                              .encoded_size = sample.encoded_size,
-                             .decode_ticks = dec};
+                             .decode_ticks = dec,
+                             .decode_budget = l->decode_budget,
+                             .decode_own_bytes = &w->own_peak};
         if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
             rc = stk_fail(STK_ENOMEM, "loader: out of memory");
         stk_row_key rk = {l->aug_seed, place->draw_domain, epoch, place->draw};
@@ -623,7 +631,9 @@ static int run_row(stk_loader *l, worker *w, slot *s, uint32_t row, uint64_t epo
         stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
                              .encoded = sample.encoded,
                              .encoded_size = sample.encoded_size,
-                             .decode_ticks = dec};
+                             .decode_ticks = dec,
+                             .decode_budget = l->decode_budget,
+                             .decode_own_bytes = &w->own_peak};
         /* View v's draws: the counter with v in its top byte (v = 0:
          * the plain draw; counters stay below 2^56, checked at create). */
         for (uint32_t v = 0; v < k && rc == 0; v++) {
@@ -871,11 +881,12 @@ static void *worker_main(void *arg)
 
         uint64_t busy0 = stk_ticks();
         uint32_t skipped = 0;
+        w->own_peak = 0;
         int rc = fill_rows(l, w, s, epoch, pos, start, row0, row1, &skipped);
         atomic_fetch_add_explicit(&w->samples, row1 - row0 - skipped, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->busy_ticks, stk_ticks() - busy0, memory_order_relaxed);
         atomic_store_explicit(&w->scratch_bytes,
-                              w->scratch.cap + w->plan_scratch.cap +
+                              w->scratch.cap + w->plan_scratch.cap + w->own_peak +
                                   (w->fields ? stk_worker_fields_bytes(w->fields) : 0),
                               memory_order_relaxed);
 
@@ -1160,6 +1171,15 @@ static int plan_knobs(stk_loader *l)
             l->prefetch_cap = o->max_batches - 1;
         if (l->prefetch > l->prefetch_cap)
             l->prefetch = l->prefetch_cap;
+        /* The decode budget: what the starting pool leaves, shared by the
+         * threads option's count (BUDGET_AUTO_THREADS for auto), never by
+         * the machine's cores, so the same options refuse the same images
+         * everywhere (docs/engine.md, "Memory"). prefetch + 1 <= fit: the
+         * rest is >= 0; 1 byte when nothing is left (every encoded image
+         * refused, by name), as 0 would mean no budget. */
+        uint64_t rest = o->memory_limit - (uint64_t)(l->prefetch + 1) * l->batch_bytes;
+        uint64_t share = rest / (o->threads ? o->threads : BUDGET_AUTO_THREADS);
+        l->decode_budget = share ? share : 1;
     }
     return 0;
 }
