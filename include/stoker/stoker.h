@@ -674,7 +674,12 @@ typedef struct stk_verify_options {
     /* Called for what is not damage but should be known: a temporary file
      * of an interrupted pack beside the shards (ignored by open). */
     void (*on_notice)(void *ctx, const char *path, const char *message);
-    uint64_t reserved_[4]; /* must be zero (ABI: see the top of this file) */
+    /* Carved out of the reserved words: called every 64 samples or records
+     * and once at the end (then done == total), with done <= total. total
+     * is the dataset's sample count, or for shards the records of the
+     * shards that open (read from their headers before the check). */
+    void (*on_progress)(void *ctx, uint64_t done, uint64_t total);
+    uint64_t reserved_[3]; /* must be zero (ABI: see the top of this file) */
 } stk_verify_options;
 
 typedef struct stk_verify_result {

@@ -323,6 +323,68 @@ def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
     assert "pack: " not in text  # not the plain lines
 
 
+VERIFY_LINE = re.compile(r"verify: (\d+)/(\d+) records \((\d+\.\d)%\), (\d+) records/s, "
+                         r"ETA (\d+:\d\d(?::\d\d)?|\?)$")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_verify_progress_lines_when_not_a_terminal(cifar_dir, tmp_path, packed):
+    """verify prints pack's progress lines (issue 26: --decode ran minutes
+    without one): every 64 records with --progress-interval 0, for a
+    dataset read through its reader and for shards (their records counted
+    from the headers first), the last at 100%; --quiet: none."""
+    uri = cifar_dir[0]
+    if packed:
+        uri = str(tmp_path / "shards")
+        run_stoker("pack", cifar_dir[0], uri, "--shard-size", "100K", "--quiet")
+        assert len(os.listdir(uri)) >= 5  # several shards: the total spans them
+    p = run_stoker("verify", uri, "--decode", "--progress-interval", 0)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("verify: ")]
+    got = [VERIFY_LINE.match(l) for l in lines]
+    assert lines and all(got), p.stderr
+    assert [(int(m[1]), int(m[2]), m[3]) for m in got] == [
+        (64, 185, "34.6"), (128, 185, "69.2"), (185, 185, "100.0")]
+    assert got[-1][5] == "0:00"
+    assert p.stdout.startswith("OK: ")
+    # the default: every 10 seconds, and always the last line
+    p = run_stoker("verify", uri)
+    assert p.stderr.splitlines()[-1].startswith("verify: 185/185 records (100.0%)"), p.stderr
+    for quiet in ("-q", "--quiet"):
+        p = run_stoker("verify", uri, quiet, "--progress-interval", 0)
+        assert p.stderr == ""
+    p = run_stoker("verify", uri, "--progress-interval=x", check=False)
+    assert p.returncode == 2
+    assert p.stderr == "stoker: --progress-interval: expected a non-negative integer, got 'x'\n"
+
+
+def test_verify_progress_bar_on_a_terminal(cifar_dir, tmp_path):
+    """stderr on a pseudo-terminal: pack's bar, redrawn in place, without
+    MB/s (verify writes nothing); the summary stays on stdout."""
+    import pty
+    from conftest import STOKER
+    master, slave = pty.openpty()
+    p = subprocess.Popen([STOKER, "verify", cifar_dir[0], "--decode"],
+                         stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    stdout = p.communicate(timeout=300)[0].decode()
+    os.close(master)
+    assert p.returncode == 0
+    text = out.decode()
+    last = text.rsplit("\r\x1b[K", 1)[1]
+    assert re.fullmatch(r"\[#{30}\] 185/185 100\.0% \d+ rec/s ETA 0:00\r?\n", last), repr(text)
+    assert "verify: " not in text  # not the plain lines
+    assert stdout == "OK: 185 samples read and decoded; 0 damaged samples\n"
+
+
 # ---------------------------------------------------------------- preview: scale, compare, labels
 
 def preview_png(*args):

@@ -124,6 +124,39 @@ def test_verify_names_shard_and_record_on_damage(folder, tmp_path):
     assert p.returncode == 1 and "footer" in p.stdout
 
 
+def test_verify_says_what_it_checked_and_that_decode_checks_more(folder):
+    """Without --decode an image folder's files are read, not decoded: of
+    the 4 hostile files only the empty one fails. The summary says images
+    were not decoded and a note names --decode (issue 26: 'FAILED for 4 of
+    16' with no hint); with --decode all 4 are found and there is no note."""
+    root, good, bad = folder
+    n = len(good) + len(bad)
+    p = run_stoker("verify", root, check=False)
+    assert p.returncode == 1
+    damaged = [l for l in p.stdout.splitlines() if l.startswith("DAMAGED")]
+    assert len(damaged) == 1 and "91_empty.jpg: empty file" in damaged[0], p.stdout
+    assert "FAILED: %d samples read (images not decoded); 1 damaged samples\n" % n in p.stdout
+    note = p.stdout.splitlines()[-1]
+    assert note.startswith("note: without --decode,") and "not decoded" in note, p.stdout
+    assert "'stoker verify %s --decode' decodes every image" % root in note
+    p = run_stoker("verify", root, "--decode", check=False)
+    assert p.returncode == 1
+    damaged = [l for l in p.stdout.splitlines() if l.startswith("DAMAGED")]
+    assert sorted(name for name in bad if any(name in l for l in damaged)) == sorted(bad)
+    assert len(damaged) == len(bad)
+    assert p.stdout.endswith("FAILED: %d samples read and decoded; %d damaged samples\n"
+                             % (n, len(bad)))
+    # shards: records checked against their checksums; the note says
+    # images were not decoded there either
+    out = root.parent / "shards"
+    run_stoker("pack", root, out, "--quiet")
+    p = run_stoker("verify", out)
+    assert p.stdout.startswith("OK: 1 shards, %d records checked (images not decoded);" % len(good))
+    assert "note: without --decode, each record's bytes are checked against their checksums" \
+        in p.stdout
+    assert "note:" not in run_stoker("verify", out, "--decode").stdout
+
+
 def test_pack_reencode_shrinks_like_pil(tmp_path):
     """--reencode --max-side 24 --quality 92: images larger than 24 px are
     shrunk with Pillow's bilinear (aspect kept) and stored as JPEGs close to
