@@ -427,7 +427,8 @@ int cmd_inspect(int argc, char **argv)
         if (other)
             printf("  (%llu samples with labels outside 0..1023)\n", (unsigned long long)other);
     }
-    static const char *const keys[] = {"source", "created_by", "shard_set", "index"};
+    static const char *const keys[] = {"source", "source_root", "created_by", "shard_set",
+                                       "index"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         const char *v = stk_dataset_metadata(ds, keys[k]);
         if (!v)

@@ -190,6 +190,12 @@ void stk_dataset_sample_name(const stk_dataset *ds, uint64_t index, char *buf, s
  * stk_dataset_sample_path returns it decoded. */
 #define STK_SOURCE_NAME_FIELD "source_name"
 
+/* The metadata key stk_pack writes beside source_name for a relative
+ * source: the absolute directory the pack ran in, escaped like one class
+ * name. stk_dataset_sample_path resolves a relative source_name against
+ * it; shards without it (older packs) give the name as stored. */
+#define STK_SOURCE_ROOT_KEY "source_root"
+
 /* Whether stk_dataset_sample_path gives names for this dataset (a reader
  * that names its samples, or a source_name field). */
 bool stk_dataset_has_sample_names(const stk_dataset *ds);

@@ -12,6 +12,7 @@
 #include "format/class_names.h"
 #include "format/dataset.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,44 @@ bool stk_dataset_has_sample_names(const stk_dataset *ds)
     return ds->vt->sample_name || source_name_field(ds) >= 0;
 }
 
+/* A relative source name (not starting with '/', not a URL) joined to
+ * the shards' source_root, the directory stk_pack ran in (docs/format.md),
+ * so that the path opens from any working directory. Without source_root
+ * (shards of an older pack, or of an absolute source) the name stays as
+ * stored. *path is replaced by a new string. */
+static int resolve_source_name(const stk_dataset *ds, char **path)
+{
+    const char *value = stk_dataset_metadata(ds, STK_SOURCE_ROOT_KEY);
+    if (!value || (*path)[0] == '/' || strstr(*path, "://"))
+        return 0;
+    char **roots = NULL;
+    uint32_t n = 0;
+    int rc = stk_class_names_decode(value, &roots, &n);
+    if (rc < 0) {
+        stk_free(*path);
+        *path = NULL;
+        return rc;
+    }
+    /* One absolute directory; anything else is not a root this reader
+     * understands, and the name stays as stored. */
+    bool use = n == 1 && roots[0][0] == '/';
+    char *joined = NULL;
+    if (use) {
+        size_t a = strlen(roots[0]), b = strlen(*path);
+        bool slash = roots[0][a - 1] == '/';
+        if ((joined = malloc(a + b + 2)))
+            snprintf(joined, a + b + 2, "%s%s%s", roots[0], slash ? "" : "/", *path);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        free(roots[i]);
+    free(roots);
+    if (!use)
+        return 0;
+    stk_free(*path);
+    *path = joined;
+    return joined ? 0 : stk_fail(STK_ENOMEM, "out of memory");
+}
+
 int stk_dataset_sample_path(const stk_dataset *ds, uint64_t index, char **path)
 {
     if (!ds || !path)
@@ -319,7 +358,7 @@ int stk_dataset_sample_path(const stk_dataset *ds, uint64_t index, char **path)
             return stk_fail(STK_ENOMEM, "out of memory");
         /* "\\x00" is not an escape (docs/format.md): a decoded name is
          * never cut short by a NUL. */
-        return 0;
+        return resolve_source_name(ds, path);
     }
     if (!ds->vt->sample_name)
         return 0;

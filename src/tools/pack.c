@@ -24,7 +24,13 @@
  * when the source names its samples (an image folder's file paths, a
  * TFRecord's records, shards packed with names...), that name (field
  * source_name, escaped as one line of a label map: docs/format.md), so that
- * ds.path(i) on the shards names the input as it did on the source.
+ * ds.path(i) on the shards names the input as it did on the source. A
+ * relative name resolves only against the directory the pack ran in, so
+ * for a source URI that is not absolute that directory goes into the
+ * metadata as source_root, and stk_dataset_sample_path resolves relative
+ * names against it: ds.path(i) opens from any working directory (issue 26).
+ * An absolute source makes absolute names and no source_root: its shards
+ * are the same bytes from any working directory.
  * Every other field of the source (a multi-field .stk set's boxes, masks,
  * ids; a reader's) is carried after these, read by the workers through
  * stk_dataset_field_view into the item (carried_fields, prepare_extra);
@@ -362,6 +368,21 @@ static int prepare_extra(packer *p, pack_worker *w, uint64_t index, item *it)
     return 0;
 }
 
+/* Whether the sample names of `src` can be relative paths: its path (after
+ * a "scheme:" prefix of letters, as imagefolder:, list:, stk:) is not
+ * absolute and it is not a URL (docs/format.md, source_root). */
+static bool relative_source(const char *src)
+{
+    if (strstr(src, "://"))
+        return false;
+    const char *p = src;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))
+        p++;
+    if (*p == ':' && p > src)
+        src = p + 1;
+    return src[0] != '/';
+}
+
 static void prepare(packer *p, pack_worker *w, uint64_t index, item *it)
 {
     prepare_item(p, w, index, it);
@@ -526,6 +547,7 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     pack_worker *workers = NULL;
     stk_shard_file *w = NULL;
     char *names = NULL, **written = NULL; /* paths of shards this call made */
+    char *root = NULL;                    /* the escaped source_root, or NULL */
     uint32_t nthreads = 0, nwritten = 0;
     /* Sealed shards waiting for their final header (stk_shard_set_commit). Owned;
      * nwritten - 1 of them while a shard is open (w), nwritten otherwise. */
@@ -586,12 +608,25 @@ int stk_pack(const char *src, const char *dest, const stk_pack_options *opts,
     }
     char created_by[64];
     snprintf(created_by, sizeof created_by, "stoker pack %s", stk_version_string());
-    stk_kv meta[5];
+    stk_kv meta[6];
     uint32_t nmeta = 0;
     meta[nmeta++] = (stk_kv){"source", src, strlen(src)};
     meta[nmeta++] = (stk_kv){"created_by", created_by, strlen(created_by)};
     if (names)
         meta[nmeta++] = (stk_kv){"class_names", names, strlen(names)};
+    /* source_root: the working directory relative source names resolve
+     * against, absolute (getcwd: no symlinks), escaped like one class
+     * name. Left out where getcwd fails (a removed directory): the names
+     * are then stored relative, as before. */
+    char cwd[4096];
+    if (p.named && relative_source(src) && getcwd(cwd, sizeof cwd)) {
+        char *one = cwd;
+        if (!(root = stk_class_names_encode(&one, 1))) {
+            rc = stk_fail(STK_ENOMEM, "out of memory encoding the source root");
+            goto done;
+        }
+        meta[nmeta++] = (stk_kv){STK_SOURCE_ROOT_KEY, root, strlen(root)};
+    }
     /* The set keys come last, with values of their longest length: the
      * header written first reserves room for the final one (stk_shard_set_commit). */
     meta[nmeta++] = (stk_kv){"shard_set", STK_SET_ID_PLACEHOLDER, STK_SET_ID_HEX};
@@ -764,6 +799,7 @@ done:
     free(p.items);
     free(workers);
     free(names);
+    free(root);
     stk_dataset_close(p.ds);
     if (rc == 0 && result)
         *result = res;

@@ -157,6 +157,95 @@ def test_verify_says_what_it_checked_and_that_decode_checks_more(folder):
     assert "note:" not in run_stoker("verify", out, "--decode").stdout
 
 
+PATHS_FROM = """
+import json, sys
+import stoker
+ds = stoker.open(sys.argv[1])
+print(json.dumps([ds.path(i) for i in range(len(ds))]))
+"""
+
+
+def paths_from(cwd, shards):
+    """ds.path(i) of every record, in a Python started in `cwd`."""
+    import json
+    import sys
+    p = subprocess.run([sys.executable, "-c", PATHS_FROM, str(shards)], cwd=str(cwd),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def good_in_order(good):
+    return sorted(good, key=lambda s: (os.path.basename(os.path.dirname(s)),
+                                       os.path.basename(s)))
+
+
+def test_packed_relative_paths_resolve_from_any_directory(folder, tmp_path):
+    """Packed from tmp_path with the relative input 'imgs', ds.path(i) on the
+    shards is the source file's absolute path, from any working directory
+    (issue 26: it resolved only from where pack ran): the pack's directory
+    is stored as source_root and relative names are resolved against it."""
+    root, good, _ = folder
+    subprocess.run([STOKER, "pack", "imgs", "shards", "--quiet"], cwd=str(tmp_path),
+                   check=True, capture_output=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    order = good_in_order(good)
+    for cwd in (elsewhere, "/"):
+        paths = paths_from(cwd, tmp_path / "shards")
+        assert len(paths) == len(order)
+        for path, src in zip(paths, order):
+            assert os.path.isabs(path), path
+            assert os.path.realpath(path) == os.path.realpath(src)
+            with open(path, "rb") as f:
+                assert f.read() == good[src]
+    ins = run_stoker("inspect", tmp_path / "shards").stdout
+    assert "source_root %s\n" % os.path.realpath(tmp_path) in ins, ins
+    # the names are stored as opened (relative), so older readers see what
+    # they always saw
+    raw = subprocess.run([STOKER, "cat", str(tmp_path / "shards"), "0", "--field",
+                          "source_name"], capture_output=True, check=True).stdout
+    assert raw.decode() == os.path.relpath(order[0], tmp_path)
+
+
+def test_absolute_source_packs_same_bytes_from_any_directory(folder, tmp_path):
+    """An absolute input makes absolute names and no source_root: the
+    shards are the same bytes whichever directory pack ran in."""
+    root, good, _ = folder
+    made = []
+    for i, cwd in enumerate((tmp_path, root)):
+        dest = tmp_path / ("abs%d" % i)
+        subprocess.run([STOKER, "pack", str(root), str(dest), "--quiet"], cwd=str(cwd),
+                       check=True, capture_output=True)
+        made.append(b"".join(f.read_bytes() for f in sorted(dest.iterdir())))
+    assert made[0] == made[1]
+    assert "source_root" not in run_stoker("inspect", tmp_path / "abs0").stdout
+    assert paths_from("/", tmp_path / "abs0") == good_in_order(good)
+
+
+def test_shards_without_source_root_give_names_as_stored(tmp_path):
+    """Shards of an older pack (relative source_name, no source_root) still
+    open and give the name as stored, which resolves from the directory the
+    pack ran in (docs/format.md); with a source_root (an absolute
+    directory) a relative name is joined to it, an absolute one kept."""
+    import stoker
+    img = jpeg_bytes(np.random.default_rng(1), 8, 8)
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "a" / "x.jpg").write_bytes(img)
+    fields = {"image": "image", "label": "int64", "source_name": "string"}
+    names = ["src/a/x.jpg", "/abs/elsewhere/y.jpg"]
+    for dest, meta in (("old", None), ("rooted", {"source_root": str(tmp_path)})):
+        with stoker.ShardWriter(str(tmp_path / dest), fields, metadata=meta) as w:
+            for n in names:
+                w.write({"image": img, "label": 0, "source_name": n})
+    assert paths_from(tmp_path, tmp_path / "old") == names
+    assert paths_from("/", tmp_path / "old") == names
+    with open(os.path.join(str(tmp_path), paths_from("/", tmp_path / "old")[0]), "rb") as f:
+        assert f.read() == img  # from the pack's directory, as before
+    assert paths_from("/", tmp_path / "rooted") == [str(tmp_path / "src/a/x.jpg"), names[1]]
+    run_stoker("verify", tmp_path / "old", "--decode")
+
+
 def test_pack_reencode_shrinks_like_pil(tmp_path):
     """--reencode --max-side 24 --quality 92: images larger than 24 px are
     shrunk with Pillow's bilinear (aspect kept) and stored as JPEGs close to
