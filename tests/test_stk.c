@@ -696,6 +696,60 @@ static void count_notice(void *ctx, const char *path, const char *msg)
     assert_non_null(strstr(msg, "interrupted pack"));
 }
 
+/* Packed from one directory with a relative input, the shards store the
+ * names as opened plus that directory (source_root), and
+ * stk_dataset_sample_path gives the absolute path from any other working
+ * directory (issue 26: it resolved only from where the pack ran). */
+static void test_pack_relative_source_resolves_from_any_directory(void **state)
+{
+    (void)state;
+    char top[600], dir[700], real[4096], old[4096], want[4200];
+    snprintf(top, sizeof top, "%s/relsrc", tu_tmpdir());
+    mkdir(top, 0755);
+    snprintf(dir, sizeof dir, "%s/imgs", top);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/imgs/cat", top);
+    mkdir(dir, 0755);
+    uint8_t *rgb = tu_smooth_image(16, 24, 3);
+    size_t size;
+    uint8_t *jpeg = tu_encode_jpeg(rgb, 16, 24, 90, &size);
+    snprintf(dir, sizeof dir, "%s/imgs/cat/1.jpg", top);
+    tu_write_file(dir, jpeg, size);
+    assert_non_null(realpath(top, real));
+    assert_non_null(getcwd(old, sizeof old));
+
+    assert_int_equal(chdir(top), 0);
+    stk_pack_options o = {.jobs = 1};
+    assert_int_equal(stk_pack("imgs", "shards", &o, NULL), 0);
+    assert_int_equal(chdir("/"), 0);
+
+    snprintf(dir, sizeof dir, "%s/shards", top);
+    stk_dataset *ds;
+    assert_int_equal(stk_dataset_open(dir, NULL, &ds), 0);
+    assert_string_equal(stk_dataset_metadata(ds, "source_root"), real);
+    char *path = NULL;
+    assert_int_equal(stk_dataset_sample_path(ds, 0, &path), 0);
+    snprintf(want, sizeof want, "%s/imgs/cat/1.jpg", real);
+    assert_string_equal(path, want);
+    size_t n;
+    uint8_t *back = tu_read_file(path, &n); /* opens from "/" */
+    assert_int_equal(n, size);
+    assert_memory_equal(back, jpeg, size);
+    void *stored;
+    size_t stored_size;
+    assert_int_equal(stk_dataset_read_field(ds, 0, "source_name", &stored, &stored_size, NULL), 0);
+    assert_int_equal(stored_size, strlen("imgs/cat/1.jpg")); /* stored as opened */
+    assert_memory_equal(stored, "imgs/cat/1.jpg", stored_size);
+    stk_free(stored);
+    stk_free(path);
+    stk_dataset_close(ds);
+
+    assert_int_equal(chdir(old), 0);
+    free(back);
+    free(jpeg);
+    free(rgb);
+}
+
 static void test_shard_set_problems_are_named(void **state)
 {
     (void)state;
@@ -903,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_shard_set_problems_are_named),
         cmocka_unit_test(test_verify_names_the_global_sample),
         cmocka_unit_test(test_verify_checks_source_order),
+        cmocka_unit_test(test_pack_relative_source_resolves_from_any_directory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
