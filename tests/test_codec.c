@@ -1291,6 +1291,124 @@ static void test_png_hostile(void **state)
     free(d);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The decode budget (stk_codec_limits.max_bytes)                           */
+/* ------------------------------------------------------------------------ */
+
+/* A decode over the budget: STK_ELIMIT naming the need and the budget, and
+ * the scratch untouched (nothing sized from the header was allocated). */
+static void expect_over_budget(const uint8_t *d, size_t n, uint64_t budget, const stk_rect *r,
+                               unsigned scale, const char *want)
+{
+    stk_codec_limits lim = {.max_bytes = budget};
+    stk_scratch s = {0};
+    stk_image_view v;
+    assert_int_equal(stk_image_decode(d, n, &lim, r, scale, &s, &v), STK_ELIMIT);
+    if (!strstr(stk_errmsg(), want))
+        fail_msg("expected \"%s\" in \"%s\"", want, stk_errmsg());
+    assert_int_equal(s.cap, 0);
+}
+
+/* Exactly `need` bytes: decodes, and the scratch grew to exactly that. */
+static void expect_within_budget(const uint8_t *d, size_t n, uint64_t out_bytes,
+                                 uint64_t own_bytes, const stk_rect *r, unsigned scale)
+{
+    stk_codec_limits lim = {.max_bytes = out_bytes + own_bytes};
+    stk_scratch s = {0};
+    stk_image_view v;
+    uint64_t o, w;
+    assert_int_equal(stk_image_decode(d, n, &lim, r, scale, &s, &v), 0);
+    assert_int_equal(s.cap, out_bytes);
+    stk_image_last_need(&o, &w);
+    assert_int_equal(o, out_bytes);
+    assert_int_equal(w, own_bytes);
+    stk_scratch_free(&s);
+    lim.max_bytes--;
+    assert_int_equal(stk_image_decode(d, n, &lim, r, scale, &s, &v), STK_ELIMIT);
+    assert_int_equal(s.cap, 0);
+}
+
+static void test_decode_budget(void **state)
+{
+    char want[200];
+    size_t n;
+    uint8_t *d;
+    (void)state;
+
+    /* Baseline JPEG: the output only (libjpeg keeps an iMCU row). */
+    d = jpeg_with_dims(32, 32, &n);
+    expect_within_budget(d, n, 32 * 32 * 3, 0, NULL, 1);
+    expect_within_budget(d, n, 4 * 4 * 3, 0, NULL, 8); /* scaled: 4x4 */
+    expect_over_budget(d, n, 3071, NULL, 1,
+                       "JPEG: decoding the 32x32 image needs 3072 bytes (0.0 MiB), over the "
+                       "decode budget of 3071 bytes (0.0 MiB) that memory_limit leaves each "
+                       "worker thread");
+    free(d);
+
+    /* A progressive 4:2:0 JPEG that claims 16000x16000: libjpeg would hold
+     * every coefficient, 128 bytes a block: luma 16000*2/16 + 1 + 2 = 2003
+     * blocks a side, each chroma 16000/16 + 1 + 2 = 1003, so
+     * 128 * (2003^2 + 2 * 1003^2) = 771075456 bytes, at any scale or
+     * region; refused before jpeg_start_decompress (under ASan any
+     * allocation over 512 MiB would abort). */
+    {
+        jpeg_opts o = {3, 90, 2, 2, 1, 0, 0, 0, 0};
+        uint8_t *px = make_pixels(32, 32, 3, 7);
+        d = enc_jpeg(px, 32, 32, &o, &n);
+        free(px);
+        size_t i;
+        for (i = 2; i + 9 < n && !(d[i] == 0xFF && d[i + 1] == 0xC2); i++)
+            ;
+        assert_true(i + 9 < n);
+        d[i + 5] = 16000 >> 8, d[i + 6] = 16000 & 255, d[i + 7] = 16000 >> 8,
+        d[i + 8] = 16000 & 255;
+        snprintf(want, sizeof want, "JPEG: decoding the 16000x16000 image needs 771075456 bytes");
+        expect_over_budget(d, n, 64 << 20, NULL, 1, want);
+        expect_over_budget(d, n, 64 << 20, &(stk_rect){0, 0, 64, 64}, 8, want);
+        free(d);
+    }
+
+    /* PNG: whole, the output and libspng's rows (8 bytes a pixel, three
+     * rows, 64 KiB of inflate state); a region of a non-interlaced image,
+     * its rows and one full row. */
+    {
+        unsigned w = 37, h = 23;
+        uint8_t *rows = make_pixels(w, h, 3, 3);
+        d = enc_png(rows, w, h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0, NULL, 0, &n);
+        uint64_t own = (uint64_t)w * 24 + 65536;
+        expect_within_budget(d, n, (uint64_t)w * h * 3, own, NULL, 1);
+        expect_within_budget(d, n, 5 * 3 * 3 + (uint64_t)w * 3, own, &(stk_rect){2, 4, 5, 3},
+                             1);
+        free(rows);
+        free(d);
+    }
+
+    /* A PNG of 2048x2048 zeros (a few KB): 12 MiB of output, refused under
+     * 4 MiB from its header. */
+    {
+        unsigned w = 2048, h = 2048;
+        uint8_t *rows = calloc((size_t)w * h, 3);
+        d = enc_png(rows, w, h, SPNG_COLOR_TYPE_TRUECOLOR, 8, 0, NULL, 0, &n);
+        free(rows);
+        assert_true(n < 200000);
+        snprintf(want, sizeof want,
+                 "PNG: decoding the 2048x2048 image needs %llu bytes (12.1 MiB), over the decode "
+                 "budget of 4194304 bytes (4.0 MiB)",
+                 (unsigned long long)w * h * 3 + w * 24 + 65536);
+        expect_over_budget(d, n, 4 << 20, NULL, 1, want);
+        free(d);
+    }
+
+    /* No budget (0): as before the field existed. */
+    d = jpeg_with_dims(32, 32, &n);
+    stk_codec_limits none = {0};
+    stk_scratch s = {0};
+    stk_image_view v;
+    assert_int_equal(stk_image_decode(d, n, &none, NULL, 1, &s, &v), 0);
+    stk_scratch_free(&s);
+    free(d);
+}
+
 /* Decoding different images into one scratch, as a loader thread does. */
 static void test_scratch_reuse(void **state)
 {
@@ -1330,6 +1448,7 @@ int main(void)
         cmocka_unit_test(test_png_exact),
         cmocka_unit_test(test_png_hostile),
         cmocka_unit_test(test_scratch_reuse),
+        cmocka_unit_test(test_decode_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -414,6 +414,99 @@ static void test_damaged_headers(void **state)
     expect(riff, sizeof riff - 1, STK_EDATA, "WebP: reading the header: ");
 }
 
+/* The decode budget (stk_codec_limits.max_bytes): each decoder counts the
+ * output it reserves and its own memory, from the header, before
+ * allocating. Exactly the need decodes (and the scratch grows to exactly
+ * the output); one byte less is STK_ELIMIT with the scratch untouched. */
+static void budget_exact(const encoded *e, uint64_t out_bytes, uint64_t own_bytes)
+{
+    stk_codec_limits lim = {.max_bytes = out_bytes + own_bytes};
+    stk_scratch s = {0};
+    stk_image_view v;
+    char want[160];
+    assert_int_equal(stk_image_decode(e->data, e->size, &lim, NULL, 1, &s, &v), 0);
+    assert_int_equal(s.cap, out_bytes);
+    stk_scratch_free(&s);
+    lim.max_bytes--;
+    if (stk_image_decode(e->data, e->size, &lim, NULL, 1, &s, &v) != STK_ELIMIT)
+        fail_msg("%s: decoded within %llu bytes", e->name, (unsigned long long)lim.max_bytes);
+    snprintf(want, sizeof want, "%s: decoding the ", e->name);
+    assert_true(strncmp(stk_errmsg(), want, strlen(want)) == 0);
+    snprintf(want, sizeof want, " needs %llu bytes", (unsigned long long)(out_bytes + own_bytes));
+    assert_non_null(strstr(stk_errmsg(), want));
+    assert_int_equal(s.cap, 0);
+}
+
+static void test_decode_budget(void **state)
+{
+    (void)state;
+    encoded e;
+    /* GIF: the canvas as RGB and as indices, 4 bytes a pixel. */
+    e = make_gif(0, 0);
+    budget_exact(&e, (uint64_t)(W + 3) * (H + 4) * 4, 0);
+    free(e.data);
+    /* BMP: the RGB output (8-bit palette: no more). */
+    e = make_bmp24();
+    budget_exact(&e, (uint64_t)W * H * 3, 0);
+    free(e.data);
+    e = make_bmp8();
+    budget_exact(&e, (uint64_t)W * H * 3, 0);
+    free(e.data);
+    /* WebP lossless: the output, libwebp's ARGB picture and 64 rows. */
+    e = make_webp();
+    budget_exact(&e, (uint64_t)W * H * 3, (uint64_t)W * H * 4 + (uint64_t)W * 64 * 4);
+    free(e.data);
+    /* TIFF, uncompressed, strips of 5 rows (make_tiff): RGB plus the
+     * stored rows, and libtiff's buffer for one strip's bytes; tiled
+     * (16x16 tiles): also the decoded tile. */
+    TIFFErrorHandler old = TIFFSetWarningHandler(quiet_tiff);
+    e = make_tiff("budget.tif", COMPRESSION_NONE, 0);
+    TIFFSetWarningHandler(old);
+    budget_exact(&e, (uint64_t)W * H * 6, (uint64_t)5 * W * 3);
+    free(e.data);
+    old = TIFFSetWarningHandler(quiet_tiff);
+    e = make_tiff("budget-tiled.tif", COMPRESSION_LZW, 1);
+    TIFFSetWarningHandler(old);
+    budget_exact(&e, (uint64_t)W * H * 6, 2 * 16 * 16 * 3);
+    free(e.data);
+}
+
+/* A GIF of 35 bytes whose logical screen is 16000x16000 and whose only
+ * frame is one pixel: 1 GB of canvas (RGB + indices) from nothing. Written
+ * byte by byte from the GIF89a specification. */
+static void test_gif_screen_bomb(void **state)
+{
+    (void)state;
+    static const uint8_t gif[] = {
+        'G', 'I', 'F', '8', '9', 'a', 0x80, 0x3E, 0x80, 0x3E, /* 16000 x 16000 */
+        0x80, 0, 0,                                           /* 2-colour table */
+        0, 0, 0, 255, 255, 255,                               /* black, white */
+        ',', 0, 0, 0, 0, 1, 0, 1, 0, 0,                       /* 1x1 frame at 0,0 */
+        2, 2, 0x44, 0x01, 0,                                  /* LZW: one index 0 */
+        ';'};
+    assert_int_equal(sizeof gif, 35);
+    stk_image_info info;
+    assert_int_equal(stk_image_probe(gif, sizeof gif, NULL, &info), 0);
+    assert_int_equal(info.width, 16000);
+    assert_int_equal(info.height, 16000);
+    stk_codec_limits lim = {.max_bytes = 64 << 20};
+    stk_scratch s = {0};
+    stk_image_view v;
+    assert_int_equal(stk_image_decode(gif, sizeof gif, &lim, &(stk_rect){0, 0, 1, 1}, 1, &s, &v),
+                     STK_ELIMIT);
+    assert_string_equal(stk_errmsg(),
+                        "GIF: decoding the 16000x16000 image needs 1024000000 bytes (976.6 MiB), "
+                        "over the decode budget of 67108864 bytes (64.0 MiB) that memory_limit "
+                        "leaves each worker thread");
+    assert_int_equal(s.cap, 0);
+    /* Within a budget that holds the canvas: the pixel is index 0, black. */
+    lim.max_bytes = 1024000000;
+    assert_int_equal(stk_image_decode(gif, sizeof gif, &lim, &(stk_rect){0, 0, 1, 1}, 1, &s, &v),
+                     0);
+    assert_int_equal(v.pixels[0] | v.pixels[1] | v.pixels[2], 0);
+    stk_scratch_free(&s);
+}
+
 int main(void)
 {
     make_source();
@@ -421,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_webp_lossless), cmocka_unit_test(test_bmp),
         cmocka_unit_test(test_tiff),          cmocka_unit_test(test_gif),
         cmocka_unit_test(test_damaged_headers),
+        cmocka_unit_test(test_decode_budget), cmocka_unit_test(test_gif_screen_bomb),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
