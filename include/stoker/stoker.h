@@ -1006,7 +1006,11 @@ typedef struct stk_loader_options {
      * limit beyond max_batches). The pool is sized within it, the autotuner
      * adds a thread or a prefetched batch only if the result fits, and a
      * parked worker frees its scratch; create fails (STK_EINVAL) when not
-     * even two batches fit. stk_loader_stats.memory_bytes is the sum. */
+     * even two batches fit. stk_loader_stats.memory_bytes is the sum.
+     * Each decode is bounded too: an encoded image whose decode would need
+     * more than (memory_limit - (prefetch + 1) batches) / threads (8 when
+     * threads is auto) is a corrupt sample (STK_EDATA, naming the bytes;
+     * docs/engine.md, "Decode budget"). */
     uint64_t memory_limit;
     /* The fields each batch delivers, comma-separated, in order (NULL or
      * "": "image,label"; docs/fields.md): "image" (the pipeline's output),
