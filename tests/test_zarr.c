@@ -261,6 +261,15 @@ static void test_missing_chunk_fill(void **state)
     assert_int_equal(unlink(c1), 0);
     stk_dataset *ds;
     assert_int_equal(stk_dataset_open(uri, NULL, &ds), 0);
+    /* the spec's fill_value, but counted and named for verify */
+    const char *gone = stk_dataset_metadata(ds, "missing_chunks");
+    assert_non_null(gone);
+    assert_true(strncmp(gone, "1 of 3 chunk files of ", 22) == 0);
+    assert_non_null(strstr(gone, g));
+    assert_non_null(strstr(gone, "images are missing (their samples read as fill_value 7): "
+                                 "1.0.0.0"));
+    assert_int_equal(strstr(gone, "1.0.0.0")[7], '\0');
+    assert_null(stk_dataset_metadata(ds, "class_names"));
     uint8_t px[SAMPLE];
     int64_t label;
     for (uint64_t i = 0; i < N; i++) {
@@ -444,6 +453,26 @@ static void test_pread_path(void **state)
     assert_int_equal(stk_dataset_read(ds, M - 1, px, 2, &label), STK_EDATA);
     assert_non_null(strstr(stk_errmsg(), "images/4099/0/0: chunk file of 1 bytes; a none chunk "
                                          "of 2 decoded bytes"));
+    /* not mapped: each chunk file looked up; the short one is not missing */
+    const char *gone = stk_dataset_metadata(ds, "missing_chunks");
+    assert_non_null(gone);
+    assert_non_null(strstr(gone, "1 of 4100 chunk files of "));
+    assert_non_null(strstr(gone, "images are missing (their samples read as fill_value 200): "
+                                 "17/0/0"));
+    stk_dataset_close(ds);
+    /* more than five missing: the first five named, the rest counted */
+    for (int i = 0; i < 9; i++) {
+        snprintf(key, sizeof key, "%d/0/0", 100 + i);
+        char *f = cat(img, key);
+        assert_int_equal(unlink(f), 0);
+        free(f);
+    }
+    if (stk_dataset_open(uri, NULL, &ds) != 0)
+        fail_msg("open %s: %s", uri, stk_errmsg());
+    gone = stk_dataset_metadata(ds, "missing_chunks");
+    assert_non_null(gone);
+    assert_non_null(strstr(gone, "10 of 4100 chunk files"));
+    assert_non_null(strstr(gone, "): 17/0/0, 100/0/0, 101/0/0, 102/0/0, 103/0/0, ... (5 more)"));
     stk_dataset_close(ds);
     free(img);
     free(lab);

@@ -672,7 +672,9 @@ typedef struct stk_verify_options {
     void (*on_damage)(void *ctx, const char *shard, uint64_t record, const char *reason);
     void *ctx;
     /* Called for what is not damage but should be known: a temporary file
-     * of an interrupted pack beside the shards (ignored by open). */
+     * of an interrupted pack beside the shards (ignored by open); a Zarr
+     * array's missing chunk files, which read as its fill_value
+     * ("warning: N of M chunk files of DIR/images are missing ..."). */
     void (*on_notice)(void *ctx, const char *path, const char *message);
     /* Carved out of the reserved words: called every 64 samples or records
      * and once at the end (then done == total), with done <= total. total

@@ -31,7 +31,12 @@
  * write_empty_chunks=False): its samples are the fill value at every pixel,
  * served from one sample-sized buffer the dataset owns. With fill_value
  * null a missing image chunk is STK_EDATA (zarr itself would return
- * uninitialised memory) and a missing labels chunk fails the open.
+ * uninitialised memory) and a missing labels chunk fails the open. The
+ * spec's reading is kept, but a chunk lost in a copy reads the same as one
+ * left out on purpose (black images with fill_value 0), so the dataset
+ * says how many are missing: metadata key "missing_chunks" (NULL when
+ * none) counts them, naming the first few keys, by one stat per chunk the
+ * first time it is asked (stk_verify prints it as a warning).
  *
  * Chunk cache (per thread, in the caller's scratch). The vtable contract
  * keeps per-thread state in the caller's stk_scratch. A compressed chunk
@@ -80,10 +85,12 @@
 #include <blosc.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -420,6 +427,10 @@ typedef struct stk_zarr_impl {
      * file mapped at open (owned; read-only after open), or NULL. */
     stk_mapped_file *maps;
     uint8_t *map_state;   /* owned: ZARR_MAPPED, ZARR_MISSING or ZARR_PREAD per chunk */
+    /* metadata "missing_chunks": made on first ask, under missing_mu */
+    pthread_mutex_t missing_mu;
+    int missing_done;
+    char *missing_text;   /* owned (malloc), NULL when no chunk is missing */
 } stk_zarr_impl;
 
 /* map_state: served from the mapping; missing at open (fill_value); or
@@ -878,14 +889,73 @@ static void stk_zarr_close(stk_dataset *ds)
     zarr_array_close(&m->labels_arr);
     free(m->labels);
     free(m->fill_sample);
+    free(m->missing_text);
+    pthread_mutex_destroy(&m->missing_mu);
     free(m);
     ds->impl = NULL;
+}
+
+#define ZARR_MISSING_NAMED 5 /* chunk keys named in "missing_chunks" */
+
+/* The "missing_chunks" text of the image array, or NULL when every chunk
+ * file is there (or out of memory: the dataset still reads). */
+static char *zarr_missing_text(const stk_zarr_impl *m)
+{
+    const zarr_array *a = &m->images;
+    char keys[ZARR_MISSING_NAMED][96], key[96], fill[48];
+    uint64_t missing = 0;
+    for (uint64_t c = 0; c < a->nchunks; c++) {
+        struct stat st;
+        zarr_chunk_key(a, c, key, sizeof key);
+        int gone = m->map_state ? m->map_state[c] == ZARR_MISSING
+                                : fstatat(a->dirfd, key, &st, 0) != 0 && errno == ENOENT;
+        if (!gone)
+            continue;
+        if (missing < ZARR_MISSING_NAMED)
+            memcpy(keys[missing], key, sizeof key);
+        missing++;
+    }
+    if (!missing)
+        return NULL;
+    if (a->has_fill)
+        snprintf(fill, sizeof fill, "their samples read as fill_value %lld",
+                 (long long)a->fill);
+    else
+        snprintf(fill, sizeof fill, "fill_value is null: their samples fail");
+    size_t cap = 512 + strlen(a->path) + ZARR_MISSING_NAMED * 100;
+    char *t = malloc(cap);
+    if (!t)
+        return NULL;
+    int w = snprintf(t, cap, "%llu of %llu chunk files of %s are missing (%s): ",
+                     (unsigned long long)missing, (unsigned long long)a->nchunks, a->path, fill);
+    for (uint64_t k = 0; k < missing && k < ZARR_MISSING_NAMED && w > 0 && (size_t)w < cap; k++)
+        w += snprintf(t + w, cap - (size_t)w, "%s%s", k ? ", " : "", keys[k]);
+    if (missing > ZARR_MISSING_NAMED && w > 0 && (size_t)w < cap)
+        snprintf(t + w, cap - (size_t)w, ", ... (%llu more)",
+                 (unsigned long long)(missing - ZARR_MISSING_NAMED));
+    return t;
+}
+
+/* vtable.metadata: "missing_chunks" only. */
+static const char *stk_zarr_metadata(const stk_dataset *ds, const char *key)
+{
+    stk_zarr_impl *m = ds->impl;
+    if (strcmp(key, "missing_chunks") != 0)
+        return NULL;
+    pthread_mutex_lock(&m->missing_mu);
+    if (!m->missing_done) {
+        m->missing_text = zarr_missing_text(m);
+        m->missing_done = 1;
+    }
+    pthread_mutex_unlock(&m->missing_mu);
+    return m->missing_text;
 }
 
 static const stk_dataset_vtable stk_zarr_vt = {.format = "zarr", .read = stk_zarr_read,
                                                .close = stk_zarr_close,
                                                .label = stk_zarr_label,
                                                .sample_name = stk_zarr_sample_name,
+                                               .metadata = stk_zarr_metadata,
                                                .read_check = stk_zarr_read_check};
 
 /* Chunk geometry of `a` along axis 0 (the others whole), checked against
@@ -1024,6 +1094,7 @@ static int stk_zarr_open(const char *uri, const char *path, const char *query,
         goto fail;
     }
     ds->impl = m;
+    pthread_mutex_init(&m->missing_mu, NULL);
     m->images.dirfd = m->labels_arr.dirfd = -1;
     group_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (group_fd < 0) {

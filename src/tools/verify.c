@@ -22,7 +22,8 @@
  * a segmentation mask's size against its image, a COCO mask painted), and
  * with decode its encoded ones decoded. Each damaged sample is reported
  * with its index as the record and the reader's message, which names its file, record and
- * byte offset; `shards` stays 0.
+ * byte offset; `shards` stays 0. A Zarr array's missing chunk files (they
+ * read as fill_value, as the spec says) go to on_notice as a warning.
  *
  * Without decode an encoded image is only read, not parsed: a truncated,
  * random or oversized image file passes (the CLI says so). on_progress
@@ -120,6 +121,13 @@ static int verify_dataset(const char *uri, const stk_verify_options *opts, stk_v
     char reason[STK_ERRMSG_MAX], name[1024];
     /* the fields read through field_view besides the sample's image and label */
     uint32_t nfields = ds->vt->field_view ? stk_dataset_field_count(ds) : 0;
+    /* Chunk files a Zarr array lacks read as its fill_value (the spec's
+     * meaning): not damage, but a lost chunk reads the same, so say so. */
+    const char *gone = stk_dataset_metadata(ds, "missing_chunks");
+    if (gone && opts && opts->on_notice) {
+        snprintf(reason, sizeof reason, "warning: %s", gone);
+        opts->on_notice(opts->ctx, ds->uri, reason);
+    }
     for (uint64_t i = 0; i < ds->count; i++) {
         stk_sample s;
         memset(&s, 0, sizeof s);

@@ -184,6 +184,27 @@ def test_zarr_missing_chunk_is_fill_value(tmp_path):
     lib.stk_dataset_close(ds)
 
 
+def test_verify_warns_of_missing_chunks(tmp_path):
+    """A missing chunk reads as fill_value (the spec), so black images would
+    pass unseen: verify passes but prints a warning naming the array, the
+    count and the chunk keys."""
+    images, labels = sample_arrays(n=14)
+    g = zarr.group(store=zarr.DirectoryStore(str(tmp_path / "g")))
+    g.create_dataset("images", data=images, chunks=(2, 9, 13, 3), compressor=numcodecs.Zstd(),
+                     fill_value=0)
+    g.create_dataset("labels", data=labels, chunks=(14,))
+    p = run_stoker("verify", tmp_path / "g")
+    assert "chunk files of" not in p.stdout + p.stderr
+    for c in (1, 4):
+        os.unlink(tmp_path / "g" / "images" / ("%d.0.0.0" % c))
+    p = run_stoker("verify", tmp_path / "g")  # not damage: exit 0
+    want = ("warning: 2 of 7 chunk files of %s/g/images are missing (their samples read as "
+            "fill_value 0): 1.0.0.0, 4.0.0.0" % tmp_path)
+    assert want in p.stdout, p.stdout
+    _, got, _ = read_all(f"zarr:{tmp_path}/g")
+    assert (got[2:4] == 0).all() and (got[8:10] == 0).all()
+
+
 def edit_zarray(path, **changes):
     meta = json.load(open(path))
     meta.update(changes)
