@@ -1307,6 +1307,9 @@ static void expect_over_budget(const uint8_t *d, size_t n, uint64_t budget, cons
     if (!strstr(stk_errmsg(), want))
         fail_msg("expected \"%s\" in \"%s\"", want, stk_errmsg());
     assert_int_equal(s.cap, 0);
+    uint64_t o = 1, w = 1; /* nothing allocated: nothing for the loader to count */
+    stk_image_last_need(&o, &w);
+    assert_int_equal(o + w, 0);
 }
 
 /* Exactly `need` bytes: decodes, and the scratch grew to exactly that. */

@@ -155,8 +155,12 @@ int stk_codec_check_bytes(const stk_decode_req *req, const char *what, uint32_t 
                           uint32_t height, uint64_t out_bytes, uint64_t own_bytes)
 {
     uint64_t need = out_bytes + own_bytes; /* each < 2^60: sizes of < 2^32 x 2^32 x 8 */
-    stk_need_out = out_bytes;
-    stk_need_own = own_bytes;
+    /* Recorded only when it will be allocated: a refused image used nothing. */
+    stk_need_out = stk_need_own = 0;
+    if (!req->max_bytes || need <= req->max_bytes) {
+        stk_need_out = out_bytes;
+        stk_need_own = own_bytes;
+    }
     if (req->max_bytes && need > req->max_bytes)
         return stk_fail(STK_ELIMIT,
                         "%s: decoding the %ux%u image needs %llu bytes (%.1f MiB), over the "

@@ -94,7 +94,8 @@ int stk_image_decode(const uint8_t *data, size_t size, const stk_codec_limits *l
 
 /* What the calling thread's last stk_image_decode needed by the budget's
  * count (both 0 before the first, or after one refused before the decoder
- * read the header): `out_bytes` the part in `out`, `own_bytes` the
+ * read the header or over the budget: nothing was allocated for it):
+ * `out_bytes` the part in `out`, `own_bytes` the
  * decoder's own buffers, freed before it returned. The loader adds the
  * latter to the memory it reports (stk_loader_stats.memory_bytes). */
 void stk_image_last_need(uint64_t *out_bytes, uint64_t *own_bytes);
