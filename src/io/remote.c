@@ -1038,7 +1038,17 @@ void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes, u
     for (uint32_t i = 0; i < n; i++)
         if (stk_remote_open(urls[i], UINT64_MAX, &srcs[i]) < 0)
             srcs[i] = NULL;
-    /* Hints go out in parallel; then a read of each end waits for them. */
+    /* Hints go out in parallel; then each end is waited for whole. Whole,
+     * not one byte at each end: another process may hold some of an end's
+     * chunks (a job's ranks open the same shards at once), so this
+     * process's hint of an end can be several fetches, and the one that
+     * holds neither end byte would still be in flight at the close below.
+     * The close cancels it (remote_close): its chunks, often already
+     * received, go back to absent, and whoever reads them next downloads
+     * them a second time (the 1-in-40 duplicate of the 8-process test).
+     * ensure_chunks waits for every chunk of the range, this process's
+     * background fetches included, and fetches itself what a failed hint
+     * gave back; so nothing of these sources is in flight at the close. */
     for (uint32_t i = 0; i < n; i++) {
         if (!srcs[i])
             continue;
@@ -1047,12 +1057,14 @@ void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes, u
         uint64_t t = tail_bytes < size ? tail_bytes : size;
         prefetch_range((remote_source *)srcs[i], size - t, t);
     }
-    uint8_t byte;
     for (uint32_t i = 0; i < n; i++) {
-        if (!srcs[i] || srcs[i]->size == 0)
+        if (!srcs[i])
             continue;
-        (void)remote_read_at(srcs[i], &byte, 1, 0);
-        (void)remote_read_at(srcs[i], &byte, 1, srcs[i]->size - 1);
+        remote_source *s = (remote_source *)srcs[i];
+        uint64_t size = s->base.size, h = head_bytes < size ? head_bytes : size,
+                 t = tail_bytes < size ? tail_bytes : size;
+        if (size > 0 && ensure_chunks(s, 0, (h ? h - 1 : 0) / s->chunk + 1) == 0)
+            (void)ensure_chunks(s, (size - t) / s->chunk, (size - 1) / s->chunk + 1);
         stk_source_close(srcs[i]);
     }
     free(srcs);

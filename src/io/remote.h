@@ -70,8 +70,11 @@ bool stk_remote_known(const char *url);
 
 /* Fetch the first and last `tail_bytes` of each object in parallel (the
  * .stk header, and the index and footer), so opening many shards costs a
- * couple of round trips, not several per shard. Best effort: failures are
- * left for the open to report. */
+ * couple of round trips, not several per shard. Returns when every chunk
+ * of those ranges is in the cache, the ones other processes fetch
+ * included: none of its fetches is cancelled half-way, so no chunk of an
+ * end is downloaded twice. Best effort: failures are left for the open to
+ * report. */
 void stk_remote_fetch_ends(char *const *urls, uint32_t n, uint64_t head_bytes,
                            uint64_t tail_bytes);
 

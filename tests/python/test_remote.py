@@ -15,9 +15,10 @@ bytes fetched cold (<= 1.05x the shards, each chunk once); faults (resets, 5xx,
 server that stays down (closed port, resets, no answer) fails naming the URL and
 the attempts, never hangs; 404 -> NotFound; a process killed mid-download
 leaves no chunk that is trusted later, and a chunk corrupted on disk is fetched
-again; 8 processes on one cold cache download each chunk once; a loader stuck on
-a stalled server is closed (close(), del, Ctrl-C) without hanging; listing
-errors (an http "directory", malformed braces).
+again; an open whose shard tails are split around present chunks fetches the rest
+once and cancels nothing; 8 processes on one cold cache download each chunk once; a
+loader stuck on a stalled server is closed (close(), del, Ctrl-C) without hanging;
+listing errors (an http "directory", malformed braces).
 
 Nothing is timed: subprocess timeouts are hang guards only."""
 import collections
@@ -611,6 +612,39 @@ def test_corrupted_cache_chunk_is_fetched_again(data, ng, tmp_path):
     assert out["remote"]["bytes_fetched"] == CHUNK
     log = ng.access_log(wait_for=len(data["names"]) + 1)
     assert ranged_gets(log) == [("/shard-00000.stk", CHUNK, 2 * CHUNK - 1)], log
+
+
+def test_open_lets_its_tail_fetch_finish(data, ng, tmp_path):
+    """A dataset's open fetches each shard's head and 256 KiB tail in the background,
+    then waits for them. When a chunk of the tail is not this process's to fetch (here
+    present already; in a job, another rank's), the tail is two fetches, and the
+    open used to wait only for the one holding the last byte and cancel the other at
+    its close: a request made for nothing, whose chunks the reader then fetched again
+    (the 8-process test's 1-in-40 duplicate). Now the open waits for the whole tail.
+    (The old code passed a run where every cancel came before its request was sent,
+    which did no harm; with all five shards' tails split it failed 10 runs of 10.)"""
+    cache = tmp_path / "cache"
+    assert bench(pattern(ng.url, data), cache)["digest"] == data["digest"]
+    want = []
+    for key, (mpath, _, size, _, present) in cache_maps(cache).items():
+        # chunk 0 (the header) and the last present; the rest of the tail absent
+        first, last = max(1, (size - 256 * 1024) // CHUNK), (size - 1) // CHUNK
+        assert first + 2 <= last and set(range(last + 1)) <= set(present), key
+        with open(mpath, "r+b") as f:
+            header_size, = struct.unpack_from("<I", f.read(16), 12)
+            for k in range(first, last):
+                f.seek(header_size + 8 * k + 4)
+                f.write(b"\0")
+        want.append((ng_path(key), first * CHUNK, last * CHUNK - 1))
+    assert len(want) == len(data["names"])
+    ng.clear_log()
+    out = bench(pattern(ng.url, data), cache)
+    assert out["digest"] == data["digest"]
+    log = ng.access_log(wait_for=2 * len(data["names"]))
+    assert sorted(ranged_gets(log)) == sorted(want), log
+    # stoker's own count of its requests: the HEADs and those GETs, none cancelled
+    assert (out["remote"]["requests"], out["remote"]["failures"]) == (2 * len(want), 0)
+    assert out["remote"]["bytes_fetched"] == sum(b + 1 - a for _, a, b in want)
 
 
 # --------------------------------------------------------------------------- 5: shared cache
