@@ -605,48 +605,37 @@ static int run_row(stk_loader *l, worker *w, slot *s, uint32_t row, uint64_t epo
     stk_sample sample;
     int rc = l->ds->vt->read(l->ds, index, &sample, &w->scratch);
     *t_read = stk_ticks();
-    if (rc == 0 && l->lf->extra) {
+    if (rc == 0) {
         stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
                              .encoded = sample.encoded,
                              .encoded_size = sample.encoded_size,
                              .decode_ticks = dec,
                              .decode_budget = l->decode_budget,
                              .decode_own_bytes = &w->own_peak};
-        if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
-            rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-        stk_row_key rk = {l->aug_seed, place->draw_domain, epoch, place->draw};
-        if (rc == 0)
-            rc = stk_lfields_fill(l->lf, l->ds, l->plan, index, &in, &rk, k,
-                                  s->data + (size_t)row * k * l->sample_bytes, l->sample_bytes,
-                                  row, s->fields, w->fields, &w->plan_scratch);
-        int lost = stk_dataset_check(l->ds, index);
-        if (lost < 0) {
-            rc = lost;
-        } else if (rc < 0) {
-            char name[1024];
-            stk_dataset_sample_name(l->ds, index, name, sizeof name);
-            stk_fail_prefix(rc, "%s", name);
-        }
-    } else if (rc == 0) {
-        stk_plan_input in = {.image = sample.image.pixels ? &sample.image : NULL,
-                             .encoded = sample.encoded,
-                             .encoded_size = sample.encoded_size,
-                             .decode_ticks = dec,
-                             .decode_budget = l->decode_budget,
-                             .decode_own_bytes = &w->own_peak};
-        /* View v's draws: the counter with v in its top byte (v = 0:
-         * the plain draw; counters stay below 2^56, checked at create). */
-        for (uint32_t v = 0; v < k && rc == 0; v++) {
-            stk_rng rng;
-            stk_rng_init(&rng, l->aug_seed, place->draw_domain, epoch,
-                         place->draw | (uint64_t)v << 56);
-            if (!s->data) /* a GPU pipeline stages the row (gpu/stage.c) */
-                rc = stk_gpu_stage_row(l->gpipe, &s->gb, row * k + v, &in, &rng,
-                                       &w->plan_scratch);
-            else
-                rc = stk_plan_run_input(l->plan, &in, &rng,
-                                        s->data + ((size_t)row * k + v) * l->sample_bytes,
-                                        &w->plan_scratch);
+        if (l->lf->extra) {
+            if (!w->fields && !(w->fields = calloc(1, sizeof *w->fields)))
+                rc = stk_fail(STK_ENOMEM, "loader: out of memory");
+            stk_row_key rk = {l->aug_seed, place->draw_domain, epoch, place->draw};
+            if (rc == 0)
+                rc = stk_lfields_fill(l->lf, l->ds, l->plan, index, &in, &rk, k,
+                                      s->data + (size_t)row * k * l->sample_bytes,
+                                      l->sample_bytes, row, s->fields, w->fields,
+                                      &w->plan_scratch);
+        } else {
+            /* View v's draws: the counter with v in its top byte (v = 0:
+             * the plain draw; counters stay below 2^56, checked at create). */
+            for (uint32_t v = 0; v < k && rc == 0; v++) {
+                stk_rng rng;
+                stk_rng_init(&rng, l->aug_seed, place->draw_domain, epoch,
+                             place->draw | (uint64_t)v << 56);
+                if (!s->data) /* a GPU pipeline stages the row (gpu/stage.c) */
+                    rc = stk_gpu_stage_row(l->gpipe, &s->gb, row * k + v, &in, &rng,
+                                           &w->plan_scratch);
+                else
+                    rc = stk_plan_run_input(l->plan, &in, &rng,
+                                            s->data + ((size_t)row * k + v) * l->sample_bytes,
+                                            &w->plan_scratch);
+            }
         }
         /* A zero-copy view whose file shrank under it (mapped shards)
          * read zeros: fail the row with that reason, naming the record. */

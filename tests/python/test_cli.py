@@ -294,6 +294,20 @@ def test_pack_progress_lines_when_not_a_terminal(cifar_dir, tmp_path):
     assert p.stderr == "stoker: --progress-interval: expected a non-negative integer, got 'x'\n"
 
 
+def read_terminal(master):
+    """Everything the child writes to the pseudo-terminal whose master side
+    is `master`, until it closes its side (EIO or end of file)."""
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO once the child closed the terminal
+            return out
+        if not chunk:
+            return out
+        out += chunk
+
+
 def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
     """stderr on a pseudo-terminal: one line redrawn with \\r, ending with the
     full bar, the counts, the rates and the ETA."""
@@ -303,15 +317,7 @@ def test_pack_progress_bar_on_a_terminal(cifar_dir, tmp_path):
     p = subprocess.Popen([STOKER, "pack", cifar_dir[0], str(tmp_path / "a"), "--jobs", "1"],
                          stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO once the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
+    out = read_terminal(master)
     p.wait(timeout=300)
     os.close(master)
     assert p.returncode == 0
@@ -366,15 +372,7 @@ def test_verify_progress_bar_on_a_terminal(cifar_dir, tmp_path):
     p = subprocess.Popen([STOKER, "verify", cifar_dir[0], "--decode"],
                          stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO once the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
+    out = read_terminal(master)
     stdout = p.communicate(timeout=300)[0].decode()
     os.close(master)
     assert p.returncode == 0
