@@ -1233,11 +1233,13 @@ static void test_corrupt_encoded(void **state)
     stk_rng r;
     stk_rng_init(&r, 1, STK_RNG_DOMAIN_SAMPLE, 0, 0);
     assert_int_equal(stk_plan_run_input(pf, &ok, &r, out, &sc), STK_EINVAL);
-    /* a crop bigger than a variable-size image is one bad sample */
-    stk_plan *pc = compile_ok("center_crop 100 | to u8", 0, 0, 0);
+    /* a random crop bigger than a variable-size image is one bad sample
+     * (torchvision's RandomCrop raises; center_crop pads: below) */
+    stk_plan *pc = compile_ok("random_crop 100 | to u8", 0, 0, 0);
     assert_null(run_checked(pc, &ok, 1, 0, &sc, &rc));
     assert_int_equal(rc, STK_EDATA);
-    assert_non_null(strstr(stk_errmsg(), "does not fit"));
+    assert_non_null(strstr(stk_errmsg(), "random_crop 100x100 (HxW) does not fit the 64x80 "
+                                         "image; resize first or crop less"));
     stk_plan_free(pc);
     stk_plan_free(pf);
     stk_plan_free(p);
@@ -1245,6 +1247,113 @@ static void test_corrupt_encoded(void **state)
     free(big);
     free(jpg);
     free(rgb);
+}
+
+/* center_crop larger than a variable-size image pads it with zeros, as
+ * torchvision's F.center_crop: (c - n) // 2 before, the rest after, on
+ * each axis that is too short, the other axis cropped at its centre. The
+ * reference is the full decode (a crop of the image's own size) padded
+ * here by hand; encoded (JPEG) and raw input (4 channels: alpha dropped),
+ * flipped and not, a resize after it, and crops that keep only border. */
+static void test_center_crop_pads(void **state)
+{
+    (void)state;
+    const int H = 64, W = 80;
+    uint8_t *rgb = tu_smooth_image(H, W, 11);
+    size_t jlen;
+    uint8_t *jpg = tu_encode_jpeg(rgb, H, W, 90, &jlen);
+    stk_scratch sc = {NULL, 0};
+    int rc;
+    stk_plan_input enc = {.image = NULL, .encoded = jpg, .encoded_size = jlen};
+    stk_plan *pfull = compile_ok("center_crop 64,80 | to u8", 0, 0, 0);
+    uint8_t *full = run_checked(pfull, &enc, 1, 0, &sc, &rc);
+    assert_non_null(full);
+    /* raw RGBA of the same pixels */
+    uint8_t *rgba = malloc((size_t)H * W * 4);
+    assert_non_null(rgba);
+    for (int i = 0; i < H * W; i++) {
+        memcpy(rgba + 4 * i, full + 3 * i, 3);
+        rgba[4 * i + 3] = 200;
+    }
+    stk_image_view rv = {rgba, (uint32_t)H, (uint32_t)W, 4, (ptrdiff_t)W * 4, 4, 1};
+    stk_plan_input raw = {.image = &rv};
+    /* crop (h, w), flipped or not; h 65 pads 0 before and 1 after, w 99
+     * pads 9 and 10; 31 x 200 crops rows at the centre (offset 16) */
+    static const struct { int h, w, flip; } cases[] = {
+        {100, 100, 0}, {65, 99, 0}, {31, 200, 0}, {65, 99, 1}, {200, 21, 1}, {64, 81, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int ch = cases[k].h, cw = cases[k].w;
+        char spec[96];
+        snprintf(spec, sizeof spec, "%scenter_crop %d,%d | to u8", cases[k].flip ? "flip 1 | " : "",
+                 ch, cw);
+        stk_plan *p = compile_ok(spec, 0, 0, 0);
+        /* torchvision: int(round((n - c) / 2.0)), halves to even */
+        int top = ch > H ? -((ch - H) / 2) : (int)nearbyint((H - ch) / 2.0);
+        int left = cw > W ? -((cw - W) / 2) : (int)nearbyint((W - cw) / 2.0);
+        uint8_t *want = calloc((size_t)ch * cw, 3);
+        assert_non_null(want);
+        for (int y = 0; y < ch; y++)
+            for (int x = 0; x < cw; x++) {
+                int sy = top + y, sx = left + x;
+                if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+                    continue;
+                if (cases[k].flip)
+                    sx = W - 1 - sx;
+                memcpy(want + 3 * ((size_t)y * cw + x), full + 3 * ((size_t)sy * W + sx), 3);
+            }
+        for (int src = 0; src < 2; src++) {
+            uint8_t *got = run_checked(p, src ? &raw : &enc, 1, 0, &sc, &rc);
+            assert_non_null(got);
+            if (memcmp(got, want, (size_t)ch * cw * 3) != 0) {
+                print_error("%s (%s input) differs from the padded image\n", spec,
+                            src ? "raw" : "encoded");
+                fail();
+            }
+            free(got);
+        }
+        free(want);
+        stk_plan_free(p);
+    }
+    /* a resize after the pad averages over the zeros: a 2x downscale of a
+     * 100 x 100 pad of a constant image keeps the border's edge mixed */
+    uint8_t flat[10 * 12 * 3];
+    memset(flat, 255, sizeof flat);
+    stk_image_view fv = {flat, 10, 12, 3, 12 * 3, 3, 1};
+    stk_plan_input fin = {.image = &fv};
+    stk_plan *pr = compile_ok("center_crop 20 | resize 10 | to u8", 0, 0, 0);
+    uint8_t *r10 = run_checked(pr, &fin, 1, 0, &sc, &rc);
+    assert_non_null(r10);
+    /* rows 5..14 and columns 4..15 of the 20 x 20 pad are 255: output rows
+     * 0-1 and 7-9 are zero or mixed, the centre pixel (5, 5) is 255 */
+    assert_int_equal(r10[3 * (0 * 10 + 5)], 0);
+    assert_int_equal(r10[3 * (5 * 10 + 5)], 255);
+    assert_true(r10[3 * (5 * 10 + 2)] > 0 && r10[3 * (5 * 10 + 2)] < 255);
+    free(r10);
+    stk_plan_free(pr);
+    /* a random crop of the padded image that may keep only border: every
+     * pixel is 0 or the image's 255, and over the seeds both happen */
+    stk_plan *pb = compile_ok("center_crop 40 | random_crop 8 | to u8", 0, 0, 0);
+    int zero_only = 0, some = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        uint8_t *o = run_checked(pb, &fin, seed, 0, &sc, &rc);
+        assert_non_null(o);
+        int n255 = 0;
+        for (int i = 0; i < 8 * 8 * 3; i++) {
+            assert_true(o[i] == 0 || o[i] == 255);
+            n255 += o[i] == 255;
+        }
+        zero_only += n255 == 0;
+        some += n255 > 0;
+        free(o);
+    }
+    assert_true(zero_only > 0 && some > 0);
+    stk_plan_free(pb);
+    free(full);
+    free(rgba);
+    free(jpg);
+    free(rgb);
+    stk_plan_free(pfull);
+    stk_scratch_free(&sc);
 }
 
 /* After warm-up a worker's scratch neither grows nor moves: no allocation
@@ -1340,6 +1449,7 @@ int main(void)
         cmocka_unit_test(test_encoded_matches_raw),
         cmocka_unit_test(test_dct_scaled_decode),
         cmocka_unit_test(test_corrupt_encoded),
+        cmocka_unit_test(test_center_crop_pads),
         cmocka_unit_test(test_scratch_steady),
         cmocka_unit_test(test_plan_run_fixed),
     };

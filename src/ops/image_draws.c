@@ -135,6 +135,8 @@ static void lut_then(stk_draws *d, int at, const stk_op_desc *desc, const double
 {
     uint8_t t[256];
     desc->lut(arg, t);
+    if (at == 0 && d->padded) /* the border is made before this op: it maps it too */
+        d->pad_val = t[d->pad_val];
     if (!d->has_lut[at]) {
         memcpy(d->lut[at], t, sizeof t);
         d->has_lut[at] = 1;
@@ -194,27 +196,47 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
         case G_RCROP:
         case G_CCROP: {
             int64_t vh = view_len(&d->ay), vw = view_len(&d->ax);
-            /* torchvision's CenterCrop zero-pads an image smaller than the
-             * crop; the fused head here cannot write a border yet, so say so
-             * rather than fail with a bare size. */
-            if ((int64_t)g->h > vh || (int64_t)g->w > vw)
-                return stk_fail(STK_EDATA,
-                                "%s %ux%u (HxW) does not fit the %lldx%lld image; resize "
-                                "first or crop less%s",
-                                g->kind == G_RCROP ? "random_crop" : "center_crop", g->h, g->w,
-                                (long long)vh, (long long)vw,
-                                g->kind == G_RCROP
-                                    ? ""
-                                    : " (torchvision's CenterCrop pads a smaller image with "
-                                      "zeros; stoker does not pad images of varying size: "
-                                      "put a Resize before the crop)");
             int64_t top, left;
             if (g->kind == G_RCROP) {
+                /* torchvision's RandomCrop (without pad_if_needed) raises. */
+                if ((int64_t)g->h > vh || (int64_t)g->w > vw)
+                    return stk_fail(STK_EDATA,
+                                    "random_crop %ux%u (HxW) does not fit the %lldx%lld image; "
+                                    "resize first or crop less",
+                                    g->h, g->w, (long long)vh, (long long)vw);
                 top = stk_rng_range(rng, 0, vh - g->h);
                 left = stk_rng_range(rng, 0, vw - g->w);
             } else {
-                top = stk_center_offset(vh - g->h);
-                left = stk_center_offset(vw - g->w);
+                /* torchvision's CenterCrop zero-pads an axis shorter than
+                 * the crop, (c - n) // 2 before and the rest after, and
+                 * then takes all of it: the crop starts that many pixels
+                 * before the view. Before a resize the view's ends are
+                 * source coordinates, which may then leave the source
+                 * (image_run.c reads zeros there); after one they are
+                 * grid outputs, which cannot (compile refuses a crop
+                 * larger than a resize's smaller side, and a resize or
+                 * random_resized_crop fixes the size). */
+                if (((int64_t)g->h > vh || (int64_t)g->w > vw) && d->ax.resized)
+                    return stk_fail(STK_EDATA,
+                                    "center_crop %ux%u (HxW) is larger than the %lldx%lld "
+                                    "resized image; padding after a resize is not supported",
+                                    g->h, g->w, (long long)vh, (long long)vw);
+                top = (int64_t)g->h > vh ? -(((int64_t)g->h - vh) / 2)
+                                         : stk_center_offset(vh - g->h);
+                left = (int64_t)g->w > vw ? -(((int64_t)g->w - vw) / 2)
+                                          : stk_center_offset(vw - g->w);
+                if ((int64_t)g->h > vh || (int64_t)g->w > vw) {
+                    /* One border value per sample: a second pad after a
+                     * point op that changed the first border's zeros
+                     * would need two. */
+                    if (d->padded && d->pad_val != 0)
+                        return stk_fail(STK_EDATA,
+                                        "center_crop %ux%u (HxW) pads the %lldx%lld image "
+                                        "again after a point op changed an earlier "
+                                        "center_crop's zero border; this is not supported",
+                                        g->h, g->w, (long long)vh, (long long)vw);
+                    d->padded = 1;
+                }
             }
             axis_crop(&d->ay, top, g->h);
             axis_crop(&d->ax, left, g->w);

@@ -172,6 +172,11 @@ typedef struct stk_draws {
      * it (applied to each resampled row). */
     int has_lut[2];
     uint8_t lut[2][256];
+    /* A center_crop larger than the view (torchvision pads with zeros):
+     * some axis' domain [a, b) leaves the source, whose pixels there read
+     * as pad_val (0, or what the table [0] ops after the pad made of it). */
+    int padded;
+    uint8_t pad_val;
     /* random_erasing rectangles to write over the output: [k] = top, left,
      * h, w and the index of its op in the plan's erase list. */
     int nerase;

@@ -66,15 +66,15 @@ static int budget_check(const stk_plan_input *in, const stk_image_info *info, ui
 }
 
 /* Copy rows [y0, y0+h) and columns [x0, x0+w) of a raw view into dst as
- * nc-channel HWC: 1 -> 3 channels replicates, 2 (gray + alpha) takes the
- * gray, 4 drops alpha. */
+ * nc-channel HWC rows `dstride` bytes apart: 1 -> 3 channels replicates, 2
+ * (gray + alpha) takes the gray, 4 drops alpha. */
 static void copy_raw(const stk_image_view *v, int64_t x0, int64_t y0, int64_t w, int64_t h,
-                     int nc, uint8_t *dst)
+                     int nc, uint8_t *dst, size_t dstride)
 {
     uint32_t C = v->channels;
     for (int64_t y = 0; y < h; y++) {
         const uint8_t *row = v->pixels + (y0 + y) * v->row_stride + x0 * v->col_stride;
-        uint8_t *d = dst + (size_t)y * (size_t)w * nc;
+        uint8_t *d = dst + (size_t)y * dstride;
         if (C == (uint32_t)nc && v->col_stride == nc && v->chan_stride == 1) {
             memcpy(d, row, (size_t)w * nc);
             continue;
@@ -227,6 +227,12 @@ typedef struct img_geo {
     axis_plan xa, ya;
     int64_t rx0, rx1, ry0, ry1;
     int32_t cols, rows;
+    /* A domain that leaves the source (a padding center_crop): the region
+     * [rx0, rx1) x [ry0, ry1) reaches outside it, d is 1, and only its part
+     * [ix0, ix1) x [iy0, iy1) inside the source is decoded (at least one
+     * pixel, so a corrupt image still fails); the rest reads as pad_val. */
+    int padded;
+    int64_t ix0, ix1, iy0, iy1;
 } img_geo;
 
 /* Steps 1-4: size the input (running the prefix plan into the scratch),
@@ -304,10 +310,15 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     if ((rc = stk_imgplan_draw(ip, rng, W, H, in->boxes, in->nboxes, dr, trace)) < 0)
         return rc;
 
-    /* 3. DCT scale. */
+    /* 3. DCT scale. (Never with a border: a pad is whole source pixels,
+     * which a reduced decode's pixels do not line up with.) */
     unsigned d = 1;
+    int padded = dr->ax.a < 0 || dr->ax.b > W || dr->ay.a < 0 || dr->ay.b > H;
+    if (padded && kind == SRC_PREFIX)
+        return stk_fail(STK_EINVAL, "image pipeline: a border on a fixed-size image");
     /* (nearest picks pixels: a reduced IDCT would average them, so never) */
-    if (kind == SRC_ENC && info.format == STK_IMAGE_JPEG && ip->filter != STK_RS_NEAREST) {
+    if (!padded && kind == SRC_ENC && info.format == STK_IMAGE_JPEG &&
+        ip->filter != STK_RS_NEAREST) {
         double sx = dr->ax.resized ? dr->ax.scale : 1.0, sy = dr->ay.resized ? dr->ay.scale : 1.0;
         for (d = dmax; d > 1; d /= 2)
             if (sx >= (double)d && sy >= (double)d)
@@ -324,11 +335,22 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
                         ya.p.out, xa.p.out, ip->head_h, ip->head_w);
     int64_t rx0 = (xa.dd0 + xa.f) * d, rx1 = (xa.dd0 + xa.e) * d;
     int64_t ry0 = (ya.dd0 + ya.f) * d, ry1 = (ya.dd0 + ya.e) * d;
-    if (rx1 > W)
+    if (rx1 > W && !padded)
         rx1 = W;
-    if (ry1 > H)
+    if (ry1 > H && !padded)
         ry1 = H;
     int32_t cols = xa.e - xa.f, rows = ya.e - ya.f;
+    /* The decoded part of a padded region: inside the source, not empty. */
+    int64_t ix0 = rx0 < 0 ? 0 : rx0, ix1 = rx1 > W ? W : rx1;
+    int64_t iy0 = ry0 < 0 ? 0 : ry0, iy1 = ry1 > H ? H : ry1;
+    if (ix0 >= ix1) {
+        ix0 = ix0 >= W ? W - 1 : ix0;
+        ix1 = ix0 + 1;
+    }
+    if (iy0 >= iy1) {
+        iy0 = iy0 >= H ? H - 1 : iy0;
+        iy1 = iy0 + 1;
+    }
 
     if (trace) {
         stk_plan_trace *t = trace;
@@ -345,10 +367,10 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
         t->off[0] = dr->ax.resized ? (int32_t)dr->ax.g0 : 0;
         t->off[1] = dr->ay.resized ? (int32_t)dr->ay.g0 : 0;
         t->scale_denom = d;
-        t->region[0] = (uint32_t)rx0;
-        t->region[1] = (uint32_t)ry0;
-        t->region[2] = (uint32_t)(rx1 - rx0);
-        t->region[3] = (uint32_t)(ry1 - ry0);
+        t->region[0] = (uint32_t)ix0;
+        t->region[1] = (uint32_t)iy0;
+        t->region[2] = (uint32_t)(ix1 - ix0);
+        t->region[3] = (uint32_t)(iy1 - iy0);
         t->hflip = dr->hflip;
         t->vflip = dr->vflip;
         t->nrot = dr->nrot < 4 ? dr->nrot : 4;
@@ -380,6 +402,128 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     g->ry1 = ry1;
     g->cols = cols;
     g->rows = rows;
+    g->padded = padded;
+    g->ix0 = ix0;
+    g->ix1 = ix1;
+    g->iy0 = iy0;
+    g->iy1 = iy1;
+    return 0;
+}
+
+/* Decode the rectangle x0, y0, w x h (full-resolution pixels) of an
+ * encoded input at scale 1/g->d into the scratch (*view), guessing its
+ * size from `rows` decoded rows and `extra` bytes to follow. */
+static int decode_rect(const stk_plan_input *in, stk_scratch *scratch, const img_geo *g,
+                       int64_t x0, int64_t y0, int64_t w, int64_t h, int32_t rows, size_t extra,
+                       stk_image_view *view)
+{
+    int rc;
+    unsigned d = g->d;
+    int64_t W = g->W;
+    uint64_t ow = (uint64_t)((W + d - 1) / d), est;
+    if (!stk_mul_ok(ow * 4, (uint64_t)rows + 17, &est) || est > SIZE_MAX / 4)
+        return stk_fail(STK_EDATA, "image too large");
+    /* (A guess, to save the decoder a reallocation. Under a decode
+     * budget it is made only within the budget, and the scratch never
+     * doubles past it: the decoder checks what it needs once it has
+     * read the header, and the workspace is checked below.) */
+    size_t guess = (size_t)est + extra;
+    if ((!in->decode_budget || guess <= in->decode_budget) &&
+        (rc = reserve_keep(scratch, guess, 0, in->decode_budget)) < 0)
+        return rc;
+    stk_rect r = {(uint32_t)x0, (uint32_t)y0, (uint32_t)w, (uint32_t)h};
+    stk_codec_limits lim = {0, in->decode_budget};
+    uint64_t t_dec = in->decode_ticks ? stk_ticks() : 0;
+    rc = stk_image_decode(in->encoded, in->encoded_size, in->decode_budget ? &lim : NULL, &r,
+                          d, scratch, view);
+    if (in->decode_ticks)
+        *in->decode_ticks += stk_ticks() - t_dec;
+    if (in->decode_own_bytes) {
+        uint64_t own;
+        stk_image_last_need(NULL, &own);
+        if (own > *in->decode_own_bytes)
+            *in->decode_own_bytes = own;
+    }
+    if (rc == STK_ELIMIT)
+        rc = STK_EDATA; /* one oversized image is one bad sample */
+    return rc < 0 ? rc : 0;
+}
+
+/* Step 6 for a region that leaves the source (g->padded, d = 1): its
+ * part inside the source decoded or copied as img_source does, then laid
+ * into a cols x rows buffer after it whose border reads pad_val, so the
+ * resample windows see the zeros of torchvision's padded image (and a
+ * resize after the crop averages over them, as Pillow's does). The table
+ * of the point ops before the resize maps the source part only: the
+ * border's value already went through the ops after its pad. */
+static int img_source_padded(const stk_imgplan *ip, const stk_plan_input *in,
+                             stk_scratch *scratch, const img_geo *g, const stk_draws *dr,
+                             size_t ws, size_t slack, stk_image_view *view_out,
+                             size_t *ws_off_out)
+{
+    int rc, nc = ip->nc;
+    int32_t cols = g->cols, rows = g->rows;
+    int64_t iw = g->ix1 - g->ix0, ih = g->iy1 - g->iy0;
+    size_t sb = (size_t)cols * (size_t)rows * (size_t)nc;
+    stk_image_view sv;      /* the source part */
+    int64_t sx = 0, sy = 0; /* its first column and row in source pixels */
+    size_t sv_off = 0, keep = 0, pad_off = 0;
+    if (g->kind == SRC_ENC) {
+        if ((rc = decode_rect(in, scratch, g, g->ix0, g->iy0, iw, ih, (int32_t)ih,
+                              al64(sb) + slack + ws, &sv)) < 0)
+            return rc;
+        if (sv.width != (uint32_t)iw || sv.height != (uint32_t)ih || sv.channels != 3 ||
+            sv.col_stride != 3 || sv.chan_stride != 1)
+            return stk_fail(STK_EDATA,
+                            "decoder returned %ux%ux%u pixels for a %lldx%lld region",
+                            sv.height, sv.width, sv.channels, (long long)ih, (long long)iw);
+        sv_off = (size_t)(sv.pixels - scratch->data);
+        keep = sv_off + (size_t)(ih - 1) * (size_t)sv.row_stride + (size_t)iw * 3;
+        pad_off = al64(keep);
+        sx = g->ix0;
+        sy = g->iy0;
+    } else if (g->kind == SRC_RAW) {
+        sv = *in->image;
+    } else {
+        return stk_fail(STK_EINVAL, "image pipeline: a border on a fixed-size image");
+    }
+    size_t src_end = pad_off + sb, ws_off = al64(src_end + slack);
+    if (g->kind == SRC_ENC && (rc = budget_check(in, &g->info, (uint64_t)ws_off + ws)) < 0)
+        return rc;
+    if ((rc = reserve_keep(scratch, ws_off + ws, keep,
+                           g->kind == SRC_ENC ? in->decode_budget : 0)) < 0)
+        return rc;
+    uint8_t *base = scratch->data, *dst = base + pad_off;
+    if (g->kind == SRC_ENC)
+        sv.pixels = base + sv_off;
+    memset(dst, dr->pad_val, sb);
+    /* The source inside the region (none when a later crop kept only
+     * border: the pixel decoded then only checks the image decodes). */
+    int64_t ox0 = g->rx0 > 0 ? g->rx0 : 0, ox1 = g->rx1 < g->W ? g->rx1 : g->W;
+    int64_t oy0 = g->ry0 > 0 ? g->ry0 : 0, oy1 = g->ry1 < g->H ? g->ry1 : g->H;
+    size_t dstride = (size_t)cols * (size_t)nc;
+    if (ox0 < ox1 && oy0 < oy1) {
+        uint8_t *at = dst + (size_t)(oy0 - g->ry0) * dstride + (size_t)(ox0 - g->rx0) * nc;
+        size_t n = (size_t)(ox1 - ox0) * (size_t)nc;
+        copy_raw(&sv, ox0 - sx, oy0 - sy, ox1 - ox0, oy1 - oy0, nc, at, dstride);
+        if (dr->has_lut[0])
+            for (int64_t r = 0; r < oy1 - oy0; r++) {
+                uint8_t *px = at + (size_t)r * dstride;
+                for (size_t i = 0; i < n; i++)
+                    px[i] = dr->lut[0][px[i]];
+            }
+    }
+    memset(base + src_end, 0, ws_off - src_end);
+    stk_image_view view = {0};
+    view.pixels = dst;
+    view.width = (uint32_t)cols;
+    view.height = (uint32_t)rows;
+    view.channels = (uint32_t)nc;
+    view.row_stride = (ptrdiff_t)dstride;
+    view.col_stride = nc;
+    view.chan_stride = 1;
+    *view_out = view;
+    *ws_off_out = ws_off;
     return 0;
 }
 
@@ -394,39 +538,16 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
     int rc, nc = ip->nc;
     int kind = g->kind;
     unsigned d = g->d;
-    int64_t W = g->W, rx0 = g->rx0, rx1 = g->rx1, ry0 = g->ry0, ry1 = g->ry1;
+    int64_t rx0 = g->rx0, rx1 = g->rx1, ry0 = g->ry0, ry1 = g->ry1;
     int32_t cols = g->cols, rows = g->rows;
     size_t slack = STK_RS_SLACK(kx, nc) + 64;
     stk_image_view view;
     size_t src_end;
+    if (g->padded)
+        return img_source_padded(ip, in, scratch, g, dr, ws, slack, view_out, ws_off_out);
     if (kind == SRC_ENC) {
-        uint64_t ow = (uint64_t)((W + d - 1) / d), est;
-        if (!stk_mul_ok(ow * 4, (uint64_t)rows + 17, &est) || est > SIZE_MAX / 4)
-            return stk_fail(STK_EDATA, "image too large");
-        /* (A guess, to save the decoder a reallocation. Under a decode
-         * budget it is made only within the budget, and the scratch never
-         * doubles past it: the decoder checks what it needs once it has
-         * read the header, and the workspace is checked below.) */
-        size_t guess = (size_t)est + slack + ws;
-        if ((!in->decode_budget || guess <= in->decode_budget) &&
-            (rc = reserve_keep(scratch, guess, 0, in->decode_budget)) < 0)
-            return rc;
-        stk_rect r = {(uint32_t)rx0, (uint32_t)ry0, (uint32_t)(rx1 - rx0), (uint32_t)(ry1 - ry0)};
-        stk_codec_limits lim = {0, in->decode_budget};
-        uint64_t t_dec = in->decode_ticks ? stk_ticks() : 0;
-        rc = stk_image_decode(in->encoded, in->encoded_size, in->decode_budget ? &lim : NULL, &r,
-                              d, scratch, &view);
-        if (in->decode_ticks)
-            *in->decode_ticks += stk_ticks() - t_dec;
-        if (in->decode_own_bytes) {
-            uint64_t own;
-            stk_image_last_need(NULL, &own);
-            if (own > *in->decode_own_bytes)
-                *in->decode_own_bytes = own;
-        }
-        if (rc == STK_ELIMIT)
-            rc = STK_EDATA; /* one oversized image is one bad sample */
-        if (rc < 0)
+        if ((rc = decode_rect(in, scratch, g, rx0, ry0, rx1 - rx0, ry1 - ry0, rows, slack + ws,
+                              &view)) < 0)
             return rc;
         if (view.width != (uint32_t)cols || view.height != (uint32_t)rows || view.channels != 3 ||
             view.col_stride != 3 || view.chan_stride != 1)
@@ -439,7 +560,7 @@ static int img_source(const stk_imgplan *ip, const stk_plan_input *in, stk_scrat
         size_t sb = (size_t)cols * rows * nc;
         if ((rc = reserve_keep(scratch, al64(sb + slack) + ws, 0, 0)) < 0)
             return rc;
-        copy_raw(in->image, rx0, ry0, cols, rows, nc, scratch->data);
+        copy_raw(in->image, rx0, ry0, cols, rows, nc, scratch->data, (size_t)cols * nc);
         view.pixels = scratch->data;
         view.width = (uint32_t)cols;
         view.height = (uint32_t)rows;
@@ -516,7 +637,7 @@ int stk_imgplan_prepare_jpeg(const stk_imgplan *ip, const stk_plan_input *in, st
         return stk_fail(STK_EINVAL, "stk_imgplan_prepare_jpeg: dmax %u", dmax);
     if ((rc = img_geometry(ip, in, rng, scratch, NULL, 1, dmax, dr, &g)) < 0)
         return rc;
-    if (g.kind != SRC_ENC || g.info.format != STK_IMAGE_JPEG || dr->has_lut[0])
+    if (g.kind != SRC_ENC || g.info.format != STK_IMAGE_JPEG || dr->has_lut[0] || g.padded)
         return 0;
     memset(pr, 0, sizeof *pr);
     pr->view.width = (uint32_t)g.cols;

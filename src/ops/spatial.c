@@ -123,10 +123,25 @@ static void mask_flip(mask_buf *m, int horizontal)
         }
 }
 
+/* A crop of the mask; a center_crop larger than it (top or left negative,
+ * or the rectangle past its end) pads with 0, as torchvision's CenterCrop
+ * does masks. */
 static void mask_crop(mask_buf *m, const stk_geo_step *s)
 {
-    for (int64_t y = 0; y < s->h; y++)
-        memcpy(m->b + y * s->w, m->a + (s->top + y) * m->w + s->left, (size_t)s->w);
+    if (s->top < 0 || s->left < 0 || s->top + s->h > m->h || s->left + s->w > m->w) {
+        int64_t x0 = s->left < 0 ? -s->left : 0;
+        int64_t x1 = m->w - s->left < s->w ? m->w - s->left : s->w;
+        for (int64_t y = 0; y < s->h; y++) {
+            uint8_t *d = m->b + y * s->w;
+            int64_t sy = s->top + y;
+            memset(d, 0, (size_t)s->w);
+            if (sy >= 0 && sy < m->h && x0 < x1)
+                memcpy(d + x0, m->a + sy * m->w + s->left + x0, (size_t)(x1 - x0));
+        }
+    } else {
+        for (int64_t y = 0; y < s->h; y++)
+            memcpy(m->b + y * s->w, m->a + (s->top + y) * m->w + s->left, (size_t)s->w);
+    }
     m->h = s->h;
     m->w = s->w;
     swap_planes(m);
