@@ -931,6 +931,51 @@ static PyObject *dataset_get_skipped(DatasetObject *self, void *c)
     return dataset_list(self, stk_dataset_skipped_count(self->ds), skipped_item);
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* source_root: the directory `stoker pack` ran in (metadata source_root,
+ * docs/format.md), which path(i) joins relative source names to; decoded as
+ * os.fsdecode does. The value is escaped as one line of the label map, and
+ * this module sees only stoker.h, so it is unescaped here by that spec
+ * ("The label map": \\, \n and \xHH with HH not 00; any other backslash
+ * kept). None when the dataset has none, or has one that
+ * stk_dataset_sample_path does not use either (more than one line, or not
+ * an absolute directory): the property names the root path(i) resolves
+ * against, never another. */
+static PyObject *dataset_get_source_root(DatasetObject *self, void *c)
+{
+    const char *v = stk_dataset_metadata(self->ds, "source_root");
+    if (!v || v[0] != '/' || strchr(v, '\n'))
+        Py_RETURN_NONE;
+    size_t n = strlen(v), o = 0;
+    char *out = PyMem_Malloc(n + 1); /* unescaping never grows */
+    if (!out)
+        return PyErr_NoMemory();
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == '\\' && (v[i + 1] == '\\' || v[i + 1] == 'n')) {
+            out[o++] = v[++i] == 'n' ? '\n' : '\\';
+            continue;
+        }
+        if (v[i] == '\\' && v[i + 1] == 'x' && i + 3 < n) {
+            int h = hex_digit(v[i + 2]), l = hex_digit(v[i + 3]);
+            if (h >= 0 && l >= 0 && (h | l)) {
+                out[o++] = (char)(h * 16 + l);
+                i += 3;
+                continue;
+            }
+        }
+        out[o++] = v[i];
+    }
+    PyObject *u = PyUnicode_DecodeFSDefaultAndSize(out, (Py_ssize_t)o);
+    PyMem_Free(out);
+    return u;
+}
+
 /* path(index): the sample's source name (stk_dataset_sample_path), decoded
  * as os.fsdecode does (a file name that is not UTF-8 comes back as
  * os.listdir gives it), or None when the format does not name samples. */
@@ -1773,6 +1818,7 @@ static PyGetSetDef dataset_getset[] = {
     {"num_classes", (getter)dataset_get_num_classes, NULL, "Number of classes, 0 when unknown.", NULL},
     {"classes", (getter)dataset_get_classes, NULL, "Class names, label -> name (os.fsdecode'd), or None.", NULL},
     {"skipped_inputs", (getter)dataset_get_skipped, NULL, "Messages for the inputs the open left out (an image folder's unreadable directories, symlink loops).", NULL},
+    {"source_root", (getter)dataset_get_source_root, NULL, "The directory `stoker pack` ran in, which path(i) joins relative source names to (os.fsdecode'd), or None: shards of an absolute input, of an older pack, or not packed.", NULL},
     {0},
 };
 

@@ -99,6 +99,11 @@ class Dataset:
     def skipped_inputs(self) -> List[str]:
         """Messages for the inputs the open left out (unreadable directories, loops)."""
     @property
+    def source_root(self) -> str | None:
+        """The directory `stoker pack` ran in, which path(i) joins relative
+        source names to (os.fsdecode'd), or None: shards of an absolute
+        input or an older pack, other formats."""
+    @property
     def class_to_idx(self) -> dict[str, int] | None:
         """{class name: label}, as torchvision's ImageFolder.class_to_idx, or None."""
     def path(self, index: int) -> str | None:

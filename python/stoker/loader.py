@@ -712,7 +712,15 @@ class Loader:
         A number fixes the knob. Batches are the same either way.
       memory_limit: bytes the batch pool and the workers' scratch may use
         together (``None``: no limit beyond ``max_batches``); the tuner
-        stays within it.
+        stays within it. It bounds each image's decode too: a worker thread
+        may use at most (memory_limit - (prefetch + 1) x batch bytes) /
+        threads bytes for one image (the starting pool taken out; threads
+        is ``num_threads``, or 8 when it is "auto", whatever the cores, so
+        the same options refuse the same images on every machine). An image
+        needing more is a corrupt sample whose message names the bytes
+        needed and the budget (DataError under on_error='raise';
+        on_error='skip' or 'replace' drops it like any other; docs/engine.md,
+        "Decode budget").
       max_batches: cap on batch buffers, lent ones included (default
         prefetch + 4, or 20 with prefetch="auto"; fewer if memory_limit
         holds fewer). Holding more batches than that raises PoolExhausted.
