@@ -66,10 +66,21 @@
  * only grows (keeping the decoded pixels when it must grow after decoding),
  * so after the first few samples nothing is allocated.
  *
+ * Borders: torchvision's CenterCrop zero-pads an image smaller than the
+ * crop. Before the resize the head works in source pixels, so a padding
+ * center_crop just moves the domain past the source's edges (image_draws.c)
+ * and every later flip, crop and resize composes as usual; step 4 then
+ * decodes only the part inside the source (scale 1) and lays it into a
+ * buffer whose border is 0 (or what the point ops after the pad made of
+ * 0), which the windows read like any source pixel: the zeros Pillow's
+ * resize sees on the padded image. A crop after the resize cannot pad at
+ * run time (the size is known there, checked at compile). Images the crop
+ * fits never take this path.
+ *
  * Errors: undecodable input is the codec's STK_EDATA; an image over the
- * pixel limit becomes STK_EDATA too (one bad sample, skippable); a crop that
- * does not fit a variable-size image is STK_EDATA. Raw input of the wrong
- * shape for a fixed plan is STK_EINVAL.
+ * pixel limit becomes STK_EDATA too (one bad sample, skippable); a
+ * random_crop that does not fit a variable-size image is STK_EDATA. Raw
+ * input of the wrong shape for a fixed plan is STK_EINVAL.
  */
 #include "ops/image_plan_impl.h"
 

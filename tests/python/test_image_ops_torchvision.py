@@ -529,3 +529,24 @@ def test_random_erasing_value_random_is_standard_normal(tmp_path, photo_files):
     assert z.size > 2000
     assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.std() - 1) < 0.05
     assert 0.6 < np.mean(np.abs(z) < 1) < 0.76  # P(|Z| < 1) = 0.683
+
+
+# ------------------------------------------------- center_crop's zero border
+
+@pytest.mark.parametrize("hw", [(40, 30), (21, 90), (9, 9)])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_resized_crop_after_a_padding_center_crop_replayed(tmp_path, hw, seed):
+    # center_crop 64 zero-pads these images (torchvision's F.center_crop);
+    # random_resized_crop then draws on the padded 64 x 64 view, and its
+    # box (the trace, in source pixels: it may start before the image) is
+    # replayed with F.resized_crop on the padded PIL image: bit for bit.
+    h, w = hw
+    a = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    got, tr = runraw(tmp_path, "center_crop 64 | random_resized_crop 32 | to u8 hwc", a,
+                     seed=seed, dtype=np.uint8)
+    padded = F.center_crop(Image.fromarray(a), 64)
+    top0, left0 = -((64 - h) // 2), -((64 - w) // 2)  # the padded view's origin
+    x, y, bw, bh = tr["box"]
+    ref = np.asarray(F.resized_crop(padded, y - top0, x - left0, bh, bw, [32, 32],
+                                    InterpolationMode.BILINEAR))
+    np.testing.assert_array_equal(got.reshape(32, 32, 3), ref)
