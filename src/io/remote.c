@@ -611,7 +611,7 @@ static int fetch_submit(remote_source *s, uint64_t c0, uint64_t c1, bool backgro
         free(f->buf);
         free(f);
         if (background)
-            atomic_fetch_sub(&s->refs, 1);
+            source_unref(s); /* never the last: the caller holds one */
         return rc;
     }
     if (atomic_load(&s->cancelled))
@@ -872,15 +872,18 @@ static void remote_advise(const stk_source *src, const uint8_t *data, uint64_t o
         prefetch_range(s, offset, len);
 }
 
+/* Drop one reference. The decrement and the broadcast are made under mu:
+ * a wait_idle that saw refs > 1 is waiting by then, and the thread that
+ * drops the last reference cannot destroy mu while another one that
+ * dropped the one before it is still inside it (the owner's close racing a
+ * background fetch's end; ThreadSanitizer saw mu destroyed there). */
 static void source_unref(remote_source *s)
 {
+    pthread_mutex_lock(&s->mu);
     int was = atomic_fetch_sub(&s->refs, 1);
-    if (was == 2) {
-        /* (under mu, so a wait_idle that saw refs > 1 is waiting by now) */
-        pthread_mutex_lock(&s->mu);
+    if (was == 2)
         pthread_cond_broadcast(&s->idle);
-        pthread_mutex_unlock(&s->mu);
-    }
+    pthread_mutex_unlock(&s->mu);
     if (was != 1)
         return;
     stk_cache_object_close(s->obj);
