@@ -38,18 +38,11 @@
 #ifndef STK_IO_REMOTE_H
 #define STK_IO_REMOTE_H
 
+#include "io/remote_open.h" /* stk_is_remote, stk_remote_open: what source.c calls */
 #include "io/source.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-/* Is `path` a URL this module reads (http://, https://, s3://)? */
-bool stk_is_remote(const char *path);
-
-/* Open the object at `url` (HEAD, or what a listing already said of it).
- * STK_ENOENT "URL: no such object", STK_ENETWORK, STK_EACCESS, STK_ELIMIT
- * (larger than max_bytes), STK_EIO (the cache). */
-int stk_remote_open(const char *url, uint64_t max_bytes, stk_source **out);
 
 /* Expand `pattern` into object URLs ending in one of `suffixes` (a
  * NULL-terminated list; NULL: any), sorted: brace ranges, an s3:// prefix

@@ -35,7 +35,7 @@
 
 #include "core/error.h"
 #include "io/map_guard.h"
-#include "io/remote.h"
+#include "io/remote_open.h" /* a path with a scheme: remote.c opens it */
 #include "core/util.h"
 
 #include <errno.h>
