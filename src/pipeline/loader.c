@@ -2,6 +2,12 @@
  * loader.c — the executor: worker threads fill pooled batch buffers, the
  * consumer borrows them in order.
  *
+ * This file is the core: the slots, the workers and the consumer's side.
+ * The rest of the loader is in loader_create.c (options, create, destroy),
+ * loader_autotune.c, loader_profile.c (profile, statistics) and
+ * loader_state.c (resume state); the struct and the functions they share are
+ * in loader_internal.h.
+ *
  * Shape of the machine
  * --------------------
  * The loader owns a pool of batch buffers ("slots"). Each slot holds one
@@ -65,40 +71,19 @@
  * last writer leaves. Lent slots are never touched: a lent batch stays valid
  * until released.
  */
-#include "core/cpu.h"
+#include "pipeline/loader_internal.h"
+
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/util.h"
-#include "format/dataset.h"
-#include "gpu/device.h"
-#include "gpu/stage.h"
-#include "ops/plan.h"
-#include "pipeline/fields.h"
-#include "pipeline/sampler.h"
 
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
-#include <stdio.h>
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define DEFAULT_BATCH_SIZE 256
-#define AUTO_PREFETCH_START 4  /* prefetch = 0: where the tuner starts... */
-#define AUTO_PREFETCH_MAX 16   /* ...and how deep it may go, */
-#define AUTO_POOL_BYTES (UINT64_C(1) << 30) /* ...past 4, within 1 GiB without memory_limit */
-#define AUTO_THREADS_CAP 64    /* threads = 0: at most this many workers */
-#define BUDGET_AUTO_THREADS 8  /* threads = 0: the decode budget is a share of 8 */
-#define MAX_THREADS 1024
-#define MAX_SLOTS 4096
-#define EVENT_RING 4096        /* batch records kept for the profile */
-#define DECISION_RING 64       /* autotuner decisions kept (texts) */
 
 /* A lent batch's public `handle`: the slot's lend count (ticket) above the
  * slot index, so a stale copy of a batch (released twice, or kept after its
@@ -112,200 +97,11 @@ static uint64_t batch_handle(uint64_t ticket, uint32_t slot_index)
     return (ticket << HANDLE_SLOT_BITS) | slot_index;
 }
 
-typedef enum slot_state { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_LENT } slot_state;
-
-/* A sample of a batch that failed to read (skip and replace policies): what
- * stk_loader_skipped lends. */
-typedef struct fail_rec {
-    uint64_t index; /* its dataset index */
-    char *msg;      /* why (naming it), from malloc */
-} fail_rec;
-
-typedef struct slot {
-    /* Buffers: allocated once with the slot, owned by the loader, written
-     * only by the worker that claimed the row (FILLING) and read by the
-     * consumer (LENT). */
-    uint8_t *data;      /* batch_size * sample_bytes, STK_ALIGN-aligned */
-    int64_t *labels;    /* batch_size */
-    uint64_t *indices;  /* batch_size dataset indices */
-    uint8_t *row_ok;    /* batch_size: 0 = skipped under the skip policy */
-    char **row_msg;     /* batch_size: a failed row's message (skip, replace),
-                           from malloc, written by the row's worker; moved
-                           into `fails` by the worker that finishes the slot */
-    stk_slot_fields *fields; /* the other fields' buffers (NULL: image, label) */
-    /* With a device (gpu/stage.h): the pinned staging, the device buffers,
-     * the slot's stream and events. COPY mode: data is gb.host. Its
-     * consumer_* and release_pending fields are guarded by loader->mu. */
-    stk_gpu_batch gb;
-
-    /* Everything below is guarded by loader->mu. */
-    slot_state state;
-    uint64_t seq;       /* batch sequence held (FILLING/READY/LENT) */
-    uint64_t epoch, position;
-    uint64_t start;     /* global slot its epoch's list starts at (0 unless partial) */
-    uint32_t rows;      /* rows of this batch */
-    uint32_t next_row;  /* first unclaimed row (FILLING) */
-    uint32_t done_rows; /* rows finished */
-    uint32_t active;    /* workers writing into it right now */
-    uint32_t skipped;   /* rows skipped (skip policy), or failed rows awaiting
-                           their substitute (replace policy) */
-    /* The samples that failed to read, in row order (a row's failed
-     * substitutes after it): built by the worker that finishes the slot,
-     * read by stk_loader_skipped while LENT, emptied when the slot is
-     * claimed again. */
-    fail_rec *fails;
-    uint32_t nfails, fails_cap;
-    bool cancelled;     /* reset while active > 0: free when active hits 0 */
-    uint64_t ticket;    /* bumped on every lend; guards double release */
-} slot;
-
-/* Per-worker counters, written only by their worker (relaxed atomics so
- * stats readers on other threads are race-free), one cache line each. */
-/* A batch whose samples the read-ahead hints (ra_take, ra_give). */
-typedef struct ra_batch {
-    uint64_t epoch, pos, start;
-    uint32_t rows;
-} ra_batch;
-#define RA_MAX_BATCHES 64
-
-typedef struct worker {
-    _Alignas(STK_ALIGN) stk_loader *loader;
-    uint32_t index;      /* 0-based; claims work only while index < loader->active */
-    pthread_t thread;
-    bool started;
-    stk_scratch scratch; /* owned by the worker thread: dataset reads */
-    stk_scratch plan_scratch; /* owned by the worker thread: decoding, resizing */
-    ra_batch ra[RA_MAX_BATCHES]; /* owned by the worker thread: its read-ahead */
-    stk_worker_fields *fields; /* owned by the worker thread (NULL: image, label) */
-    _Atomic uint64_t read_ticks, decode_ticks, augment_ticks, collate_ticks, samples;
-    _Atomic uint64_t busy_ticks;    /* claiming to finishing a chunk */
-    _Atomic uint64_t scratch_bytes; /* both scratches' capacity, after each chunk,
-                                       plus own_peak */
-    uint64_t own_peak; /* owned by the worker thread: the most a decoder of
-                          its last chunk allocated for itself */
-    _Atomic double idle_s;
-} worker;
-
-/* The autotuner's view of one window (tune_locked). */
-typedef struct tune_sample {
-    double t;               /* stk_now() at its end */
-    uint64_t batches, samples;
-    double wait_s, step_s;
-    uint64_t busy_ticks;
-    double workers_cpu_s, process_cpu_s;
-} tune_sample;
-
-/* A move the tuner is trying: kept if the next window's rate says so. */
-typedef enum tune_move { MOVE_NONE, MOVE_THREAD_UP, MOVE_THREAD_DOWN, MOVE_PREFETCH_UP } tune_move;
-
-struct stk_loader {
-    /* Immutable after create. */
-    stk_dataset *ds;            /* borrowed */
-    stk_plan *plan;             /* owned */
-    stk_lfields *lf;            /* owned: the fields delivered (fields.h) */
-    stk_sampler *sampler;       /* owned */
-    stk_loader_options opt;     /* resolved */
-    int64_t sample_shape[3];
-    stk_dtype dtype;
-    stk_layout layout;
-    size_t sample_bytes;
-    uint64_t per_epoch;         /* batches per epoch */
-    uint64_t per_rank;          /* samples per rank per epoch */
-    uint32_t chunk_rows;        /* rows claimed at a time */
-    uint64_t spec_hash;         /* of the spec text, part of the resume state */
-    uint32_t views;             /* output rows per sample (>= 1) */
-    uint64_t aug_seed;          /* seed of the augmentation draws */
-    uint64_t list_size;         /* entries in an epoch's list (the sampler's M) */
-    worker *workers;            /* threads_max, owned */
-    /* The CUDA backend (NULL without a device): the device and the
-     * pipeline split (gpu/stage.h), owned. */
-    stk_gpu *gpu;
-    stk_gpu_pipe *gpipe;
-    stk_gpu_mode gmode;
-    char device_info[1300]; /* stk_loader_device_info (set at create) */
-    _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
-    _Atomic uint64_t gpu_decode_cpu_rows; /* decoder nvjpeg: rows decoded on the CPU */
-
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv;     /* workers: something to fill, or stop */
-    pthread_cond_t ready_cv;    /* consumer: a batch is ready, or stop/fail */
-
-    /* Guarded by mu. */
-    bool started;               /* workers running, first slots allocated */
-    slot *slots;                /* max_batches entries; first nslots in use */
-    uint32_t nslots;
-    uint32_t pending;           /* slots FILLING or READY (not cancelled) */
-    uint64_t base_epoch, base_pos; /* what seq 0 is since the last reset */
-    uint64_t base_start;        /* > 0: base_epoch is partial, its list starts here */
-    uint64_t part_rank;         /* samples per rank of that partial epoch */
-    uint64_t part_batches;      /* its batches (may be 0) */
-    uint64_t fill_seq;          /* next seq to assign */
-    uint64_t deliver_seq;       /* next seq to lend */
-    uint64_t ra_seq;            /* read-ahead: batches below it were hinted */
-    uint32_t ra_batches;        /* read-ahead depth in batches (0: the dataset
-                                   wants no hints; set at create) */
-    uint64_t cons_epoch, cons_pos; /* the consumer's place (state) */
-    bool stopping;
-    bool failed;
-    bool interrupted;
-    stk_errbuf error;           /* why it failed */
-    uint64_t batches_delivered, pool_exhausted, samples_delivered;
-    uint64_t skipped_delivered; /* sum of batch.skipped over the batches lent:
-                                   each skipped sample counted once, however
-                                   often dropped work (set_epoch, state_set,
-                                   read-ahead) read it */
-    double wait_s;
-    double step_s;
-
-    /* Knobs. threads_max workers exist (opt.threads when fixed); the first
-     * `active` claim work, the others wait on park_cv with no scratch.
-     * Guarded by mu; active and prefetch also readable relaxed. */
-    uint32_t threads_max;
-    uint32_t active;
-    uint32_t prefetch;          /* FILLING + READY batches allowed */
-    uint32_t prefetch_cap;      /* auto prefetch's ceiling (memory, max_batches) */
-    bool auto_threads, auto_prefetch;
-    bool pool_capped;           /* memory_limit lowered max_batches */
-    uint64_t decode_budget;     /* bytes one decode may need (0: no memory_limit);
-                                   plan_knobs, immutable after create */
-    pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
-    uint64_t batch_bytes;       /* one slot's buffers */
-
-    /* Consumer-side timing (guarded by mu; written inside next()). */
-    double created;             /* stk_now() at create: event times count from it */
-    double last_exit;           /* when next() last lent a batch */
-    bool have_last;             /* last_exit starts a step (not after an epoch's end) */
-    double step_acc, wait_acc;  /* of the batch being asked for */
-
-    /* Profile window (guarded by mu). events: a ring of the last EVENT_RING
-     * batches of the window, owned. */
-    stk_loader_event *events;
-    uint64_t nevents;           /* recorded in the window (ring index = n % RING) */
-    double win_start;           /* stk_now() at the window's start */
-    uint64_t win_batches, win_samples;
-    double win_wait, win_step, win_ready;
-    uint64_t win_ticks[4];      /* read, decode, augment, collate at window start */
-    uint64_t win_busy;          /* busy ticks at window start */
-
-    /* Autotuner (guarded by mu; runs in the consumer's next()). */
-    tune_sample tune_prev;      /* end of the last window */
-    double tune_period;         /* seconds per window */
-    tune_move move;             /* being tried, or MOVE_NONE */
-    double move_rate, move_share; /* the window before the move */
-    uint64_t block_until[4];    /* per move: not before this window */
-    uint64_t block_len[4];      /* per move: the next block's length */
-    uint64_t windows;           /* windows measured */
-    int quiet_windows;          /* consecutive step-bound windows */
-    bool log_debug;             /* STOKER_LOG=debug */
-    uint64_t decisions;
-    char decision_text[DECISION_RING][160];
-};
-
 /* ------------------------------------------------------------------------ */
 /* Slots                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void slot_free_buffers(const stk_loader *l, slot *s)
+void stk_ld_slot_free_buffers(const stk_loader *l, slot *s)
 {
     stk_slot_fields_free(l->lf, s->fields);
     if (l->gpipe)
@@ -325,7 +121,7 @@ static void slot_free_buffers(const stk_loader *l, slot *s)
     memset(s, 0, sizeof *s);
 }
 
-static int slot_alloc(stk_loader *l, slot *s)
+int stk_ld_slot_alloc(stk_loader *l, slot *s)
 {
     uint64_t bytes;
     uint32_t b = l->opt.batch_size * l->views; /* output rows (checked at create) */
@@ -351,12 +147,12 @@ static int slot_alloc(stk_loader *l, slot *s)
     if ((s->data || l->gpipe) && l->lf->extra) {
         int rc = stk_slot_fields_alloc(l->lf, b, &s->fields);
         if (rc < 0) {
-            slot_free_buffers(l, s);
+            stk_ld_slot_free_buffers(l, s);
             return rc;
         }
     }
     if ((!s->data && !l->gpipe) || !s->labels || !s->indices || !s->row_ok || !s->row_msg) {
-        slot_free_buffers(l, s);
+        stk_ld_slot_free_buffers(l, s);
         return stk_fail(STK_ENOMEM, "loader: out of memory allocating a %llu-byte batch buffer",
                         (unsigned long long)bytes);
     }
@@ -365,7 +161,7 @@ static int slot_alloc(stk_loader *l, slot *s)
 }
 
 /* Batches of `epoch` (the partial one or a full one). Caller holds mu. */
-static uint64_t epoch_batches_locked(const stk_loader *l, uint64_t epoch)
+uint64_t stk_ld_epoch_batches_locked(const stk_loader *l, uint64_t epoch)
 {
     return l->base_start && epoch == l->base_epoch ? l->part_batches : l->per_epoch;
 }
@@ -394,7 +190,7 @@ static void seq_place(const stk_loader *l, uint64_t seq, uint64_t *epoch, uint64
 
 /* Drop all prefetched work and restart filling at (epoch, pos), the epoch's
  * list starting at global slot `start` (0: a full epoch). Caller holds mu. */
-static void reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos, uint64_t start)
+void stk_ld_reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos, uint64_t start)
 {
     for (uint32_t i = 0; i < l->nslots; i++) {
         slot *s = &l->slots[i];
@@ -832,6 +628,17 @@ static int collect_fails(stk_loader *l, slot *s)
     return 0;
 }
 
+/* A worker leaves a cancelled slot (a reset while rows were being written
+ * into it): the last one out frees it. Caller holds mu. */
+static void cancelled_leave_locked(stk_loader *l, slot *s)
+{
+    if (s->active == 0) {
+        s->cancelled = false;
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&l->work_cv);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -884,11 +691,7 @@ static void *worker_main(void *arg)
         s->done_rows += row1 - row0;
         s->skipped += skipped;
         if (s->cancelled) {
-            if (s->active == 0) {
-                s->cancelled = false;
-                s->state = SLOT_FREE;
-                pthread_cond_broadcast(&l->work_cv);
-            }
+            cancelled_leave_locked(l, s);
             continue;
         }
         if (rc < 0) {
@@ -937,9 +740,7 @@ static void *worker_main(void *arg)
                     continue;
                 }
                 if (s->cancelled) { /* reset happened meanwhile */
-                    s->cancelled = false;
-                    s->state = SLOT_FREE;
-                    pthread_cond_broadcast(&l->work_cv);
+                    cancelled_leave_locked(l, s);
                     continue;
                 }
             }
@@ -949,422 +750,6 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Create / destroy                                                          */
-/* ------------------------------------------------------------------------ */
-
-static int resolve_options(const stk_loader_options *in, stk_loader_options *o)
-{
-    memset(o, 0, sizeof *o);
-    if (in)
-        *o = *in;
-    int rc = 0;
-    if (o->device && (rc = stk_reserved_check(o->device->reserved_,
-                                              sizeof o->device->reserved_ /
-                                                  sizeof o->device->reserved_[0],
-                                              "stk_device_options")) < 0)
-        return rc;
-    if (o->device && o->device->reserved32_)
-        return stk_fail(STK_EINVAL, "stk_device_options: reserved32_ is not zero (zero-initialise "
-                        "the struct; a program built against a newer stoker.h needs a newer "
-                        "libstoker)");
-    if (o->device && (unsigned)o->device->decoder > STK_DECODER_NVJPEG)
-        return stk_fail(STK_EINVAL, "stk_device_options: decoder %d is not one of "
-                        "STK_DECODER_CPU, STK_DECODER_NVJPEG", (int)o->device->decoder);
-    if (!o->batch_size)
-        o->batch_size = DEFAULT_BATCH_SIZE;
-    /* threads = 0 / prefetch = 0 stay 0 here: auto (stk_loader_create). */
-    if (!o->world_size)
-        o->world_size = 1;
-    if (!o->max_batches)
-        o->max_batches = (o->prefetch ? o->prefetch : AUTO_PREFETCH_MAX) + 4;
-    if (o->threads > MAX_THREADS)
-        return stk_fail(STK_EINVAL, "loader: %u threads is more than the limit of %u", o->threads,
-                        MAX_THREADS);
-    if (o->prefetch >= MAX_SLOTS)
-        return stk_fail(STK_EINVAL, "loader: prefetch %u is more than the limit of %u", o->prefetch,
-                        MAX_SLOTS - 1);
-    if (o->max_batches < (o->prefetch ? o->prefetch : 1) + 1)
-        return stk_fail(STK_EINVAL, "loader: max_batches %u must be at least prefetch + 1 = %u",
-                        o->max_batches, (o->prefetch ? o->prefetch : 1) + 1);
-    if (o->max_batches > MAX_SLOTS)
-        o->max_batches = MAX_SLOTS;
-    if (o->flags & ~(STK_LOADER_AUG_SEED | STK_LOADER_EAGER))
-        return stk_fail(STK_EINVAL, "loader: unknown flags 0x%x", o->flags);
-    if (!o->views)
-        o->views = 1;
-    if (o->views > STK_MAX_VIEWS)
-        return stk_fail(STK_EINVAL, "loader: views %u is more than the limit of %u", o->views,
-                        STK_MAX_VIEWS);
-    if ((uint64_t)o->batch_size * o->views > UINT32_MAX)
-        return stk_fail(STK_EINVAL, "loader: batch_size %u x views %u rows is too many",
-                        o->batch_size, o->views);
-    if (o->on_error != STK_ON_ERROR_RAISE && o->on_error != STK_ON_ERROR_SKIP &&
-        o->on_error != STK_ON_ERROR_REPLACE)
-        return stk_fail(STK_EINVAL, "loader: unknown error policy %d", (int)o->on_error);
-    /* The order: no_shuffle is STK_SHUFFLE_NONE; block defaults filled in
-     * (the sampler checks the rest, with the messages). */
-    if (o->no_shuffle && o->shuffle == STK_SHUFFLE_GLOBAL)
-        o->shuffle = STK_SHUFFLE_NONE;
-    if (o->shuffle == STK_SHUFFLE_BLOCK && !o->no_shuffle) {
-        if (!o->block_size)
-            o->block_size = STK_DEFAULT_BLOCK_SIZE;
-        if (!o->shuffle_window)
-            o->shuffle_window = STK_DEFAULT_SHUFFLE_WINDOW;
-    }
-    return 0;
-}
-
-/* A digest of what, besides the spec, decides a row's content: the sampling
- * options, aug_seed and views; 0 when none is set (so older states still
- * match). `used` is the sampling in effect: with balance_classes, its
- * labels are the ones read from the dataset; the labels, given or read,
- * are hashed whole, so a state taken with other labels does not match. */
-static uint64_t order_digest(const stk_loader_options *o, const stk_sampling *used)
-{
-    const stk_sampling *sp = o->sampling;
-    bool any = (o->flags & STK_LOADER_AUG_SEED) || o->views > 1 ||
-               (sp && (sp->indices || sp->weights || sp->labels || sp->num_samples ||
-                       sp->balance_classes || sp->num_mix));
-    if (!any)
-        return 0;
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return 1; /* still "set"; a state then fails to match, never silently */
-    XXH3_64bits_reset(st);
-    uint64_t head[6] = {o->views, o->flags & STK_LOADER_AUG_SEED,
-                        o->flags & STK_LOADER_AUG_SEED ? o->aug_seed : 0,
-                        sp ? sp->num_samples : 0, sp ? sp->num_indices : 0,
-                        sp ? sp->num_weights : 0};
-    XXH3_64bits_update(st, head, sizeof head);
-    if (sp && sp->indices)
-        XXH3_64bits_update(st, sp->indices, sp->num_indices * sizeof *sp->indices);
-    if (sp && sp->weights)
-        XXH3_64bits_update(st, sp->weights, sp->num_weights * sizeof *sp->weights);
-    if (sp && sp->mix_sizes && sp->num_mix) {
-        XXH3_64bits_update(st, &sp->num_mix, sizeof sp->num_mix);
-        XXH3_64bits_update(st, sp->mix_sizes, sp->num_mix * sizeof *sp->mix_sizes);
-        if (sp->mix_weights)
-            XXH3_64bits_update(st, sp->mix_weights, sp->num_mix * sizeof *sp->mix_weights);
-    }
-    if (used && used->labels) {
-        uint64_t tag[3] = {0x4c41424cu, used->balance_classes != 0, used->num_labels};
-        XXH3_64bits_update(st, tag, sizeof tag);
-        XXH3_64bits_update(st, used->labels, used->num_labels * sizeof *used->labels);
-    }
-    uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h ? h : 1;
-}
-
-/* balance_classes: the labels of the population (indices, or the whole
- * dataset) read through the dataset, into a copy of the sampling options. */
-static int balance_labels(stk_dataset *ds, const stk_sampling *sp, stk_sampling *copy,
-                          int64_t **labels)
-{
-    *labels = NULL;
-    *copy = *sp;
-    if (sp->labels || sp->weights)
-        return stk_fail(STK_EINVAL, "loader: balance_classes reads the labels from the dataset: "
-                                    "give neither weights nor labels with it");
-    uint64_t p = sp->indices ? sp->num_indices : ds->count;
-    int64_t *lab = malloc((p ? p : 1) * sizeof *lab);
-    if (!lab)
-        return stk_fail(STK_ENOMEM, "loader: out of memory for %llu labels",
-                        (unsigned long long)p);
-    for (uint64_t i = 0; i < p; i++) {
-        uint64_t index = sp->indices ? sp->indices[i] : i;
-        if (index >= ds->count) {
-            free(lab);
-            return stk_fail(STK_EINVAL, "sampler: indices[%llu] = %llu is not below the dataset "
-                                        "size %llu",
-                            (unsigned long long)i, (unsigned long long)index,
-                            (unsigned long long)ds->count);
-        }
-        int rc = stk_dataset_label(ds, index, &lab[i]);
-        if (rc < 0) {
-            free(lab);
-            stk_fail_prefix(rc, "balance_classes: label of sample %llu",
-                            (unsigned long long)index);
-            return rc;
-        }
-    }
-    copy->labels = lab;
-    copy->num_labels = p;
-    copy->balance_classes = 1;
-    *labels = lab;
-    return 0;
-}
-
-/* One slot's bytes: the rows, their labels and indices, the row flags. */
-static uint64_t slot_bytes(const stk_loader *l)
-{
-    uint64_t rows = (uint64_t)l->opt.batch_size * l->views;
-    return rows * l->sample_bytes + rows * (sizeof(int64_t) + sizeof(uint64_t)) +
-           l->opt.batch_size;
-}
-
-/* The knobs' starting values and ceilings: fixed by the options, or the
- * autotuner's start (threads from the CPU this process may use, prefetch
- * AUTO_PREFETCH_START), all within max_batches and memory_limit. */
-static int plan_knobs(stk_loader *l)
-{
-    stk_loader_options *o = &l->opt;
-    l->auto_threads = o->threads == 0;
-    l->auto_prefetch = o->prefetch == 0;
-    if (l->auto_threads) {
-        double cpus = stk_cpu_available();
-        uint32_t c = (uint32_t)ceil(cpus);
-        l->threads_max = 2 * c < 2 ? 2 : 2 * c > AUTO_THREADS_CAP ? AUTO_THREADS_CAP : 2 * c;
-        long start = lround(cpus);
-        l->active = start < 1 ? 1 : (uint32_t)start > l->threads_max ? l->threads_max : (uint32_t)start;
-    } else {
-        l->threads_max = l->active = o->threads;
-    }
-    if (l->auto_prefetch) {
-        l->prefetch_cap = o->max_batches - 1 < AUTO_PREFETCH_MAX ? o->max_batches - 1
-                                                                   : AUTO_PREFETCH_MAX;
-        l->prefetch = l->prefetch_cap < AUTO_PREFETCH_START ? l->prefetch_cap : AUTO_PREFETCH_START;
-    } else {
-        l->prefetch = l->prefetch_cap = o->prefetch;
-    }
-    l->batch_bytes = slot_bytes(l);
-    if (l->auto_prefetch && !o->memory_limit) {
-        uint64_t fit = AUTO_POOL_BYTES / l->batch_bytes;
-        if (fit < (uint64_t)AUTO_PREFETCH_START + 1)
-            fit = AUTO_PREFETCH_START + 1;
-        if (l->prefetch_cap > fit - 1)
-            l->prefetch_cap = (uint32_t)(fit - 1);
-    }
-    if (o->memory_limit) {
-        uint64_t fit = o->memory_limit / l->batch_bytes;
-        if (fit < 2)
-            return stk_fail(STK_EINVAL,
-                            "loader: memory_limit of %llu bytes holds fewer than two batches of "
-                            "%llu bytes",
-                            (unsigned long long)o->memory_limit,
-                            (unsigned long long)l->batch_bytes);
-        if (!l->auto_prefetch && l->prefetch + 1 > fit)
-            return stk_fail(STK_EINVAL,
-                            "loader: prefetch %u needs %u batches of %llu bytes; memory_limit of "
-                            "%llu bytes holds %llu",
-                            l->prefetch, l->prefetch + 1, (unsigned long long)l->batch_bytes,
-                            (unsigned long long)o->memory_limit, (unsigned long long)fit);
-        if (o->max_batches > fit) {
-            o->max_batches = (uint32_t)fit;
-            l->pool_capped = true;
-        }
-        if (l->prefetch_cap > o->max_batches - 1)
-            l->prefetch_cap = o->max_batches - 1;
-        if (l->prefetch > l->prefetch_cap)
-            l->prefetch = l->prefetch_cap;
-        /* The decode budget: what the starting pool leaves, shared by the
-         * threads option's count (BUDGET_AUTO_THREADS for auto), never by
-         * the machine's cores, so the same options refuse the same images
-         * everywhere (docs/engine.md, "Memory"). prefetch + 1 <= fit: the
-         * rest is >= 0; 1 byte when nothing is left (every encoded image
-         * refused, by name), as 0 would mean no budget. */
-        uint64_t rest = o->memory_limit - (uint64_t)(l->prefetch + 1) * l->batch_bytes;
-        uint64_t share = rest / (o->threads ? o->threads : BUDGET_AUTO_THREADS);
-        l->decode_budget = share ? share : 1;
-    }
-    return 0;
-}
-
-/* The CUDA backend (docs/gpu.md): open opt.device, if any, and choose the
- * split of the work for this spec (gpu/stage.h). */
-const char *stk_loader_device_info(const stk_loader *l)
-{
-    return l && l->gpipe ? l->device_info : "";
-}
-
-int stk_loader_device_timing(const stk_loader *l, stk_device_timing *timing)
-{
-    if (!timing)
-        return stk_fail(STK_EINVAL, "stk_loader_device_timing: timing is NULL");
-    memset(timing, 0, sizeof *timing);
-    if (!l)
-        return stk_fail(STK_EINVAL, "stk_loader_device_timing: loader is NULL");
-    if (!l->gpipe)
-        return stk_fail(STK_EUNSUPPORTED, "stk_loader_device_timing: the loader has no device");
-    if (l->gmode == STK_GPU_COPY)
-        return stk_fail(STK_EUNSUPPORTED, "stk_loader_device_timing: the GPU runs no kernels "
-                        "for this loader (%s)", l->device_info);
-    stk_gpu_pipe_timing(l->gpipe, timing);
-    return 0;
-}
-
-static int open_device(stk_loader *l, const char *spec)
-{
-    const stk_device_options *d = l->opt.device;
-    l->opt.device = NULL; /* the caller's; copied here */
-    if (!d || !d->device || !d->device[0] || !strcmp(d->device, "cpu"))
-        return 0;
-    if (d->flags)
-        return stk_fail(STK_EINVAL, "stk_device_options: flags 0x%x: no flags are defined",
-                        d->flags);
-    int rc = stk_gpu_open(d->device, &l->gpu);
-    if (rc < 0)
-        return rc;
-    rc = stk_gpu_pipe_create(l->gpu, l->plan, spec, d->placement, d->decoder, l->lf->extra,
-                             l->opt.batch_size * l->views, &l->gpipe);
-    if (rc < 0)
-        return rc;
-    l->gmode = stk_gpu_pipe_mode(l->gpipe);
-    /* A substitute is written where the failed row was, after the batch's
-     * other rows: only where rows are host rows copied whole at submit. */
-    if (l->opt.on_error == STK_ON_ERROR_REPLACE &&
-        (l->gmode != STK_GPU_COPY || d->decoder == STK_DECODER_NVJPEG))
-        return stk_fail(STK_EUNSUPPORTED, "loader: on_error=replace works with a device only "
-                        "where the CPU makes the rows (%s); use on_error=skip",
-                        stk_gpu_mode_name(l->gmode));
-    snprintf(l->device_info, sizeof l->device_info, "%s: %s", stk_gpu_mode_name(l->gmode),
-             stk_gpu_pipe_reason(l->gpipe));
-    return 0;
-}
-
-int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
-                      stk_loader **out)
-{
-    int rc;
-    if (!out)
-        return stk_fail(STK_EINVAL, "stk_loader_create: out is NULL");
-    *out = NULL;
-    if (!ds)
-        return stk_fail(STK_EINVAL, "stk_loader_create: dataset is NULL");
-
-    stk_loader *l = calloc(1, sizeof *l);
-    if (!l)
-        return stk_fail(STK_ENOMEM, "loader: out of memory");
-    l->ds = ds;
-    l->spec_hash = XXH3_64bits(spec ? spec : "", spec ? strlen(spec) : 0);
-    if ((rc = resolve_options(opts, &l->opt)) < 0)
-        goto fail_early;
-
-    l->views = l->opt.views;
-    l->aug_seed = l->opt.flags & STK_LOADER_AUG_SEED ? l->opt.aug_seed : l->opt.seed;
-    stk_sampling balanced;
-    int64_t *labels = NULL;
-    const stk_sampling *sampling = l->opt.sampling;
-    if (sampling && sampling->balance_classes) {
-        if ((rc = balance_labels(ds, sampling, &balanced, &labels)) < 0)
-            goto fail_early;
-        sampling = &balanced;
-    }
-    uint64_t digest = order_digest(&l->opt, sampling);
-    l->spec_hash ^= digest;
-    stk_sampler_options so = {
-        .dataset_size = ds->count,
-        .seed = l->opt.seed,
-        .batch_size = l->opt.batch_size,
-        .rank = l->opt.rank,
-        .world_size = l->opt.world_size,
-        .no_shuffle = l->opt.no_shuffle,
-        .drop_last = l->opt.drop_last,
-        .shuffle = l->opt.shuffle,
-        .block_size = l->opt.block_size,
-        .shuffle_window = l->opt.shuffle_window,
-        .sampling = sampling,
-    };
-    rc = stk_sampler_create(&so, &l->sampler);
-    free(labels);
-    l->opt.sampling = NULL; /* the caller's; the sampler holds copies */
-    if (rc < 0)
-        goto fail_early;
-    l->list_size = stk_sampler_list_size(l->sampler);
-    if (l->views > 1 && (l->list_size >> 56 || ds->count >> 56)) {
-        rc = stk_fail(STK_ELIMIT, "loader: views need fewer than 2^56 samples");
-        goto fail_early;
-    }
-    /* Without shuffle each rank reads its indices in increasing order. */
-    stk_dataset_access_hint(ds, l->opt.shuffle == STK_SHUFFLE_NONE ? STK_ACCESS_SEQUENTIAL
-                                                                   : STK_ACCESS_RANDOM);
-    l->per_rank = stk_sampler_length(l->sampler);
-    if (ds->wants_prefetch) {
-        uint64_t b = (ds->wants_prefetch + l->opt.batch_size - 1) / l->opt.batch_size;
-        l->ra_batches = (uint32_t)(b < 2 ? 2 : b > RA_MAX_BATCHES - 1 ? RA_MAX_BATCHES - 1 : b);
-    }
-    l->per_epoch = (l->per_rank + l->opt.batch_size - 1) / l->opt.batch_size;
-
-    /* Datasets of encoded or variously sized images compile a variable-input
-     * plan (height = width = channels = 0). */
-    l->lf = calloc(1, sizeof *l->lf);
-    if (!l->lf) {
-        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-        goto fail_early;
-    }
-    if ((rc = stk_lfields_resolve(ds, l->opt.fields, l->lf)) < 0)
-        goto fail_early;
-    l->opt.fields = NULL; /* the caller's; resolved into lf */
-    if ((rc = (l->lf->spatial ? stk_plan_compile_spatial : stk_plan_compile)(
-             spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0) {
-        stk_fail_prefix(rc, "%s", ds->uri);
-        goto fail_early;
-    }
-    stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
-    stk_lfields_set_mask_size(l->lf, l->layout == STK_CHW ? l->sample_shape[1] : l->sample_shape[0],
-                              l->layout == STK_CHW ? l->sample_shape[2] : l->sample_shape[1]);
-    if ((rc = plan_knobs(l)) < 0)
-        goto fail_early;
-    if ((rc = open_device(l, spec)) < 0)
-        goto fail_early;
-
-    /* Chunks: a few per thread per batch, so all threads share one batch
-     * without locking per sample. */
-    uint32_t parts = l->threads_max * 4;
-    l->chunk_rows = (l->opt.batch_size + parts - 1) / parts;
-    if (l->chunk_rows == 0)
-        l->chunk_rows = 1;
-
-    l->slots = calloc(l->opt.max_batches, sizeof *l->slots);
-    l->workers = calloc(l->threads_max, sizeof *l->workers);
-    l->events = calloc(EVENT_RING, sizeof *l->events);
-    if (!l->slots || !l->workers || !l->events) {
-        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-        goto fail_early;
-    }
-    for (uint32_t i = 0; i < l->threads_max; i++) {
-        l->workers[i].loader = l;
-        l->workers[i].index = i;
-    }
-    stk_ticks_per_second(); /* calibrate before workers start timing */
-    l->created = l->win_start = stk_now();
-    l->tune_period = 0.5;
-    for (int m = 0; m < 4; m++)
-        l->block_len[m] = 4;
-    const char *log = getenv("STOKER_LOG");
-    l->log_debug = log && !strcmp(log, "debug");
-
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->work_cv, NULL);
-    pthread_cond_init(&l->park_cv, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* timed waits immune to clock jumps */
-    pthread_cond_init(&l->ready_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if ((l->opt.flags & STK_LOADER_EAGER) && (rc = stk_loader_start(l)) < 0) {
-        stk_loader_destroy(l);
-        return rc;
-    }
-    *out = l;
-    return 0;
-
-fail_early:
-    for (uint32_t i = 0; i < l->nslots; i++)
-        slot_free_buffers(l, &l->slots[i]);
-    stk_gpu_pipe_free(l->gpipe);
-    stk_gpu_close(l->gpu);
-    free(l->slots);
-    free(l->workers);
-    free(l->events);
-    stk_plan_free(l->plan);
-    free(l->lf);
-    stk_sampler_destroy(l->sampler);
-    free(l);
-    return rc;
 }
 
 int stk_loader_start(stk_loader *l)
@@ -1380,7 +765,7 @@ int stk_loader_start(stk_loader *l)
         goto out;
     }
     while (l->nslots < l->prefetch + 1) {
-        if ((rc = slot_alloc(l, &l->slots[l->nslots])) < 0)
+        if ((rc = stk_ld_slot_alloc(l, &l->slots[l->nslots])) < 0)
             goto out; /* the slots made so far stay: a later start goes on */
         l->nslots++;
     }
@@ -1402,57 +787,12 @@ out:
     return rc;
 }
 
-void stk_loader_destroy(stk_loader *l)
-{
-    if (!l)
-        return;
-    pthread_mutex_lock(&l->mu);
-    l->stopping = true;
-    pthread_cond_broadcast(&l->work_cv);
-    pthread_cond_broadcast(&l->ready_cv);
-    pthread_cond_broadcast(&l->park_cv);
-    bool started = l->started;
-    pthread_mutex_unlock(&l->mu);
-    /* Workers blocked on a remote store return at once (their reads fail
-     * with STK_EINTR, which nobody sees now); the dataset reads again
-     * afterwards (it is the caller's, and may serve another loader). */
-    if (started && l->ds->wants_prefetch)
-        stk_dataset_access_hint(l->ds, STK_ACCESS_STOP);
-    for (uint32_t i = 0; i < l->threads_max; i++) {
-        if (l->workers[i].started)
-            pthread_join(l->workers[i].thread, NULL);
-        stk_scratch_free(&l->workers[i].scratch);
-        stk_scratch_free(&l->workers[i].plan_scratch);
-        if (l->workers[i].fields) {
-            stk_worker_fields_free(l->workers[i].fields);
-            free(l->workers[i].fields);
-        }
-    }
-    if (started && l->ds->wants_prefetch)
-        stk_dataset_access_hint(l->ds, STK_ACCESS_RESUME);
-    for (uint32_t i = 0; i < l->nslots; i++)
-        slot_free_buffers(l, &l->slots[i]);
-    stk_gpu_pipe_free(l->gpipe);
-    stk_gpu_close(l->gpu);
-    pthread_cond_destroy(&l->work_cv);
-    pthread_cond_destroy(&l->ready_cv);
-    pthread_cond_destroy(&l->park_cv);
-    pthread_mutex_destroy(&l->mu);
-    free(l->slots);
-    free(l->workers);
-    free(l->events);
-    stk_plan_free(l->plan);
-    free(l->lf);
-    stk_sampler_destroy(l->sampler);
-    free(l);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Consumer                                                                  */
 /* ------------------------------------------------------------------------ */
 
 /* Batch pool + the workers' scratch, now. Caller holds mu. */
-static uint64_t memory_locked(const stk_loader *l)
+uint64_t stk_ld_memory_locked(const stk_loader *l)
 {
     uint64_t m = (uint64_t)l->nslots * l->batch_bytes;
     for (uint32_t i = 0; i < l->threads_max; i++)
@@ -1461,9 +801,9 @@ static uint64_t memory_locked(const stk_loader *l)
 }
 
 /* Would `more` bytes still fit memory_limit? Caller holds mu. */
-static bool memory_fits_locked(const stk_loader *l, uint64_t more)
+bool stk_ld_memory_fits_locked(const stk_loader *l, uint64_t more)
 {
-    return !l->opt.memory_limit || memory_locked(l) + more <= l->opt.memory_limit;
+    return !l->opt.memory_limit || stk_ld_memory_locked(l) + more <= l->opt.memory_limit;
 }
 
 static slot *find_seq_locked(stk_loader *l, uint64_t seq)
@@ -1486,8 +826,8 @@ static int starved_locked(stk_loader *l)
             return 1; /* a worker can (or soon will) start it */
     if (l->pending > 0)
         return 1;
-    if (l->nslots < l->opt.max_batches && memory_fits_locked(l, l->batch_bytes)) {
-        int rc = slot_alloc(l, &l->slots[l->nslots]);
+    if (l->nslots < l->opt.max_batches && stk_ld_memory_fits_locked(l, l->batch_bytes)) {
+        int rc = stk_ld_slot_alloc(l, &l->slots[l->nslots]);
         if (rc < 0)
             return rc;
         l->nslots++;
@@ -1507,275 +847,6 @@ static int starved_locked(stk_loader *l)
 }
 
 
-/* ------------------------------------------------------------------------ */
-/* Profile and autotune                                                      */
-/* ------------------------------------------------------------------------ */
-
-/* Worker counters summed: read, decode, augment, collate ticks; busy ticks.
- * Relaxed loads: each is a running total written by its worker. */
-static void worker_sums(const stk_loader *l, uint64_t ticks[4], uint64_t *busy)
-{
-    ticks[0] = ticks[1] = ticks[2] = ticks[3] = 0;
-    uint64_t b = 0;
-    for (uint32_t i = 0; i < l->threads_max; i++) {
-        worker *w = &l->workers[i];
-        ticks[0] += atomic_load_explicit(&w->read_ticks, memory_order_relaxed);
-        ticks[1] += atomic_load_explicit(&w->decode_ticks, memory_order_relaxed);
-        ticks[2] += atomic_load_explicit(&w->augment_ticks, memory_order_relaxed);
-        ticks[3] += atomic_load_explicit(&w->collate_ticks, memory_order_relaxed);
-        b += atomic_load_explicit(&w->busy_ticks, memory_order_relaxed);
-    }
-    if (busy)
-        *busy = b;
-}
-
-/* CPU seconds the worker threads have used, from their thread CPU clocks
- * (read here, once a window, rather than by the workers on every chunk).
- * Caller holds mu (`started` is guarded by it). */
-static double workers_cpu_locked(const stk_loader *l)
-{
-    double sum = 0;
-    for (uint32_t i = 0; i < l->threads_max; i++) {
-        clockid_t id;
-        struct timespec ts;
-        if (l->workers[i].started && pthread_getcpuclockid(l->workers[i].thread, &id) == 0 &&
-            clock_gettime(id, &ts) == 0)
-            sum += (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-    }
-    return sum;
-}
-
-/* Start a profile window now. Caller holds mu. */
-static void window_reset_locked(stk_loader *l)
-{
-    l->nevents = 0;
-    l->win_start = stk_now();
-    l->win_batches = l->win_samples = 0;
-    l->win_wait = l->win_step = l->win_ready = 0;
-    worker_sums(l, l->win_ticks, &l->win_busy);
-}
-
-/* A decision of the tuner: kept in the ring, printed under STOKER_LOG=debug.
- * Caller holds mu. */
-__attribute__((format(printf, 2, 3))) static void decide_locked(stk_loader *l, const char *fmt,
-                                                                 ...)
-{
-    char *text = l->decision_text[l->decisions % DECISION_RING];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof l->decision_text[0], fmt, ap);
-    va_end(ap);
-    l->decisions++;
-    if (l->log_debug)
-        fprintf(stderr, "stoker: autotune: %s\n", text);
-}
-
-static void set_active_locked(stk_loader *l, uint32_t n)
-{
-    l->active = n;
-    pthread_cond_broadcast(&l->park_cv); /* more may claim */
-    pthread_cond_broadcast(&l->work_cv); /* fewer: the surplus parks */
-}
-
-/* Prefetch n, allocating the slots it needs (n + 1, within max_batches and
- * memory_limit). Returns 0, or a negative code with nothing changed. Caller
- * holds mu. */
-static int set_prefetch_locked(stk_loader *l, uint32_t n)
-{
-    if (l->started)
-        while (l->nslots < n + 1) {
-            if (l->nslots >= l->opt.max_batches || !memory_fits_locked(l, l->batch_bytes))
-                return stk_fail(STK_EINVAL,
-                                "loader: prefetch %u needs %u batch buffers; max_batches (%u) or "
-                                "memory_limit (%llu bytes) allows %u",
-                                n, n + 1, l->opt.max_batches,
-                                (unsigned long long)l->opt.memory_limit, l->nslots);
-            int rc = slot_alloc(l, &l->slots[l->nslots]);
-            if (rc < 0)
-                return rc;
-            l->nslots++;
-        }
-    l->prefetch = n;
-    pthread_cond_broadcast(&l->work_cv);
-    return 0;
-}
-
-static void tune_snapshot(const stk_loader *l, double now, tune_sample *t)
-{
-    uint64_t ticks[4];
-    t->t = now;
-    t->batches = l->batches_delivered;
-    t->samples = l->samples_delivered;
-    t->wait_s = l->wait_s;
-    t->step_s = l->step_s;
-    worker_sums(l, ticks, &t->busy_ticks);
-    t->workers_cpu_s = workers_cpu_locked(l);
-    t->process_cpu_s = stk_process_cpu_s();
-}
-
-/* Moves the tuner knows; index into block_until/block_len. */
-static const char *const move_names[] = {"none", "one thread more", "one thread fewer",
-                                         "prefetch one deeper"};
-
-/*
- * The autotuner: one step per window of at least tune_period seconds and 8
- * batches, in the consumer's next() (no thread of its own). It measures the
- * window's delivered rate (samples/s), the consumer's data share, how busy
- * the active workers were, and the CPU the rest of the process used, then
- *  - judges the move it tried in the window before: an increase is kept if
- *    the rate rose by 4% (10% when the CPU is saturated: the training
- *    process keeps the CPU it uses unless taking it pays) or the data share
- *    halved at no loss of rate, a thread fewer if the rate held within 3%
- *    and the data share stayed under 3% (tried data-bound: if the rate did
- *    not drop); a move undone is not
- *    tried again for 4, 8, 16 ... 64 windows;
- *  - data-bound (share >= 3%): workers idle while the consumer waits asks
- *    for a deeper prefetch; busy workers time-sliced on a saturated CPU
- *    (under half a core each), for one thread fewer; else one thread more;
- *  - step-bound (share < 3%) for 3 windows in a row, with one worker fewer
- *    still loaded under 80%: one thread fewer, which leaves the training
- *    process the CPU it uses.
- * Nothing it does changes a batch: rows depend on (seed, epoch, index) only.
- * Caller holds mu.
- */
-static void tune_locked(stk_loader *l, double now)
-{
-    if (!l->auto_threads && !l->auto_prefetch)
-        return;
-    tune_sample *prev = &l->tune_prev;
-    if (prev->t == 0) {
-        tune_snapshot(l, now, prev);
-        return;
-    }
-    if (now - prev->t < l->tune_period || l->batches_delivered - prev->batches < 8)
-        return;
-    tune_sample cur;
-    tune_snapshot(l, now, &cur);
-    double dt = cur.t - prev->t;
-    double wait = cur.wait_s - prev->wait_s, step = cur.step_s - prev->step_s;
-    double share = wait + step > 0 ? wait / (wait + step) : 0;
-    double rate = (double)(cur.samples - prev->samples) / dt;
-    double tick = 1.0 / stk_ticks_per_second();
-    double busy = (double)(cur.busy_ticks - prev->busy_ticks) * tick / ((double)l->active * dt);
-    double workers_cores = (cur.workers_cpu_s - prev->workers_cpu_s) / dt;
-    double others = (cur.process_cpu_s - prev->process_cpu_s) / dt - workers_cores;
-    if (others < 0)
-        others = 0;
-    double cpus = stk_cpu_available();
-    /* The CPU is saturated: workers and the rest of the process use 90% of
-     * what there is (threads blocked on storage leave it unsaturated). */
-    bool saturated = workers_cores + others >= 0.9 * cpus;
-    *prev = cur;
-    l->windows++;
-    if (l->windows == 1)
-        return; /* the first window fills the pipeline: not judged */
-
-    if (l->move != MOVE_NONE) {
-        tune_move m = l->move;
-        bool keep;
-        if (m == MOVE_THREAD_DOWN) /* (tried data-bound: the rate must not drop) */
-            keep = l->move_share >= 0.03 ? rate >= l->move_rate
-                                         : rate >= l->move_rate * 0.97 && share < 0.03;
-        else if (m == MOVE_PREFETCH_UP)
-            keep = rate >= l->move_rate * 1.02 || share <= l->move_share * 0.8;
-        else /* an increase: the rate rose, or the wait halved at no loss */
-            keep = rate >= l->move_rate * (saturated ? 1.10 : 1.04) ||
-                   (share < 0.5 * l->move_share && rate >= l->move_rate);
-        if (keep) {
-            l->block_len[m] = 4;
-            decide_locked(l, "kept %s: %.0f -> %.0f samples/s, data share %.1f%% -> %.1f%% "
-                             "(threads %u, prefetch %u)",
-                          move_names[m], l->move_rate, rate, l->move_share * 100, share * 100,
-                          l->active, l->prefetch);
-        } else {
-            if (m == MOVE_THREAD_UP)
-                set_active_locked(l, l->active - 1);
-            else if (m == MOVE_THREAD_DOWN)
-                set_active_locked(l, l->active + 1);
-            else
-                l->prefetch--; /* the extra slot stays in the pool for later */
-            l->block_until[m] = l->windows + l->block_len[m];
-            if (l->block_len[m] < 64)
-                l->block_len[m] *= 2;
-            decide_locked(l, "undid %s: %.0f -> %.0f samples/s, data share %.1f%% -> %.1f%% "
-                             "(threads %u, prefetch %u)",
-                          move_names[m], l->move_rate, rate, l->move_share * 100, share * 100,
-                          l->active, l->prefetch);
-        }
-        l->move = MOVE_NONE;
-        return;
-    }
-
-    tune_move m = MOVE_NONE;
-    if (share >= 0.03) {
-        l->quiet_windows = 0;
-        uint64_t per_worker = 0;
-        for (uint32_t i = 0; i < l->active; i++)
-            per_worker += atomic_load_explicit(&l->workers[i].scratch_bytes, memory_order_relaxed);
-        per_worker /= l->active;
-        if (l->auto_prefetch && busy < 0.85 && l->prefetch < l->prefetch_cap &&
-            l->windows >= l->block_until[MOVE_PREFETCH_UP] &&
-            (l->nslots > l->prefetch + 1 || memory_fits_locked(l, l->batch_bytes)))
-            m = MOVE_PREFETCH_UP;
-        else if (l->auto_threads && l->active > 1 && saturated &&
-                 workers_cores < 0.5 * l->active && /* time-sliced: under half a core each */
-                 l->windows >= l->block_until[MOVE_THREAD_DOWN])
-            m = MOVE_THREAD_DOWN; /* oversubscribed: does a thread fewer lose anything? */
-        else if (l->auto_threads && l->active < l->threads_max &&
-                 l->windows >= l->block_until[MOVE_THREAD_UP] &&
-                 memory_fits_locked(l, per_worker))
-            m = MOVE_THREAD_UP;
-    } else {
-        l->quiet_windows++;
-        if (l->auto_threads && l->quiet_windows >= 3 && l->active > 1 &&
-            busy * l->active < (l->active - 1) * 0.8 &&
-            l->windows >= l->block_until[MOVE_THREAD_DOWN])
-            m = MOVE_THREAD_DOWN;
-    }
-    if (m == MOVE_NONE)
-        return;
-    l->move = m;
-    l->move_rate = rate;
-    l->move_share = share;
-    l->quiet_windows = 0;
-    if (m == MOVE_THREAD_UP)
-        set_active_locked(l, l->active + 1);
-    else if (m == MOVE_THREAD_DOWN)
-        set_active_locked(l, l->active - 1);
-    else if (set_prefetch_locked(l, l->prefetch + 1) < 0) {
-        l->move = MOVE_NONE; /* no room after all */
-        return;
-    }
-    decide_locked(l, "trying %s: %.0f samples/s, data share %.1f%%, workers busy %.0f%%, "
-                     "the rest of the process uses %.2f of %.2f cores (threads %u, prefetch %u)",
-                  move_names[m], rate, share * 100, busy * 100, others, cpus, l->active,
-                  l->prefetch);
-}
-
-/* The batch being lent: its record in the window, the consumer's totals and
- * a tuner step. `ready` is what was ready when the consumer asked. Caller
- * holds mu. */
-static void record_lend_locked(stk_loader *l, uint32_t rows, uint32_t ready, double now)
-{
-    stk_loader_event *e = &l->events[l->nevents % EVENT_RING];
-    e->t = now - l->created;
-    e->wait_s = (float)l->wait_acc;
-    e->step_s = (float)l->step_acc;
-    e->ready = ready > UINT16_MAX ? UINT16_MAX : (uint16_t)ready;
-    e->threads = l->active > UINT16_MAX ? UINT16_MAX : (uint16_t)l->active;
-    e->prefetch = l->prefetch > UINT16_MAX ? UINT16_MAX : (uint16_t)l->prefetch;
-    e->reserved16_ = 0;
-    l->nevents++;
-    l->win_batches++;
-    l->win_samples += rows;
-    l->win_wait += l->wait_acc;
-    l->win_step += l->step_acc;
-    l->win_ready += ready;
-    l->step_s += l->step_acc;
-    l->samples_delivered += rows;
-    l->wait_acc = l->step_acc = 0;
-    tune_locked(l, now);
-}
 
 static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
 {
@@ -1820,6 +891,19 @@ static void lend_locked(stk_loader *l, slot *s, stk_batch *b)
 static const void *slot_lent_data(const stk_loader *l, const slot *s)
 {
     return l->gpipe ? (const void *)(uintptr_t)s->gb.d_out : (const void *)s->data;
+}
+
+/* The slot of batch b if this loader lent it and it is still lent (its
+ * handle's ticket and its data match: a stale copy or a batch released
+ * twice does not), else NULL. Caller holds mu. */
+static slot *lent_slot_locked(const stk_loader *l, const stk_batch *b)
+{
+    uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
+    slot *s = index < l->nslots ? &l->slots[index] : NULL;
+    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
+        slot_lent_data(l, s) != b->data)
+        return NULL;
+    return s;
 }
 
 int stk_loader_next(stk_loader *l, stk_batch *batch)
@@ -1869,7 +953,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
             rc = l->error.code;
             break;
         }
-        if (l->cons_pos == epoch_batches_locked(l, l->cons_epoch)) {
+        if (l->cons_pos == stk_ld_epoch_batches_locked(l, l->cons_epoch)) {
             /* End of epoch: say so once, then carry on with the next one
              * (whose batches may already be filling). */
             l->cons_epoch++;
@@ -1902,7 +986,7 @@ int stk_loader_next_timeout(stk_loader *l, stk_batch *batch, int64_t timeout_ms)
     l->wait_s += now - t_in;
     l->wait_acc += now - t_in;
     if (lent) {
-        record_lend_locked(l, batch->size, ready, now);
+        stk_ld_record_lend_locked(l, batch->size, ready, now);
         l->have_last = true;
     } else if (rc < 0) {
         l->have_last = true; /* a timeout or interrupt: the loop goes on from here */
@@ -1919,10 +1003,8 @@ int stk_loader_release(stk_loader *l, stk_batch *b)
         return stk_fail(STK_EINVAL, "stk_loader_release: NULL argument");
     int rc = 0;
     pthread_mutex_lock(&l->mu);
-    uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
-    slot *s = index < l->nslots ? &l->slots[index] : NULL;
-    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
-        slot_lent_data(l, s) != b->data) {
+    slot *s = lent_slot_locked(l, b);
+    if (!s) {
         rc = stk_fail(STK_ESTATE, "stk_loader_release: this batch is not lent (released twice?)");
     } else {
         /* The device buffer is rewritten only after the consumer's stream
@@ -1946,10 +1028,8 @@ int stk_loader_batch_wait(const stk_loader *l, const stk_batch *b, uint64_t stre
     stk_loader *ml = (stk_loader *)l; /* the lock and the slot's consumer stream */
     int rc = 0;
     pthread_mutex_lock(&ml->mu);
-    uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
-    slot *s = index < ml->nslots ? &ml->slots[index] : NULL;
-    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
-        slot_lent_data(ml, s) != b->data) {
+    slot *s = lent_slot_locked(ml, b);
+    if (!s) {
         rc = stk_fail(STK_EINVAL, "stk_loader_batch_wait: this batch is not lent by this loader");
     } else if (ml->gpipe) {
         rc = stk_gpu_stream_wait_event(ml->gpu, stream, s->gb.event);
@@ -1974,11 +1054,7 @@ int stk_loader_skipped(const stk_loader *l, const stk_batch *b, uint32_t i, uint
         return stk_fail(STK_EINVAL, "stk_loader_skipped: NULL argument");
     stk_loader *ml = (stk_loader *)l; /* the lock only */
     pthread_mutex_lock(&ml->mu);
-    uint32_t slot_index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
-    const slot *s = slot_index < l->nslots ? &l->slots[slot_index] : NULL;
-    if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, slot_index) != b->handle ||
-        slot_lent_data(l, s) != b->data)
-        s = NULL;
+    const slot *s = lent_slot_locked(l, b);
     pthread_mutex_unlock(&ml->mu);
     if (!s)
         return stk_fail(STK_EINVAL, "stk_loader_skipped: this batch is not lent by this loader");
@@ -2004,11 +1080,7 @@ int stk_loader_field(const stk_loader *l, const stk_batch *b, uint32_t i, stk_ba
     if (b) {
         stk_loader *ml = (stk_loader *)l; /* the lock only */
         pthread_mutex_lock(&ml->mu);
-        uint32_t index = (uint32_t)(b->handle & HANDLE_SLOT_MASK);
-        s = index < l->nslots ? &l->slots[index] : NULL;
-        if (!s || s->state != SLOT_LENT || batch_handle(s->ticket, index) != b->handle ||
-            slot_lent_data(l, s) != b->data)
-            s = NULL;
+        s = lent_slot_locked(l, b);
         pthread_mutex_unlock(&ml->mu);
         if (!s)
             return stk_fail(STK_EINVAL, "stk_loader_field: this batch is not lent by this loader");
@@ -2052,32 +1124,11 @@ void stk_loader_interrupt(stk_loader *l)
     pthread_mutex_unlock(&l->mu);
 }
 
-int stk_loader_set_epoch(stk_loader *l, uint64_t epoch)
-{
-    if (!l)
-        return stk_fail(STK_EINVAL, "stk_loader_set_epoch: loader is NULL");
-    pthread_mutex_lock(&l->mu);
-    if (l->cons_pos == epoch_batches_locked(l, l->cons_epoch) && l->cons_epoch + 1 == epoch &&
-        !l->failed) {
-        /* Finished the previous epoch without reading its end: the next
-         * epoch's batches are exactly what is prefetched. */
-        l->cons_epoch = epoch;
-        l->cons_pos = 0;
-    } else if (!(l->cons_epoch == epoch && l->cons_pos == 0 && !l->failed &&
-                 !(l->base_start && l->base_epoch == epoch))) {
-        /* (the start of a partial epoch is not the start of the epoch) */
-        reset_locked(l, epoch, 0, 0);
-    }
-    l->interrupted = false;
-    pthread_mutex_unlock(&l->mu);
-    return 0;
-}
-
 uint64_t stk_loader_length(const stk_loader *l)
 {
     stk_loader *ml = (stk_loader *)l; /* the mutex is not part of the value */
     pthread_mutex_lock(&ml->mu);
-    uint64_t n = epoch_batches_locked(l, l->cons_epoch);
+    uint64_t n = stk_ld_epoch_batches_locked(l, l->cons_epoch);
     pthread_mutex_unlock(&ml->mu);
     return n;
 }
@@ -2094,422 +1145,6 @@ void stk_loader_sample_shape(const stk_loader *l, int64_t shape[3], stk_dtype *d
     if (sample_bytes)
         *sample_bytes = l->sample_bytes;
 }
-
-static int32_t state_flags(const stk_loader *l)
-{
-    return (l->opt.shuffle == STK_SHUFFLE_NONE ? 1 : 0) | (l->opt.drop_last ? 2 : 0) |
-           (l->opt.shuffle == STK_SHUFFLE_BLOCK ? 4 : 0);
-}
-
-/* The settings of one side of a state mismatch that differ from the other
- * side's, in words: "seed 3, drop_last=True, shuffle=block (64 x 16)". */
-static void state_words(char *out, size_t cap, uint64_t seed, uint64_t size, int32_t flags,
-                        uint64_t bs, uint64_t win, uint64_t o_seed, uint64_t o_size,
-                        int32_t o_flags, uint64_t o_bs, uint64_t o_win)
-{
-    size_t n = 0;
-    out[0] = 0;
-#define STATE_ADD(...)                                                                         \
-    do {                                                                                       \
-        if (n < cap)                                                                           \
-            n += (size_t)snprintf(out + n, cap - n, "%s", n ? ", " : "");                      \
-        if (n < cap)                                                                           \
-            n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__);                              \
-    } while (0)
-    if (seed != o_seed)
-        STATE_ADD("seed %llu", (unsigned long long)seed);
-    if (size != o_size)
-        STATE_ADD("%llu samples", (unsigned long long)size);
-    if ((flags & 2) != (o_flags & 2))
-        STATE_ADD("drop_last=%s", flags & 2 ? "True" : "False");
-    if ((flags & 5) != (o_flags & 5) || bs != o_bs || win != o_win) {
-        if (flags & 4)
-            STATE_ADD("shuffle=block (block_size %llu, shuffle_window %llu)",
-                      (unsigned long long)bs, (unsigned long long)win);
-        else
-            STATE_ADD("shuffle=%s", flags & 1 ? "none" : "global");
-    }
-#undef STATE_ADD
-}
-
-void stk_loader_state_get(const stk_loader *l, stk_loader_state *st)
-{
-    stk_loader *ml = (stk_loader *)l; /* the mutex is not part of the value */
-    memset(st, 0, sizeof *st);
-    pthread_mutex_lock(&ml->mu);
-    st->epoch = l->cons_epoch;
-    st->position = l->cons_pos;
-    st->start_slot = l->base_start && l->cons_epoch == l->base_epoch ? l->base_start : 0;
-    pthread_mutex_unlock(&ml->mu);
-    st->seed = l->opt.seed;
-    st->dataset_size = l->ds->count;
-    st->batch_size = l->opt.batch_size;
-    st->rank = l->opt.rank;
-    st->world_size = l->opt.world_size;
-    st->flags = state_flags(l);
-    st->spec_hash = l->spec_hash;
-    if (l->opt.shuffle == STK_SHUFFLE_BLOCK) {
-        st->block_size = l->opt.block_size;
-        st->shuffle_window = l->opt.shuffle_window;
-    }
-}
-
-int stk_loader_state_set(stk_loader *l, const stk_loader_state *st)
-{
-    if (!l || !st)
-        return stk_fail(STK_EINVAL, "stk_loader_state_set: NULL argument");
-    int rc = stk_reserved_check(st->reserved_, sizeof st->reserved_ / sizeof st->reserved_[0],
-                                "stk_loader_state");
-    if (rc < 0)
-        return rc;
-    if (st->spec_hash != l->spec_hash)
-        return stk_fail(STK_EINVAL, "loader state was saved with another pipeline spec or "
-                                    "sampling options (indices, weights, class balance, "
-                                    "num_samples, aug_seed, views) (hash %016llx, this "
-                                    "loader's is %016llx)",
-                        (unsigned long long)st->spec_hash, (unsigned long long)l->spec_hash);
-    uint64_t bs = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.block_size : 0;
-    uint64_t win = l->opt.shuffle == STK_SHUFFLE_BLOCK ? l->opt.shuffle_window : 0;
-    if (st->seed != l->opt.seed || st->dataset_size != l->ds->count ||
-        st->flags != state_flags(l) || st->block_size != bs || st->shuffle_window != win) {
-        /* Name the settings that differ, in words (not "flags 0 / flags 2"). */
-        char saved[256], mine[256];
-        int32_t lf = state_flags(l);
-        state_words(saved, sizeof saved, st->seed, st->dataset_size, st->flags,
-                    st->block_size, st->shuffle_window, l->opt.seed, l->ds->count, lf, bs, win);
-        state_words(mine, sizeof mine, l->opt.seed, l->ds->count, lf, bs, win, st->seed,
-                    st->dataset_size, st->flags, st->block_size, st->shuffle_window);
-        return stk_fail(STK_EINVAL,
-                        "loader state does not match this loader: the state was saved with %s; "
-                        "this loader has %s",
-                        saved, mine);
-    }
-    if (st->world_size == 0 || st->batch_size == 0 || st->rank >= st->world_size)
-        return stk_fail(STK_EINVAL, "loader state: rank %u, world size %u, batch size %u is not "
-                                    "a layout",
-                        st->rank, st->world_size, st->batch_size);
-    /* The epoch's list: the dataset, or what the sampling options make of it
-     * (the same for the state's job: the spec hash covers them). */
-    if (st->start_slot >= l->list_size)
-        return stk_fail(STK_EINVAL, "loader state: start slot %llu is not below the %s %llu",
-                        (unsigned long long)st->start_slot,
-                        l->list_size == st->dataset_size ? "dataset size" : "epoch's list size",
-                        (unsigned long long)l->list_size);
-    /* The epoch's batches in the state's own layout. */
-    uint64_t span = stk_sampler_span(l->list_size, st->world_size, st->batch_size,
-                                     l->opt.drop_last, st->start_slot);
-    uint64_t batches = (span + st->batch_size - 1) / st->batch_size;
-    if (st->position > batches)
-        return stk_fail(STK_EINVAL, "loader state: position %llu is past the epoch's %llu batches",
-                        (unsigned long long)st->position, (unsigned long long)batches);
-    bool same_layout = st->world_size == l->opt.world_size && st->batch_size == l->opt.batch_size;
-    pthread_mutex_lock(&l->mu);
-    if (st->position == batches) {
-        /* At the end, before next() reported it: fill from the next epoch
-         * (full, in this loader's layout). */
-        reset_locked(l, st->epoch + 1, 0, 0);
-        l->cons_epoch = st->epoch;
-        l->cons_pos = l->per_epoch;
-    } else if (same_layout) {
-        reset_locked(l, st->epoch, st->position, st->start_slot);
-    } else {
-        /* Another layout: its ranks, in lockstep, consumed the global slots
-         * [0, S) of the epoch's list; continue from S in this layout. S < N
-         * because position < batches. */
-        uint64_t consumed = st->start_slot + st->position * st->batch_size * st->world_size;
-        reset_locked(l, st->epoch, 0, consumed);
-    }
-    pthread_mutex_unlock(&l->mu);
-    return 0;
-}
-
-void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
-{
-    stk_loader *ml = (stk_loader *)l;
-    memset(st, 0, sizeof *st);
-    double tick = 1.0 / stk_ticks_per_second();
-    uint64_t ticks[4];
-    worker_sums(l, ticks, NULL);
-    for (uint32_t i = 0; i < l->threads_max; i++) {
-        worker *w = &ml->workers[i];
-        st->samples += atomic_load_explicit(&w->samples, memory_order_relaxed);
-        st->idle_s += atomic_load_explicit(&w->idle_s, memory_order_relaxed);
-    }
-    st->read_s = (double)ticks[0] * tick;
-    st->decode_s = (double)ticks[1] * tick;
-    st->augment_s = (double)ticks[2] * tick;
-    st->collate_s = (double)ticks[3] * tick;
-    pthread_mutex_lock(&ml->mu);
-    st->batches = l->batches_delivered;
-    st->skipped = l->skipped_delivered;
-    st->wait_s = l->wait_s;
-    st->step_s = l->step_s + l->step_acc;
-    st->batches_allocated = l->nslots;
-    st->pool_exhausted = l->pool_exhausted;
-    st->memory_bytes = memory_locked(l);
-    st->gpu_head_rows = atomic_load_explicit(&l->gpu_head_rows, memory_order_relaxed);
-    uint64_t cpu_rows = atomic_load_explicit(&l->gpu_decode_cpu_rows, memory_order_relaxed);
-    st->gpu_decode_cpu_rows = cpu_rows > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_rows;
-    st->threads = l->active;
-    st->prefetch = l->prefetch;
-    st->decisions = l->decisions;
-    st->max_batches = l->opt.max_batches;
-    pthread_mutex_unlock(&ml->mu);
-    st->pool_bytes =
-        (uint64_t)st->batches_allocated * l->opt.batch_size * l->views * l->sample_bytes;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* The q-quantile (nearest rank) of n sorted values. */
-static double quantile(const float *v, size_t n, double q)
-{
-    if (!n)
-        return 0;
-    size_t k = (size_t)ceil(q * (double)n);
-    return v[k ? k - 1 : 0];
-}
-
-static const char *const stage_names[] = {"none", "read", "decode", "augment", "collate",
-                                          "prefetch"};
-static const char *const bound_names[] = {"unknown", "step", "data"};
-
-const char *stk_stage_name(int stage)
-{
-    return stage >= 0 && stage <= STK_STAGE_PREFETCH ? stage_names[stage] : "none";
-}
-
-const char *stk_bound_name(int bound)
-{
-    return bound >= 0 && bound <= STK_BOUND_DATA ? bound_names[bound] : "unknown";
-}
-
-static const char *const stage_help[] = {
-    "",
-    "pack into .stk shards, or check storage with stoker doctor",
-    /* (not "pack with --restart": these may be packed so already; the
-     * doctor times what each rewrite would give on the files themselves) */
-    ("more cores, or stoker doctor to time restart markers and smaller re-encodes on "
-     "these files"),
-    "more cores, cheaper ops or a smaller output dtype",
-    "fewer damaged samples",
-    "a deeper prefetch (or prefetch auto)",
-};
-
-void stk_loader_profile_get(const stk_loader *l, stk_loader_profile *p)
-{
-    stk_loader *ml = (stk_loader *)l;
-    float *w = malloc(2 * EVENT_RING * sizeof *w);
-    float *st = w ? w + EVENT_RING : NULL;
-    memset(p, 0, sizeof *p);
-    uint64_t ticks[4], busy;
-    double threads_sum = 0;
-    size_t n = 0;
-    pthread_mutex_lock(&ml->mu);
-    double now = stk_now();
-    worker_sums(l, ticks, &busy);
-    p->batches = l->win_batches;
-    p->samples = l->win_samples;
-    p->wait_s = l->win_wait;
-    /* Steps taken but not yet paid by a batch: the one after the last batch
-     * of an epoch, and the one in progress. */
-    p->step_s = l->win_step + l->step_acc + (l->have_last ? now - l->last_exit : 0);
-    p->queue_mean = l->win_batches ? l->win_ready / (double)l->win_batches : 0;
-    n = l->nevents < EVENT_RING ? (size_t)l->nevents : EVENT_RING;
-    for (size_t i = 0; i < n; i++) {
-        const stk_loader_event *e = &l->events[(l->nevents - n + i) % EVENT_RING];
-        if (w) {
-            w[i] = e->wait_s;
-            st[i] = e->step_s;
-        }
-        threads_sum += e->threads;
-    }
-    double span = now - l->win_start;
-    p->read_s = (double)(ticks[0] - l->win_ticks[0]) / stk_ticks_per_second();
-    p->decode_s = (double)(ticks[1] - l->win_ticks[1]) / stk_ticks_per_second();
-    p->augment_s = (double)(ticks[2] - l->win_ticks[2]) / stk_ticks_per_second();
-    p->collate_s = (double)(ticks[3] - l->win_ticks[3]) / stk_ticks_per_second();
-    double busy_s = (double)(busy - l->win_busy) / stk_ticks_per_second();
-    p->threads = l->active;
-    p->prefetch = l->prefetch;
-    bool tuned = l->auto_prefetch && l->prefetch < l->prefetch_cap;
-    pthread_mutex_unlock(&ml->mu);
-
-    double mean_threads = n ? threads_sum / (double)n : p->threads;
-    p->busy = span > 0 && mean_threads > 0 ? busy_s / (mean_threads * span) : 0;
-    if (p->busy > 1)
-        p->busy = 1;
-    p->wall_s = p->wait_s + p->step_s;
-    p->data_share = p->wall_s > 0 ? p->wait_s / p->wall_s : 0;
-    p->images_per_s = p->wall_s > 0 ? (double)p->samples / p->wall_s : 0;
-    p->cpus = stk_cpu_available();
-    if (w && n) {
-        qsort(w, n, sizeof *w, cmp_float);
-        qsort(st, n, sizeof *st, cmp_float);
-        p->wait_p50_s = quantile(w, n, 0.5);
-        p->wait_p90_s = quantile(w, n, 0.9);
-        p->wait_p99_s = quantile(w, n, 0.99);
-        p->wait_max_s = w[n - 1];
-        p->step_p50_s = quantile(st, n, 0.5);
-        p->step_p90_s = quantile(st, n, 0.9);
-        p->step_p99_s = quantile(st, n, 0.99);
-    }
-    free(w);
-
-    double stages[5] = {0, p->read_s, p->decode_s, p->augment_s, p->collate_s};
-    double work = stages[1] + stages[2] + stages[3] + stages[4];
-    int largest = STK_STAGE_NONE;
-    for (int k = 1; k <= 4; k++)
-        if (stages[k] > 0 && (largest == STK_STAGE_NONE || stages[k] > stages[largest]))
-            largest = k;
-    char split[128] = "";
-    if (work > 0)
-        snprintf(split, sizeof split, "read %.0f%%, decode %.0f%%, augment %.0f%%%s",
-                 100 * stages[1] / work, 100 * stages[2] / work, 100 * stages[3] / work,
-                 stages[4] > 0.005 * work ? ", collate >0.5%" : "");
-    if (p->batches < 2) {
-        p->bound = STK_BOUND_UNKNOWN;
-        snprintf(p->verdict, sizeof p->verdict, "not enough batches measured yet (%llu)",
-                 (unsigned long long)p->batches);
-    } else if (p->data_share >= 0.05) {
-        p->bound = STK_BOUND_DATA;
-        p->stage = p->busy < 0.85 ? STK_STAGE_PREFETCH : largest;
-        if (p->stage == STK_STAGE_PREFETCH)
-            snprintf(p->verdict, sizeof p->verdict,
-                     "data-bound: the loop waits %.0f%% of the time while %u worker%s idle "
-                     "%.0f%% (prefetch %u); try %s",
-                     100 * p->data_share, p->threads, p->threads == 1 ? " is" : "s are",
-                     100 * (1 - p->busy), p->prefetch,
-                     tuned ? "nothing: the autotuner deepens prefetch while this lasts"
-                           : stage_help[STK_STAGE_PREFETCH]);
-        else
-            snprintf(p->verdict, sizeof p->verdict,
-                     "data-bound: the loop waits %.0f%% of the time; %s limits (%s; %u "
-                     "thread%s %.0f%% busy of %.1f cores); try %s",
-                     100 * p->data_share, stage_names[p->stage], split, p->threads,
-                     p->threads == 1 ? "" : "s", 100 * p->busy, p->cpus, stage_help[p->stage]);
-    } else {
-        p->bound = STK_BOUND_STEP;
-        p->stage = largest;
-        snprintf(p->verdict, sizeof p->verdict,
-                 "step-bound: the loop waits %.1f%% of the time for data; %.1f batches were "
-                 "ready on average, %u thread%s %.0f%% busy (%s)",
-                 100 * p->data_share, p->queue_mean, p->threads, p->threads == 1 ? "" : "s",
-                 100 * p->busy, work > 0 ? split : "no worker time");
-    }
-}
-
-void stk_loader_profile_note(stk_loader *l, double asked_s, double handed_s)
-{
-    if (!l || !(handed_s > asked_s))
-        return;
-    pthread_mutex_lock(&l->mu);
-    if (l->nevents && l->have_last && handed_s >= l->last_exit) {
-        /* The binding's span = pre (before next(): counted in this batch's
-         * step) + next()'s own wait + post (after: would be counted in the
-         * next batch's step). Both move to the wait. */
-        stk_loader_event *e = &l->events[(l->nevents - 1) % EVENT_RING];
-        double post = handed_s - l->last_exit;
-        double pre = (handed_s - asked_s) - e->wait_s - post;
-        if (pre < 0)
-            pre = 0;
-        if (pre > e->step_s)
-            pre = e->step_s;
-        e->wait_s += (float)(pre + post);
-        e->step_s -= (float)pre;
-        l->win_wait += pre + post;
-        l->wait_s += pre + post;
-        l->win_step -= pre;
-        l->step_s -= pre;
-        l->last_exit = handed_s;
-    }
-    pthread_mutex_unlock(&l->mu);
-}
-
-void stk_loader_profile_reset(stk_loader *l)
-{
-    if (!l)
-        return;
-    pthread_mutex_lock(&l->mu);
-    window_reset_locked(l);
-    pthread_mutex_unlock(&l->mu);
-}
-
-size_t stk_loader_profile_events(const stk_loader *l, stk_loader_event *out, size_t cap)
-{
-    stk_loader *ml = (stk_loader *)l;
-    if (!l || !out)
-        return 0;
-    pthread_mutex_lock(&ml->mu);
-    size_t n = l->nevents < EVENT_RING ? (size_t)l->nevents : EVENT_RING;
-    if (n > cap)
-        n = cap;
-    for (size_t i = 0; i < n; i++)
-        out[i] = l->events[(l->nevents - n + i) % EVENT_RING];
-    pthread_mutex_unlock(&ml->mu);
-    return n;
-}
-
-int stk_loader_set_threads(stk_loader *l, uint32_t threads)
-{
-    if (!l)
-        return stk_fail(STK_EINVAL, "stk_loader_set_threads: loader is NULL");
-    if (threads < 1 || threads > l->threads_max)
-        return stk_fail(STK_EINVAL, "loader: threads must be 1..%u for this loader (%s), not %u",
-                        l->threads_max, l->auto_threads ? "the autotuner's cap" : "its threads",
-                        threads);
-    pthread_mutex_lock(&l->mu);
-    l->auto_threads = false;
-    if (l->move == MOVE_THREAD_UP || l->move == MOVE_THREAD_DOWN)
-        l->move = MOVE_NONE;
-    set_active_locked(l, threads);
-    pthread_mutex_unlock(&l->mu);
-    return 0;
-}
-
-int stk_loader_set_prefetch(stk_loader *l, uint32_t prefetch)
-{
-    if (!l)
-        return stk_fail(STK_EINVAL, "stk_loader_set_prefetch: loader is NULL");
-    if (prefetch < 1 || prefetch + 1 > l->opt.max_batches)
-        return stk_fail(STK_EINVAL, "loader: prefetch must be 1..%u (max_batches %u - 1), not %u",
-                        l->opt.max_batches - 1, l->opt.max_batches, prefetch);
-    pthread_mutex_lock(&l->mu);
-    int rc = set_prefetch_locked(l, prefetch);
-    if (rc == 0) {
-        l->auto_prefetch = false;
-        if (l->move == MOVE_PREFETCH_UP)
-            l->move = MOVE_NONE;
-    }
-    pthread_mutex_unlock(&l->mu);
-    return rc;
-}
-
-int stk_loader_decision(const stk_loader *l, uint64_t n, char *buf, size_t size)
-{
-    stk_loader *ml = (stk_loader *)l;
-    if (!l || (!buf && size))
-        return stk_fail(STK_EINVAL, "stk_loader_decision: NULL argument");
-    int rc;
-    pthread_mutex_lock(&ml->mu);
-    if (n >= l->decisions) {
-        rc = 0;
-    } else if (l->decisions - n > DECISION_RING) {
-        rc = stk_fail(STK_ENOENT, "loader: decision %llu is older than the last %d kept",
-                      (unsigned long long)n, DECISION_RING);
-    } else {
-        if (size)
-            snprintf(buf, size, "%s", l->decision_text[n % DECISION_RING]);
-        rc = 1;
-    }
-    pthread_mutex_unlock(&ml->mu);
-    return rc;
-}
-
 const char *stk_loader_errmsg(const stk_loader *l)
 {
     return l->error.msg; /* written under mu only while failing; see docs */
