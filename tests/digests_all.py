@@ -35,9 +35,10 @@ Rows ("configs"), each one digest per build:
 
 With --python-site the pip build also runs every CLI row through `python -m stoker` (the
 same C tool compiled into the extension). Datasets are written by the generators the tests
-and benchmarks use (bench/write_formats.py, tests/python/{caffe_datum,mxnet_recordio}.py,
-tests/python/test_{zarr,segfolder}_reader.py's writers), into a temporary folder; the
-.stk sets read by `read:` rows are packed by the first --cli. The photos set is the small
+and benchmarks use (bench/write_formats.py, tests/python/caffe_datum.py,
+tests/python/test_{zarr,segfolder}_reader.py's writers; Pillow for the codecs) into
+/tmp/digests-all-work (--work): a fixed path, since shards and fields name their sources'
+paths. The .stk sets read by `read:` rows are packed by the first --cli. The photos set is the small
 one of scripts/photos-small.sh, kept in /tmp/digests-photos (--photos DIR for another).
 Not covered: the remote readers (http/s3 need the servers of tests/net).
 
@@ -705,7 +706,9 @@ def main():
     ap.add_argument("--no-python", action="store_true",
                     help="skip the py: rows of the CMake builds' python/ folders")
     ap.add_argument("--out", help="also write the table to this file")
-    ap.add_argument("--keep", help="write the datasets here and keep them")
+    ap.add_argument("--work", default="/tmp/digests-all-work",
+                    help="where the datasets are written (emptied first, left for a look after): "
+                    "a fixed path, since packed shards and fields name their source's path")
     a = ap.parse_args()
     if not a.cli:
         ap.error("give at least one --cli")
@@ -713,22 +716,17 @@ def main():
     builds = builds_of(a)
     t0 = time.time()
     photos = photos_set(os.path.abspath(a.photos))
-    work = os.path.abspath(a.keep) if a.keep else tempfile.mkdtemp(prefix="digests-all-")
-    if a.keep:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    try:
-        uris = make_data(work, photos, builds[0].argv)
-        results = []
-        for b in builds:
-            t = time.time()
-            r = cli_rows(b, uris, work, only)
-            r.update(py_rows(b, uris, work, only))
-            results.append(r)
-            print("%-60s %4d rows %6.1f s" % (b.name, len(r), time.time() - t), flush=True)
-    finally:
-        if not a.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    work = os.path.abspath(a.work)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    uris = make_data(work, photos, builds[0].argv)
+    results = []
+    for b in builds:
+        t = time.time()
+        r = cli_rows(b, uris, work, only)
+        r.update(py_rows(b, uris, work, only))
+        results.append(r)
+        print("%-60s %4d rows %6.1f s" % (b.name, len(r), time.time() - t), flush=True)
     names = []
     for r in results:
         names += [n for n in r if n not in names]
