@@ -890,6 +890,16 @@ static void test_jpeg_hostile(void **state)
     expect_fail(buf, 4, NULL, NULL, 1, STK_EDATA, "JPEG: no marker after SOI");
     memcpy(buf, "GIF89a", 6);
     expect_fail(buf, 100, NULL, NULL, 1, STK_EDATA, "GIF");
+    /* The lists in these messages are the codec table's names, in its order. */
+    expect_fail((const uint8_t *)"ab", 2, NULL, NULL, 1, STK_EDATA,
+                "image: not a JPEG, PNG, WebP, BMP, TIFF or GIF image (2 bytes starting 61 62)");
+    expect_fail((const uint8_t *)"P6\n1 1\n", 7, NULL, NULL, 1, STK_EDATA,
+                "image: PNM data, which stoker does not decode (JPEG, PNG, WebP, BMP, TIFF and "
+                "GIF only)");
+    expect_fail((const uint8_t *)"II+\0\x08\0\0\0", 8, NULL, NULL, 1, STK_EDATA,
+                "image: BigTIFF data, which stoker does not decode");
+    expect_fail((const uint8_t *)"\xff", 1, NULL, NULL, 1, STK_EDATA,
+                "JPEG: truncated after 1 bytes");
     memcpy(buf, "RIFF\0\0\0\0WEBPVP8 ", 16);
     expect_fail(buf, 100, NULL, NULL, 1, STK_EDATA, "WebP");
 
@@ -983,6 +993,13 @@ static void test_bad_arguments(void **state)
     assert_string_equal(stk_image_format_name(STK_IMAGE_UNKNOWN), "unknown");
     assert_int_equal(stk_image_sniff(NULL, 10), STK_IMAGE_UNKNOWN);
     assert_int_equal(stk_image_sniff(d, 2), STK_IMAGE_UNKNOWN);
+    /* The codec table's lookups (codec_table.c): an id no row has is unknown. */
+    assert_string_equal(stk_image_format_name((stk_image_format)99), "unknown");
+    assert_int_equal(stk_image_format_scales(STK_IMAGE_JPEG),
+                     (1u << 1) | (1u << 2) | (1u << 4) | (1u << 8));
+    assert_int_equal(stk_image_format_scales(STK_IMAGE_PNG), 1u << 1);
+    assert_int_equal(stk_image_format_scales(STK_IMAGE_UNKNOWN), 0);
+    assert_int_equal(stk_image_format_scales((stk_image_format)99), 0);
     stk_scratch_free(&s);
     free(d);
     free(px);

@@ -259,6 +259,8 @@ static void check_format(encoded e, stk_image_format fmt, int palette, int gif, 
     char want[160];
 
     assert_int_equal(stk_image_sniff(e.data, e.size), fmt);
+    assert_string_equal(stk_image_format_name(fmt), e.name); /* the table's row */
+    assert_int_equal(stk_image_format_scales(fmt), 1u << 1); /* full size only */
     assert_int_equal(stk_image_probe(e.data, e.size, NULL, &info), 0);
     assert_int_equal(info.format, fmt);
     assert_int_equal(info.width, w);

@@ -247,7 +247,8 @@ static int stk_bmp_open(const uint8_t *d, size_t n, uint64_t max_pixels, stk_bmp
     return 0;
 }
 
-int stk_bmp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_bmp_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                         stk_image_info *info)
 {
     stk_bmp b;
     return stk_bmp_open(data, size, max_pixels, &b, info);
@@ -378,7 +379,7 @@ static int stk_bmp_rle(const stk_bmp *b, const uint8_t *d, size_t n, uint8_t *id
     return 0;
 }
 
-int stk_bmp_decode(const stk_decode_req *req)
+static int stk_bmp_decode(const stk_decode_req *req)
 {
     stk_image_info info;
     stk_bmp b;
@@ -414,3 +415,24 @@ int stk_bmp_decode(const stk_decode_req *req)
     stk_codec_finish_view(req, req->out->data, b.width, b.height);
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* "BM". */
+static int stk_bmp_sniff(const uint8_t *data, size_t size)
+{
+    return size >= 2 && data[0] == 'B' && data[1] == 'M';
+}
+
+const stk_codec_desc stk_codec_bmp = {
+    .format = STK_IMAGE_BMP,
+    .name = "BMP",
+    .sniff = stk_bmp_sniff,
+    .probe = stk_bmp_probe,
+    .decode = stk_bmp_decode,
+    .decode_mask = NULL,
+    .near_miss = NULL,
+    .scales = STK_CODEC_SCALE(1),
+};

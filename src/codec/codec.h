@@ -21,6 +21,8 @@
 #include "core/util.h"
 #include "stoker/stoker.h"
 
+/* A format's id: one per row of the codec table (codec_table.c), pinned
+ * (the value of a format never changes; a new codec takes the next). */
 typedef enum stk_image_format {
     STK_IMAGE_UNKNOWN = 0,
     STK_IMAGE_JPEG = 1,
@@ -59,9 +61,17 @@ typedef struct stk_codec_limits {
 } stk_codec_limits;
 
 /* Sniff the format from magic bytes ("\xFF\xD8\xFF" JPEG, PNG signature,
- * RIFF....WEBP, "BM", "II*\0" / "MM\0*", "GIF87a" / "GIF89a"). */
+ * RIFF....WEBP, "BM", "II*\0" / "MM\0*", "GIF87a" / "GIF89a"): each row
+ * of the codec table tries its own. */
 stk_image_format stk_image_sniff(const uint8_t *data, size_t size);
+/* "JPEG", "PNG", "WebP", "BMP", "TIFF", "GIF" (the row's name, a static
+ * string); "unknown" for STK_IMAGE_UNKNOWN or an id no row has. */
 const char *stk_image_format_name(stk_image_format f);
+/* The scale_denom values stk_image_decode takes for format f, as a mask
+ * with bit d set for denominator d: 1 << 1 for a codec that decodes at full
+ * size only, (1 << 1) | (1 << 2) | (1 << 4) | (1 << 8) for JPEG; 0 for
+ * STK_IMAGE_UNKNOWN. So `scales & (1u << d)` asks "can it decode at 1/d?". */
+unsigned stk_image_format_scales(stk_image_format f);
 
 /* Read only the header. STK_EDATA (bad/unknown/truncated header),
  * STK_ELIMIT (over max_pixels) with the reason in stk_errmsg(). */

@@ -1,14 +1,24 @@
 /*
- * codec_internal.h — what codec.c's dispatcher calls in jpeg.c, png.c,
- * webp.c, bmp.c, tiff.c and gif.c (internal to src/codec/).
+ * codec_internal.h — what the codecs of src/codec/ share (internal to
+ * src/codec/): the row type every codec fills (stk_codec_desc), the work of
+ * one decode as the dispatcher hands it over (stk_decode_req), and the
+ * checks and helpers every decoder calls (codec_util.c), plus the JPEG
+ * window code's types shared by jpeg.c, jpeg_window.c and jpeg_sync.c.
+ *
+ * Who includes what. A codec's file (jpeg.c, png.c, webp.c, bmp.c, tiff.c,
+ * gif.c) includes this header and defines one `const stk_codec_desc
+ * stk_codec_NAME`, its row; everything else in it is static. The table
+ * (codec_table.c) lists the rows; the dispatcher (codec.c) reaches a codec
+ * only through the table (codec_table.h). No codec includes codec_table.h:
+ * the arrows run dispatcher -> table -> codecs -> this header, never back.
  *
  * The public codec calls (codec.h) check the arguments that do not need the
  * header (scale, region shape, NULLs), resolve the limits to a plain pixel
- * count, sniff the format and call one of these. Each format then owns
+ * count, sniff the format and call the row's hook. Each format then owns
  * everything that needs its header: the pixel limit (checked before any
  * pixel buffer exists), the region bounds, and every decoder error, reported
  * through stk_fail with a "JPEG: " / "PNG: " / "WebP: " / "BMP: " / "TIFF: " /
- * "GIF: " prefix and the decoder's reason.
+ * "GIF: " prefix (its row's name) and the decoder's reason.
  * Callers (dataset readers, the loader) prefix the file or record name.
  */
 #ifndef STK_CODEC_CODEC_INTERNAL_H
@@ -28,22 +38,41 @@ typedef struct stk_decode_req {
     stk_image_view *view;  /* filled on success */
 } stk_decode_req;
 
-int stk_jpeg_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_jpeg_decode(const stk_decode_req *req);
+/* A scale denominator as a bit of stk_codec_desc.scales. */
+#define STK_CODEC_SCALE(d) (1u << (d))
 
-int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_png_decode(const stk_decode_req *req);
-int stk_png_decode_mask(const uint8_t *data, size_t size, uint64_t max_pixels, stk_scratch *out,
-                        stk_image_view *v);
-
-int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_webp_decode(const stk_decode_req *req);
-int stk_bmp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_bmp_decode(const stk_decode_req *req);
-int stk_tiff_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_tiff_decode(const stk_decode_req *req);
-int stk_gif_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
-int stk_gif_decode(const stk_decode_req *req);
+/*
+ * One codec: one row of the table (codec_table.c), defined in the codec's
+ * own file as `const stk_codec_desc stk_codec_NAME`. The hooks are called
+ * only by the dispatcher (codec.c), after the checks it makes for every
+ * format; each hook may assume them.
+ */
+typedef struct stk_codec_desc {
+    stk_image_format format; /* its id (codec.h); also what probe writes in info->format */
+    const char *name;        /* "JPEG": stk_image_format_name, the lists in messages */
+    /* 1 when `data` (never NULL) starts with this format's magic bytes, else 0.
+     * The magics of the rows are disjoint, so the table's order decides nothing. */
+    int (*sniff)(const uint8_t *data, size_t size);
+    /* Read only the header into *info (zeroed by the caller; set format too):
+     * STK_EDATA, STK_ELIMIT over max_pixels (never 0). */
+    int (*probe)(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info);
+    /* Decode req (scale_denom one of `scales`, region nonzero) into req->out
+     * and req->view. Without a region decode of its own, a codec decodes the
+     * whole image and calls stk_codec_finish_view for the window. */
+    int (*decode)(const stk_decode_req *req);
+    /* NULL, or a mask decode of its own (stk_image_decode_mask's contract;
+     * *view zeroed by the caller). With NULL the mask is the first channel
+     * of the RGB decode. */
+    int (*decode_mask)(const uint8_t *data, size_t size, uint64_t max_pixels, stk_scratch *out,
+                       stk_image_view *view);
+    /* NULL, or for bytes that no row's sniff took: the STK_EDATA error naming
+     * why, when they are this format cut or damaged before its magic is
+     * whole ("JPEG: truncated after 2 bytes"), else 0. `size` >= 1. */
+    int (*near_miss)(const uint8_t *data, size_t size);
+    /* The scale denominators decode takes: STK_CODEC_SCALE(1), plus 2, 4
+     * and 8 for a codec with a reduced decode of its own (JPEG's DCT). */
+    unsigned scales;
+} stk_codec_desc;
 
 /* For the decoders that decode whole images (WebP, BMP, TIFF, GIF): fill
  * req->view with the width x height RGB8 image at `pixels` (rows packed),
@@ -132,7 +161,7 @@ stk_scratch *stk_jpeg_window_scratch(void);
 int stk_jpeg_warning_is_benign(int msg_code);
 
 /* STK_EINVAL when `r` does not fit inside a width x height image; `what` is
- * "JPEG" or "PNG". */
+ * the codec's name ("JPEG"). */
 int stk_codec_check_region(const char *what, const stk_rect *r, uint32_t width,
                            uint32_t height);
 /* The budget check every decoder makes after reading the header and
@@ -151,5 +180,8 @@ int stk_codec_reserve(const stk_decode_req *req, size_t bytes);
 /* STK_ELIMIT when width * height > max_pixels (with the numbers). */
 int stk_codec_check_pixels(const char *what, uint32_t width, uint32_t height,
                            uint64_t max_pixels);
+/* Forget the calling thread's last need (stk_image_last_need reads 0, 0):
+ * the dispatcher's first step of every decode. */
+void stk_codec_need_clear(void);
 
 #endif

@@ -136,7 +136,8 @@ static GifFileType *stk_gif_open(stk_gif_src *src, int *rc)
     return gif;
 }
 
-int stk_gif_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_gif_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                         stk_image_info *info)
 {
     stk_gif_src src = {data, size, 0};
     stk_gif_frame f;
@@ -149,7 +150,7 @@ int stk_gif_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_ima
     return rc;
 }
 
-int stk_gif_decode(const stk_decode_req *req)
+static int stk_gif_decode(const stk_decode_req *req)
 {
     stk_gif_src src = {req->data, req->size, 0};
     stk_image_info info;
@@ -204,3 +205,24 @@ out:
     DGifCloseFile(gif, &err);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* "GIF87a" or "GIF89a". */
+static int stk_gif_sniff(const uint8_t *data, size_t size)
+{
+    return size >= 6 && (memcmp(data, "GIF87a", 6) == 0 || memcmp(data, "GIF89a", 6) == 0);
+}
+
+const stk_codec_desc stk_codec_gif = {
+    .format = STK_IMAGE_GIF,
+    .name = "GIF",
+    .sniff = stk_gif_sniff,
+    .probe = stk_gif_probe,
+    .decode = stk_gif_decode,
+    .decode_mask = NULL,
+    .near_miss = NULL,
+    .scales = STK_CODEC_SCALE(1),
+};

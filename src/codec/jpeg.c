@@ -448,10 +448,11 @@ done:
 }
 
 /* ------------------------------------------------------------------------ */
-/* Entry points (codec_internal.h)                                          */
+/* The hooks (the row at the end)                                           */
 /* ------------------------------------------------------------------------ */
 
-int stk_jpeg_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_jpeg_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                          stk_image_info *info)
 {
     stk_jpeg_job job;
     memset(&job, 0, sizeof job);
@@ -462,7 +463,7 @@ int stk_jpeg_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_im
     return stk_jpeg_run(&job);
 }
 
-int stk_jpeg_decode(const stk_decode_req *req)
+static int stk_jpeg_decode(const stk_decode_req *req)
 {
     stk_jpeg_job job;
     stk_image_info info;
@@ -502,3 +503,34 @@ int stk_jpeg_decode(const stk_decode_req *req)
     }
     return stk_jpeg_run(&job);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* SOI and the first byte of the next marker. */
+static int stk_jpeg_sniff(const uint8_t *data, size_t size)
+{
+    return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+/* A JPEG cut inside its first three bytes, or SOI without a marker after it. */
+static int stk_jpeg_near_miss(const uint8_t *data, size_t size)
+{
+    if (data[0] == 0xFF && (size == 1 || (data[1] == 0xD8 && size == 2)))
+        return stk_fail(STK_EDATA, "JPEG: truncated after %zu bytes", size);
+    if (data[0] == 0xFF && data[1] == 0xD8)
+        return stk_fail(STK_EDATA, "JPEG: no marker after SOI (starts ff d8 %02x)", data[2]);
+    return 0;
+}
+
+const stk_codec_desc stk_codec_jpeg = {
+    .format = STK_IMAGE_JPEG,
+    .name = "JPEG",
+    .sniff = stk_jpeg_sniff,
+    .probe = stk_jpeg_probe,
+    .decode = stk_jpeg_decode,
+    .decode_mask = NULL,
+    .near_miss = stk_jpeg_near_miss,
+    .scales = STK_CODEC_SCALE(1) | STK_CODEC_SCALE(2) | STK_CODEC_SCALE(4) | STK_CODEC_SCALE(8),
+};

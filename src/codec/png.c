@@ -112,7 +112,8 @@ static int stk_png_open(const uint8_t *data, size_t size, uint64_t max_pixels, s
     return stk_codec_check_pixels("PNG", ihdr->width, ihdr->height, max_pixels);
 }
 
-int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_png_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                         stk_image_info *info)
 {
     struct spng_ihdr ihdr;
     spng_ctx *ctx = NULL;
@@ -168,7 +169,7 @@ static int stk_png_decode_rows(spng_ctx *ctx, const struct spng_ihdr *ihdr, cons
     return 0;
 }
 
-int stk_png_decode(const stk_decode_req *req)
+static int stk_png_decode(const stk_decode_req *req)
 {
     struct spng_ihdr ihdr;
     stk_image_info info;
@@ -242,8 +243,8 @@ out:
  * sample of an 8-bit (or 1/2/4-bit, unpacked) grayscale one. Other colour
  * types and 16-bit samples are refused: a mask's values are class ids.
  */
-int stk_png_decode_mask(const uint8_t *data, size_t size, uint64_t max_pixels, stk_scratch *out,
-                        stk_image_view *v)
+static int stk_png_decode_mask(const uint8_t *data, size_t size, uint64_t max_pixels,
+                               stk_scratch *out, stk_image_view *v)
 {
     struct spng_ihdr ihdr;
     stk_image_info info;
@@ -304,3 +305,26 @@ out:
     spng_ctx_free(ctx);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+static const uint8_t stk_png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
+/* The 8-byte signature. */
+static int stk_png_sniff(const uint8_t *data, size_t size)
+{
+    return size >= sizeof stk_png_sig && memcmp(data, stk_png_sig, sizeof stk_png_sig) == 0;
+}
+
+const stk_codec_desc stk_codec_png = {
+    .format = STK_IMAGE_PNG,
+    .name = "PNG",
+    .sniff = stk_png_sniff,
+    .probe = stk_png_probe,
+    .decode = stk_png_decode,
+    .decode_mask = stk_png_decode_mask,
+    .near_miss = NULL,
+    .scales = STK_CODEC_SCALE(1),
+};

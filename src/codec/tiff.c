@@ -301,7 +301,8 @@ static int stk_tiff_layout_read(TIFF *tif, stk_tiff_job *j, uint64_t max_pixels,
     return stk_codec_check_pixels("TIFF", l->width, l->height, max_pixels);
 }
 
-int stk_tiff_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_tiff_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                          stk_image_info *info)
 {
     stk_tiff_job j = {data, size, 0, 0, 0, {0}};
     stk_tiff_layout l;
@@ -471,7 +472,7 @@ static void stk_tiff_row(const stk_tiff_layout *l, const uint8_t *s, uint8_t *o)
     }
 }
 
-int stk_tiff_decode(const stk_decode_req *req)
+static int stk_tiff_decode(const stk_decode_req *req)
 {
     stk_tiff_job j = {req->data, req->size, 0, 0, 0, {0}};
     stk_tiff_layout l;
@@ -523,3 +524,25 @@ out:
     TIFFClose(tif);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Classic TIFF, little or big endian ("II*\0", "MM\0*"); BigTIFF is
+ * refused by name (codec_table.c). */
+static int stk_tiff_sniff(const uint8_t *data, size_t size)
+{
+    return size >= 4 && (memcmp(data, "II*\0", 4) == 0 || memcmp(data, "MM\0*", 4) == 0);
+}
+
+const stk_codec_desc stk_codec_tiff = {
+    .format = STK_IMAGE_TIFF,
+    .name = "TIFF",
+    .sniff = stk_tiff_sniff,
+    .probe = stk_tiff_probe,
+    .decode = stk_tiff_decode,
+    .decode_mask = NULL,
+    .near_miss = NULL,
+    .scales = STK_CODEC_SCALE(1),
+};

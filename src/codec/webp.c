@@ -91,7 +91,8 @@ static int stk_webp_open(const uint8_t *data, size_t size, uint64_t max_pixels,
     return stk_codec_check_pixels("WebP", info->width, info->height, max_pixels);
 }
 
-int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels, stk_image_info *info)
+static int stk_webp_probe(const uint8_t *data, size_t size, uint64_t max_pixels,
+                          stk_image_info *info)
 {
     WebPBitstreamFeatures f;
     return stk_webp_open(data, size, max_pixels, &f, info);
@@ -148,7 +149,7 @@ static int stk_webp_first_frame(const stk_decode_req *req, uint32_t cw, uint32_t
     return rc;
 }
 
-int stk_webp_decode(const stk_decode_req *req)
+static int stk_webp_decode(const stk_decode_req *req)
 {
     WebPBitstreamFeatures f;
     stk_image_info info;
@@ -183,3 +184,24 @@ int stk_webp_decode(const stk_decode_req *req)
     stk_codec_finish_view(req, req->out->data, info.width, info.height);
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The row (codec_table.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* "RIFF", the RIFF size, "WEBP". */
+static int stk_webp_sniff(const uint8_t *data, size_t size)
+{
+    return size >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0;
+}
+
+const stk_codec_desc stk_codec_webp = {
+    .format = STK_IMAGE_WEBP,
+    .name = "WebP",
+    .sniff = stk_webp_sniff,
+    .probe = stk_webp_probe,
+    .decode = stk_webp_decode,
+    .decode_mask = NULL,
+    .near_miss = NULL,
+    .scales = STK_CODEC_SCALE(1),
+};

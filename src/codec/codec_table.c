@@ -1,0 +1,146 @@
+/*
+ * codec_table.c — the codec table: every image format stoker decodes, one
+ * line each in STK_CODECS below, and the lookups over it.
+ *
+ * A row is a `const stk_codec_desc stk_codec_NAME` (codec_internal.h says
+ * what it holds: format id, name, sniff, probe, decode, mask decode, near
+ * miss, scales), defined at the end of the codec's own file, beside the
+ * code it points at. This file only lists the rows; the dispatcher
+ * (codec.c) reaches every codec through the queries here (codec_table.h)
+ * and names none. The codecs include neither this file's header nor the
+ * dispatcher's, so nothing points back up.
+ *
+ * The order is the order of the names in messages ("not a JPEG, PNG, WebP,
+ * BMP, TIFF or GIF image") and the order in which sniffs are tried; the
+ * magics are disjoint, so it changes no decision.
+ *
+ * To add a codec NAME: write src/codec/NAME.c, its hooks static and its
+ * row `const stk_codec_desc stk_codec_NAME` at the end; add `X(NAME)`
+ * here; give it an id in codec.h's stk_image_format. (A codec on a library
+ * also needs the library found in CMakeLists.txt; the sources are globbed.)
+ *
+ * Also here: the formats known by sight only, so that a sample of one is
+ * refused with its name instead of as unknown bytes (docs/codec.md).
+ *
+ * Thread safety: everything is constant; every query may run on any thread.
+ */
+#include "codec/codec_table.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define STK_CODECS(X)                                                                          \
+    X(jpeg)                                                                                    \
+    X(png)                                                                                     \
+    X(webp)                                                                                    \
+    X(bmp)                                                                                     \
+    X(tiff)                                                                                    \
+    X(gif)                                                                                     \
+    /* one line per codec above; this comment ends the list */
+
+#define STK_CODEC_DECLARE(name) extern const stk_codec_desc stk_codec_##name;
+#define STK_CODEC_ROW(name) &stk_codec_##name,
+
+STK_CODECS(STK_CODEC_DECLARE)
+
+static const stk_codec_desc *const stk_codec_table[] = {STK_CODECS(STK_CODEC_ROW)};
+
+enum { STK_CODEC_COUNT = (int)(sizeof stk_codec_table / sizeof stk_codec_table[0]) };
+
+const stk_codec_desc *stk_codec_sniff(const uint8_t *data, size_t size)
+{
+    if (!data)
+        return NULL;
+    for (int i = 0; i < STK_CODEC_COUNT; i++)
+        if (stk_codec_table[i]->sniff(data, size))
+            return stk_codec_table[i];
+    return NULL;
+}
+
+const stk_codec_desc *stk_codec_of(stk_image_format f)
+{
+    for (int i = 0; i < STK_CODEC_COUNT; i++)
+        if (stk_codec_table[i]->format == f)
+            return stk_codec_table[i];
+    return NULL;
+}
+
+int stk_codec_near_miss(const uint8_t *data, size_t size)
+{
+    for (int i = 0; i < STK_CODEC_COUNT; i++) {
+        int rc = stk_codec_table[i]->near_miss ? stk_codec_table[i]->near_miss(data, size) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+const char *stk_codec_names(char *buf, size_t cap, const char *last)
+{
+    size_t at = 0;
+    if (cap == 0)
+        return buf;
+    buf[0] = '\0';
+    for (int i = 0; i < STK_CODEC_COUNT; i++) {
+        const char *name = stk_codec_table[i]->name;
+        int n = i == 0                       ? snprintf(buf + at, cap - at, "%s", name)
+                : i + 1 < STK_CODEC_COUNT    ? snprintf(buf + at, cap - at, ", %s", name)
+                                             : snprintf(buf + at, cap - at, " %s %s", last, name);
+        if (n < 0 || (size_t)n >= cap - at)
+            break; /* cut: snprintf has terminated it */
+        at += (size_t)n;
+    }
+    return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The public lookups (codec.h)                                             */
+/* ------------------------------------------------------------------------ */
+
+stk_image_format stk_image_sniff(const uint8_t *data, size_t size)
+{
+    const stk_codec_desc *c = stk_codec_sniff(data, size);
+    return c ? c->format : STK_IMAGE_UNKNOWN;
+}
+
+const char *stk_image_format_name(stk_image_format f)
+{
+    const stk_codec_desc *c = stk_codec_of(f);
+    return c ? c->name : "unknown";
+}
+
+unsigned stk_image_format_scales(stk_image_format f)
+{
+    const stk_codec_desc *c = stk_codec_of(f);
+    return c ? c->scales : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Formats known by sight only                                              */
+/* ------------------------------------------------------------------------ */
+
+static int stk_sniff_bigtiff(const uint8_t *d, size_t n)
+{
+    return n >= 4 && (memcmp(d, "II+\0", 4) == 0 || memcmp(d, "MM\0+", 4) == 0);
+}
+
+static int stk_sniff_pnm(const uint8_t *d, size_t n)
+{
+    return n >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7';
+}
+
+static const struct {
+    const char *name;
+    int (*sniff)(const uint8_t *data, size_t size);
+} stk_codec_refused[] = {
+    {"BigTIFF", stk_sniff_bigtiff},
+    {"PNM", stk_sniff_pnm},
+};
+
+const char *stk_codec_unsupported(const uint8_t *data, size_t size)
+{
+    for (size_t i = 0; i < sizeof stk_codec_refused / sizeof stk_codec_refused[0]; i++)
+        if (stk_codec_refused[i].sniff(data, size))
+            return stk_codec_refused[i].name;
+    return NULL;
+}
