@@ -26,6 +26,13 @@
  * files[k].records == files[k+1].first; the last one ends at ds->count; each
  * mapping is exactly records * record_size bytes; labels[i] < num_classes
  * for every i < count.
+ *
+ * The reader table (reader_table.c) holds two rows defined at the end of
+ * this file, stk_reader_cifar10 and stk_reader_cifar100: a prefix each, and
+ * a detect hook each that knows the archives' file names (a directory
+ * holding data_batch_1.bin or test_batch.bin, or train.bin or test.bin, also
+ * one level down in cifar-10-batches-bin/ or cifar-100-binary/; or one such
+ * file).
  */
 #include "core/error.h"
 #include "format/dataset.h"
@@ -335,8 +342,8 @@ static int stk_cifar_scan_labels(const stk_cifar_impl *c, const stk_cifar_file *
     return 0;
 }
 
-int stk_cifar_open(const char *uri, const char *path, const char *query, int cifar100,
-                   const stk_dataset_options *opts_in, stk_dataset **out)
+static int stk_cifar_open(const char *uri, const char *path, const char *query, int cifar100,
+                          const stk_dataset_options *opts_in, stk_dataset **out)
 {
     const char *what = cifar100 ? "cifar100" : "cifar10";
     const char *name = cifar100 ? "CIFAR-100" : "CIFAR-10";
@@ -442,3 +449,59 @@ fail:
     stk_dataset_close(ds);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The reader table's rows                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int stk_open_cifar10(const char *uri, const char *path, const char *query,
+                            const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_cifar_open(uri, path, query, 0, opts, out);
+}
+
+static int stk_open_cifar100(const char *uri, const char *path, const char *query,
+                             const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_cifar_open(uri, path, query, 1, opts, out);
+}
+
+static int stk_is_cifar10_file_name(const char *base)
+{
+    return strcmp(base, "test_batch.bin") == 0 ||
+           (strncmp(base, "data_batch_", 11) == 0 && base[11] >= '1' && base[11] <= '9' &&
+            strcmp(base + 12, ".bin") == 0);
+}
+
+static int stk_detect_cifar10(const char *path)
+{
+    static const char *const names[] = {"data_batch_1.bin", "test_batch.bin",
+                                        "cifar-10-batches-bin/data_batch_1.bin",
+                                        "cifar-10-batches-bin/test_batch.bin"};
+    if (stk_path_is_dir(path))
+        return stk_dir_has_any(path, names, 4);
+    return stk_path_is_file(path) && stk_is_cifar10_file_name(stk_path_basename(path));
+}
+
+static int stk_detect_cifar100(const char *path)
+{
+    static const char *const names[] = {"train.bin", "test.bin", "cifar-100-binary/train.bin",
+                                        "cifar-100-binary/test.bin"};
+    const char *base = stk_path_basename(path);
+    if (stk_path_is_dir(path))
+        return stk_dir_has_any(path, names, 4);
+    return stk_path_is_file(path) && (!strcmp(base, "train.bin") || !strcmp(base, "test.bin"));
+}
+
+const stk_reader stk_reader_cifar10 = {
+    "cifar10", "cifar10:PATH[?split=train|test]",
+    "CIFAR-10 binary: a directory, one file, or files joined by ','",
+    stk_open_cifar10, NULL, stk_detect_cifar10,
+    "data_batch_1.bin or test_batch.bin (CIFAR-10)", "data_batch_N.bin, test_batch.bin"};
+
+const stk_reader stk_reader_cifar100 = {
+    "cifar100", "cifar100:PATH[?split=train|test][&label=fine|coarse]",
+    "CIFAR-100 binary: a directory, one file, or files joined by ','",
+    stk_open_cifar100, NULL, stk_detect_cifar100,
+    "train.bin or test.bin (CIFAR-100), also in cifar-10-batches-bin/ or cifar-100-binary/",
+    "train.bin, test.bin"};

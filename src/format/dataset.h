@@ -213,8 +213,9 @@ stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts)
 stk_dataset *stk_dataset_alloc(const stk_dataset_vtable *vt, const char *uri);
 
 /*
- * A row of the reader table (dataset.c): how stk_dataset_open finds a
- * reader. A URI "PREFIX:PATH[?QUERY]" goes to `open` with PATH and QUERY
+ * A row of the reader table (reader_table.c): how stk_dataset_open finds a
+ * reader. Each reader defines its row, `const stk_reader stk_reader_NAME`,
+ * at the end of its own file. A URI "PREFIX:PATH[?QUERY]" goes to `open` with PATH and QUERY
  * split (query NULL without '?'); a bare path goes to the first row, in
  * table order, whose `detect` says yes, then to `open_detected` (or `open`).
  * `form` and `description` feed stk_dataset_reader (the CLI's help);
@@ -236,28 +237,10 @@ typedef struct stk_reader {
     const char *detect_file_text; /* the file names it recognises, or NULL */
 } stk_reader;
 
-/* Reader entry points, called by stk_dataset_open after the URI is split.
- * `query` is the text after '?' (may be NULL). Each validates everything and
- * fills ds fields. */
-int stk_cifar_open(const char *uri, const char *path, const char *query, int cifar100,
-                   const stk_dataset_options *opts, stk_dataset **out);
-int stk_idx_open(const char *uri, const char *images_path, const char *labels_path,
-                 const stk_dataset_options *opts, stk_dataset **out);
-/* .stk shards: `path` a file, a directory of *.stk or a glob. */
-int stk_shards_open(const char *uri, const char *path, const char *query,
-                    const stk_dataset_options *opts, stk_dataset **out);
-/* True if `path` looks like .stk shards (a *.stk file, a glob, or a
- * directory holding *.stk files). */
-int stk_shards_detect(const char *path);
-/* One image file per sample, read as encoded bytes (imagefolder.c):
- * torchvision's ImageFolder layout DIR/CLASS/.../IMAGE, and a list file of
- * "PATH<TAB>LABEL" lines. */
-int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
-                         const stk_dataset_options *opts, stk_dataset **out);
-int stk_filelist_open(const char *uri, const char *path, const char *query,
-                      const stk_dataset_options *opts, stk_dataset **out);
 /* True if some subdirectory of `dir` directly holds a file with an image
- * extension (the detection rule for a bare directory). */
+ * extension (imagefolder.c): the image folder's detection rule for a bare
+ * directory, which the wds: reader's detect asks too (a directory of *.tar
+ * that is an image folder is not a WebDataset). */
 int stk_imagefolder_detect(const char *dir);
 
 #endif

@@ -33,6 +33,12 @@
  *
  * Invariants after open: images.data holds exactly count * sample_bytes
  * bytes; labels holds count entries; read() is pointer arithmetic.
+ *
+ * Three rows of the reader table (reader_table.c) are defined at the end of
+ * this file, each naming the two files its own way: idx: (IMAGES,LABELS,
+ * or one images file whose labels file is found by name when detected),
+ * and mnist: / fashion-mnist: (a directory in the MNIST layout, train-* or
+ * t10k-* by ?split=).
  */
 #include "core/error.h"
 #include "format/dataset.h"
@@ -530,8 +536,8 @@ static int stk_idx_load(const char *path, int role, const stk_dataset_options *o
 /* Open                                                                     */
 /* ------------------------------------------------------------------------ */
 
-int stk_idx_open(const char *uri, const char *images_path, const char *labels_path,
-                 const stk_dataset_options *opts_in, stk_dataset **out)
+static int stk_idx_open(const char *uri, const char *images_path, const char *labels_path,
+                        const stk_dataset_options *opts_in, stk_dataset **out)
 {
     stk_dataset_options opts = stk_dataset_options_resolve(opts_in);
     stk_idx_array lab;
@@ -601,3 +607,222 @@ fail:
     stk_dataset_close(ds);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The reader table's rows: idx, mnist, fashion-mnist                       */
+/* ------------------------------------------------------------------------ */
+
+static const char *const stk_split_values[] = {"train", "test", NULL};
+
+/* First of dir/name and dir/name.gz that exists; malloc'd, or NULL with
+ * *rc = 0 when neither exists (or *rc = STK_ENOMEM). */
+static char *stk_find_plain_or_gz(const char *dir, const char *name, int *rc)
+{
+    char gzname[64];
+    char *p;
+    *rc = 0;
+    p = stk_path_join(dir, name);
+    if (!p) {
+        *rc = STK_ENOMEM;
+        return NULL;
+    }
+    if (stk_path_exists(p))
+        return p;
+    free(p);
+    strcpy(gzname, name);
+    strcat(gzname, ".gz");
+    p = stk_path_join(dir, gzname);
+    if (!p) {
+        *rc = STK_ENOMEM;
+        return NULL;
+    }
+    if (stk_path_exists(p))
+        return p;
+    free(p);
+    return NULL;
+}
+
+/* A directory in the MNIST layout (train-* / t10k-* IDX files). */
+static int stk_open_mnist_dir(const char *uri, const char *what, const char *dir,
+                              const char *query, const stk_dataset_options *opts,
+                              stk_dataset **out)
+{
+    stk_query_key key = {"split", stk_split_values, -1};
+    const char *pre;
+    char iname[48], lname[48];
+    char *ipath = NULL, *lpath = NULL;
+    int rc;
+
+    rc = stk_query_parse(uri, what, query, &key, 1);
+    if (rc)
+        return rc;
+    if (!*dir)
+        return stk_fail(STK_EINVAL, "%s: empty directory in URI '%s'", what, uri);
+    if (!stk_path_is_dir(dir))
+        return stk_fail(stk_path_exists(dir) ? STK_EINVAL : STK_ENOENT,
+                        "%s: %s: %s (expected a directory with train-images-idx3-ubyte[.gz] "
+                        "and the other MNIST-layout files)",
+                        what, dir, stk_path_exists(dir) ? "not a directory" : "no such directory");
+    pre = key.value == 1 ? "t10k" : "train";
+    strcpy(iname, pre);
+    strcat(iname, "-images-idx3-ubyte");
+    strcpy(lname, pre);
+    strcat(lname, "-labels-idx1-ubyte");
+    ipath = stk_find_plain_or_gz(dir, iname, &rc);
+    if (rc)
+        goto out;
+    if (!ipath) {
+        rc = stk_fail(STK_ENOENT, "%s: %s: no %s or %s.gz in this directory", what, dir, iname,
+                      iname);
+        goto out;
+    }
+    lpath = stk_find_plain_or_gz(dir, lname, &rc);
+    if (rc)
+        goto out;
+    if (!lpath) {
+        rc = stk_fail(STK_ENOENT, "%s: %s: no %s or %s.gz in this directory", what, dir, lname,
+                      lname);
+        goto out;
+    }
+    rc = stk_idx_open(uri, ipath, lpath, opts, out);
+out:
+    free(ipath);
+    free(lpath);
+    return rc;
+}
+
+/* "idx:IMAGES,LABELS" — exactly one comma; no query keys exist. */
+static int stk_open_idx_pair(const char *uri, const char *path, const char *query,
+                             const stk_dataset_options *opts, stk_dataset **out)
+{
+    char *copy = stk_strdup(path);
+    char *comma;
+    int rc;
+
+    if (!copy)
+        return STK_ENOMEM;
+    rc = stk_query_parse(uri, "idx", query, NULL, 0);
+    if (rc)
+        goto out;
+    comma = strchr(copy, ',');
+    if (!comma || strchr(comma + 1, ',')) {
+        rc = stk_fail(STK_EINVAL,
+                      "idx: URI '%s' must name exactly two files, IMAGES,LABELS, joined by one "
+                      "','",
+                      uri);
+        goto out;
+    }
+    *comma = '\0';
+    rc = stk_idx_open(uri, copy, comma + 1, opts, out);
+out:
+    free(copy);
+    return rc;
+}
+
+/* Labels file of an IDX images file: the last "images-idx3" (or
+ * "images.idx3") in the basename becomes "labels-idx1" ("labels.idx1"); if
+ * that does not exist, the same name with ".gz" added or removed. Returns 1
+ * and a malloc'd *labels when the name matches the pattern, 0 when it does
+ * not, or a negative code. */
+static int stk_idx_labels_for(const char *images, char **labels)
+{
+    static const char *const pats[][2] = {{"images-idx3", "labels-idx1"},
+                                          {"images.idx3", "labels.idx1"}};
+    const char *base = stk_path_basename(images);
+    *labels = NULL;
+    for (size_t k = 0; k < 2; k++) {
+        const char *hit = NULL, *s = base;
+        size_t n = strlen(images), plen = strlen(pats[k][0]);
+        char *cand;
+        while ((s = strstr(s, pats[k][0])) != NULL)
+            hit = s++;
+        if (!hit || strncmp(hit + plen, "-ubyte", 6) != 0)
+            continue;
+        /* room for the name + ".gz" */
+        cand = malloc(n + 4);
+        if (!cand)
+            return stk_fail(STK_ENOMEM, "out of memory");
+        memcpy(cand, images, n + 1);
+        memcpy(cand + (hit - images), pats[k][1], plen); /* same length */
+        if (!stk_path_exists(cand)) {
+            if (n > 3 && strcmp(cand + n - 3, ".gz") == 0)
+                cand[n - 3] = '\0';
+            else
+                strcat(cand, ".gz");
+            if (!stk_path_exists(cand)) {
+                /* report the plain replacement */
+                memcpy(cand, images, n + 1);
+                memcpy(cand + (hit - images), pats[k][1], plen);
+                stk_fail(STK_ENOENT,
+                         "%s: detected an IDX images file, but its labels file %s (or with "
+                         ".gz added/removed) does not exist",
+                         images, cand);
+                free(cand);
+                return STK_ENOENT;
+            }
+        }
+        *labels = cand;
+        return 1;
+    }
+    return 0;
+}
+
+/* An IDX images file named like MNIST's: its labels file found by name. */
+static int stk_detect_idx(const char *path)
+{
+    char *labels = NULL;
+    int r;
+    if (!stk_path_is_file(path))
+        return 0;
+    r = stk_idx_labels_for(path, &labels);
+    free(labels);
+    return r; /* 1, 0, or the error naming the missing labels file */
+}
+
+static int stk_open_idx_detected(const char *uri, const char *path, const char *query,
+                                 const stk_dataset_options *opts, stk_dataset **out)
+{
+    char *labels = NULL;
+    int r = stk_idx_labels_for(path, &labels);
+    if (r <= 0)
+        return r < 0 ? r : stk_fail(STK_EINVAL, "%s: not an IDX images file name", path);
+    r = stk_query_parse(uri, "idx", query, NULL, 0);
+    if (r == 0)
+        r = stk_idx_open(uri, path, labels, opts, out);
+    free(labels);
+    return r;
+}
+
+static int stk_open_mnist(const char *uri, const char *path, const char *query,
+                          const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_open_mnist_dir(uri, "mnist", path, query, opts, out);
+}
+
+static int stk_open_fashion_mnist(const char *uri, const char *path, const char *query,
+                                  const stk_dataset_options *opts, stk_dataset **out)
+{
+    return stk_open_mnist_dir(uri, "fashion-mnist", path, query, opts, out);
+}
+
+static int stk_detect_mnist(const char *path)
+{
+    static const char *const names[] = {"train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                                        "t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz"};
+    return stk_path_is_dir(path) ? stk_dir_has_any(path, names, 4) : 0;
+}
+
+const stk_reader stk_reader_idx = {
+    "idx", "idx:IMAGES,LABELS", "two IDX files (MNIST layout), plain or .gz; no query keys",
+    stk_open_idx_pair, stk_open_idx_detected, stk_detect_idx, NULL,
+    "*images-idx3-ubyte[.gz]"};
+
+const stk_reader stk_reader_mnist = {
+    "mnist", "mnist:DIR[?split=train|test]",
+    "DIR with train-/t10k-{images-idx3,labels-idx1}-ubyte[.gz]", stk_open_mnist, NULL,
+    stk_detect_mnist,
+    "train-images-idx3-ubyte[.gz] or t10k-images-idx3-ubyte[.gz] (MNIST layout)", NULL};
+
+const stk_reader stk_reader_fashion_mnist = {
+    "fashion-mnist", "fashion-mnist:DIR[?split=train|test]", "the same file names as mnist:",
+    stk_open_fashion_mnist, NULL, NULL, NULL, NULL};

@@ -65,6 +65,11 @@
  * Invariants after open: count >= 1; offsets[i] < arena_len and the arena
  * holds a NUL-terminated path there; labels[i] >= 0 (imagefolder:
  * labels[i] < num_classes); root_fd is an open directory.
+ *
+ * The reader table (reader_table.c) holds the two rows defined at the end
+ * of this file: stk_reader_imagefolder (detected last, the catch-all of a
+ * bare directory: stk_imagefolder_detect, which wds.c asks too) and
+ * stk_reader_list (by prefix only).
  */
 #include "core/error.h"
 #include "format/dataset.h"
@@ -692,8 +697,8 @@ static int stk_list_classes(stk_files_impl *f, stk_strvec *classes)
     return rc;
 }
 
-int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
-                         const stk_dataset_options *opts, stk_dataset **out)
+static int stk_imagefolder_open(const char *uri, const char *dir, const char *query,
+                                const stk_dataset_options *opts, stk_dataset **out)
 {
     static const char *const strict_values[] = {"0", "1", NULL};
     stk_query_key keys[] = {{"strict", strict_values, -1}};
@@ -909,8 +914,8 @@ static int stk_list_line(stk_dataset *ds, stk_files_impl *f, const char *line, s
     return stk_files_add(ds, f, line, (size_t)(tab - line), NULL, (int64_t)v, max_samples, path);
 }
 
-int stk_filelist_open(const char *uri, const char *path, const char *query,
-                      const stk_dataset_options *opts, stk_dataset **out)
+static int stk_filelist_open(const char *uri, const char *path, const char *query,
+                             const stk_dataset_options *opts, stk_dataset **out)
 {
     stk_dataset_options o = stk_dataset_options_resolve(opts);
     stk_mapped_file m = {0};
@@ -1002,3 +1007,22 @@ fail:
     stk_dataset_close(ds);
     return rc;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The reader table's rows                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int stk_detect_imagefolder(const char *path)
+{
+    return stk_path_is_dir(path) && stk_imagefolder_detect(path);
+}
+
+const stk_reader stk_reader_imagefolder = {
+    "imagefolder", "imagefolder:DIR",
+    "torchvision's ImageFolder layout DIR/CLASS/.../IMAGE (encoded images)",
+    stk_imagefolder_open, NULL, stk_detect_imagefolder,
+    "subdirectories holding images (ImageFolder: DIR/CLASS/IMAGE)", NULL};
+
+const stk_reader stk_reader_list = {
+    "list", "list:FILE", "lines \"PATH<TAB>LABEL\", paths relative to FILE's directory",
+    stk_filelist_open, NULL, NULL, NULL, NULL};

@@ -191,6 +191,27 @@ bool stk_path_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+const char *stk_path_basename(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int stk_dir_has_any(const char *dir, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *p = stk_path_join(dir, names[i]);
+        int r;
+        if (!p)
+            return STK_ENOMEM;
+        r = stk_path_exists(p);
+        free(p);
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Listing the files of a multi-file dataset                                */
 /* ------------------------------------------------------------------------ */

@@ -49,6 +49,11 @@ char *stk_path_join(const char *dir, const char *name);
 bool stk_path_is_file(const char *path);
 bool stk_path_is_dir(const char *path);
 bool stk_path_exists(const char *path);
+/* The part of `path` after its last '/' (a pointer into it). */
+const char *stk_path_basename(const char *path);
+/* 1 when dir/names[i] exists for some i < n, 0 when none does, STK_ENOMEM
+ * (via stk_fail). The readers' detect hooks use it. */
+int stk_dir_has_any(const char *dir, const char *const *names, size_t n);
 
 /* True when p holds a glob character (* ? [). */
 bool stk_path_has_glob(const char *p);

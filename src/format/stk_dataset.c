@@ -2,7 +2,8 @@
  * stk_dataset.c — .stk shards as a dataset: one index space over one or more
  * shard files, random access in O(1), safe from any number of threads. This
  * is the adapter between the stk_dataset interface (dataset.h; the "stk:"
- * row of the reader table in dataset.c) and the shard code below it:
+ * row of the reader table, stk_reader_stk at the end of this file) and the
+ * shard code below it:
  * stk_shard.c opens and checks the files, stk_record.c reads records.
  *
  * stk_shards_open lists the shards of the path (file, directory or glob,
@@ -474,8 +475,8 @@ fail:
     return rc;
 }
 
-int stk_shards_open(const char *uri, const char *path, const char *query,
-                    const stk_dataset_options *opts, stk_dataset **out)
+static int stk_shards_open(const char *uri, const char *path, const char *query,
+                           const stk_dataset_options *opts, stk_dataset **out)
 {
     char **paths;
     uint32_t n;
@@ -542,3 +543,8 @@ int stk_shards_open(const char *uri, const char *path, const char *query,
     *out = ds;
     return 0;
 }
+
+const stk_reader stk_reader_stk = {
+    "stk", "stk:PATH[?verify=off|first|always][&io=auto|mmap|pread][&hugepages=auto|on|off]",
+    ".stk shards: a file, a directory of *.stk, or a glob (docs/format.md)", stk_shards_open,
+    NULL, stk_shards_detect, "*.stk shards", "*.stk"};

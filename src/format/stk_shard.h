@@ -10,7 +10,8 @@
  *                  a record (checksum policy, truncation under a mapping),
  *                  raw image payloads, labels.
  *   stk_dataset.c  the stk_dataset adapter (the vtable, the URI query,
- *                  stk_shards_open): one index space over the shards.
+ *                  stk_shards_open, the stk: row of the reader table):
+ *                  one index space over the shards.
  *   src/tools/verify.c  stk_verify, a client of the three above.
  *
  * A shardset is built once by stk_shardset_open and is read-only afterwards
@@ -106,6 +107,10 @@ void stk_shard_close(shard *s);
  * NULL-terminated array of malloc'd strings; free with stk_shard_list_free. */
 int stk_shard_list(const char *path, char ***out, uint32_t *count);
 void stk_shard_list_free(char **list, uint32_t n);
+/* True if `path` looks like .stk shards (a *.stk file, a glob, or a
+ * directory holding *.stk files): the stk: row's detect hook, and
+ * stk_verify's test of a bare path. */
+int stk_shards_detect(const char *path);
 /* Is m[0, n) one whole set (or no set at all)? Each problem goes to fn;
  * returns how many there were. `where` names the set in messages. */
 uint32_t stk_shard_set_check(const char *where, const set_member *m, uint32_t n,
