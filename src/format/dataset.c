@@ -6,7 +6,7 @@
  * stk_dataset_open reads one table, reader_table.c's, through its lookup
  * (reader_table.h: stk_reader_at, stk_reader_find), and holds no reader's
  * code: a row per reader, {prefix, form, description, open, open_detected,
- * detect, detect texts} (stk_reader, dataset.h), each defined in its
+ * detect, detect texts} (stk_reader, reader.h), each defined in its
  * reader's own file. A URI "PREFIX:PATH[?QUERY]" whose prefix matches
  * a row exactly is split into PATH and QUERY and handed to the row's open,
  * which validates everything. Text with no known prefix is a path: the rows

@@ -17,6 +17,7 @@
 #include "codec/codec.h"
 #include "core/image.h"
 #include "core/util.h"
+#include "format/reader.h"
 #include "stoker/stoker.h"
 
 typedef struct stk_sample {
@@ -212,30 +213,7 @@ stk_dataset_options stk_dataset_options_resolve(const stk_dataset_options *opts)
 /* Allocate a dataset shell with vt and a copy of uri; NULL + stk_fail on OOM. */
 stk_dataset *stk_dataset_alloc(const stk_dataset_vtable *vt, const char *uri);
 
-/*
- * A row of the reader table (reader_table.c): how stk_dataset_open finds a
- * reader. Each reader defines its row, `const stk_reader stk_reader_NAME`,
- * at the end of its own file. A URI "PREFIX:PATH[?QUERY]" goes to `open` with PATH and QUERY
- * split (query NULL without '?'); a bare path goes to the first row, in
- * table order, whose `detect` says yes, then to `open_detected` (or `open`).
- * `form` and `description` feed stk_dataset_reader (the CLI's help);
- * the detect texts feed the "looked for ..." messages. All static.
- */
-typedef struct stk_reader {
-    const char *prefix;      /* "cifar10": matched as "cifar10:" */
-    const char *form;        /* "cifar10:PATH[?split=train|test]": with its query keys */
-    const char *description; /* one line */
-    int (*open)(const char *uri, const char *path, const char *query,
-                const stk_dataset_options *opts, stk_dataset **out);
-    /* Optional: a detected bare path opens differently from PREFIX:PATH. */
-    int (*open_detected)(const char *uri, const char *path, const char *query,
-                         const stk_dataset_options *opts, stk_dataset **out);
-    /* Optional: 1 when bare `path` (file, directory or pattern; it may not
-     * exist) is this format, 0 when not, or a negative code via stk_fail. */
-    int (*detect)(const char *path);
-    const char *detect_dir_text;  /* what detect looks for in a directory, or NULL */
-    const char *detect_file_text; /* the file names it recognises, or NULL */
-} stk_reader;
+/* The row of the reader table a reader defines, stk_reader: format/reader.h. */
 
 /* True if some subdirectory of `dir` directly holds a file with an image
  * extension (imagefolder.c): the image folder's detection rule for a bare

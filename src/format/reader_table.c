@@ -3,7 +3,7 @@
  * one row each, and the two calls that look it up (reader_table.h).
  *
  * A reader is one file that defines its row, a `const stk_reader
- * stk_reader_NAME` (dataset.h: prefix, URI form, description, open, detect
+ * stk_reader_NAME` (reader.h: prefix, URI form, description, open, detect
  * and the texts of the "looked for ..." messages), at its end. This file
  * holds nothing but the list of those names, STK_READERS, expanded twice:
  * once into their declarations, once into the table. So adding a reader is
@@ -18,11 +18,13 @@
  * sits only decides where it appears in the prefix lists of the messages
  * and in stk_dataset_reader (the CLI's help).
  *
- * No include circle: dataset.c includes reader_table.h (the lookup) and
- * knows no reader by name; this file declares the readers' rows itself;
- * a reader includes dataset.h (the interface it implements) and neither
- * of these. The in-memory and callback readers have no row: they are made
- * by their own public calls (memory.c, callback.c), not opened by URI.
+ * No include circle (scripts/check_circles.py): dataset.c includes
+ * reader_table.h (the lookup) and knows no reader by name; this file
+ * declares the readers' rows itself; a reader includes dataset.h (the
+ * interface it implements) and neither of these; the row's type is in
+ * reader.h, below the table and the dispatcher both. The in-memory and
+ * callback readers have no row: they are made by their own public calls
+ * (memory.c, callback.c), not opened by URI.
  */
 #include "format/reader_table.h"
 

@@ -9,7 +9,7 @@
 #ifndef STK_FORMAT_READER_TABLE_H
 #define STK_FORMAT_READER_TABLE_H
 
-#include "format/dataset.h"
+#include "format/reader.h"
 
 #include <stddef.h>
 
