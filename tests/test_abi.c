@@ -12,6 +12,8 @@
  * 4. A batch's handle is opaque but not forgeable by accident: a second
  *    release, a stale copy after the buffer was lent again, or a changed
  *    handle are refused with STK_ESTATE.
+ * 5. The loader's parameter and statistic keys, the first rows of the
+ *    parameter table and the sized statistics struct's layout are pinned.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -389,6 +391,111 @@ static void test_batch_handle_catches_stale_and_forged_releases(void **state)
     stk_dataset_close(ds);
 }
 
+/* 5. The loader's parameters and statistics (docs/abi.md, "Parameters"):
+ * keys pinned, the describe table's first rows pinned, the sized
+ * statistics struct growing only at its end; the frozen structs have no
+ * reserved word left, so a new option or statistic can only be a key. */
+static void test_loader_params_are_pinned(void **state)
+{
+    (void)state;
+    assert_int_equal(STK_LOADER_BATCH_SIZE, 1);
+    assert_int_equal(STK_LOADER_THREADS, 2);
+    assert_int_equal(STK_LOADER_PREFETCH, 3);
+    assert_int_equal(STK_LOADER_MAX_BATCHES, 4);
+    assert_int_equal(STK_LOADER_SEED, 5);
+    assert_int_equal(STK_LOADER_SHUFFLE, 6);
+    assert_int_equal(STK_LOADER_DROP_LAST, 7);
+    assert_int_equal(STK_LOADER_RANK, 8);
+    assert_int_equal(STK_LOADER_WORLD_SIZE, 9);
+    assert_int_equal(STK_LOADER_ON_ERROR, 10);
+    assert_int_equal(STK_LOADER_SHUFFLE_MODE, 11);
+    assert_int_equal(STK_LOADER_BLOCK, 12);
+    assert_int_equal(STK_LOADER_BLOCK_SIZE, 13);
+    assert_int_equal(STK_LOADER_SHUFFLE_WINDOW, 14);
+    assert_int_equal(STK_LOADER_AUGMENT_SEED, 15);
+    assert_int_equal(STK_LOADER_VIEWS, 16);
+    assert_int_equal(STK_LOADER_EAGER_START, 17);
+    assert_int_equal(STK_LOADER_MEMORY_LIMIT, 18);
+    assert_int_equal(STK_LOADER_FIELDS, 19);
+    assert_int_equal(STK_LOADER_SAMPLING, 20);
+    assert_int_equal(STK_LOADER_DEVICE_OPTIONS, 21);
+    assert_int_equal(STK_LOADER_DEVICE, 22);
+    assert_int_equal(STK_LOADER_PLACEMENT, 23);
+    assert_int_equal(STK_LOADER_DECODER, 24);
+    assert_int_equal(STK_LOADER_DECODE_BUDGET, 25);
+    assert_int_equal(STK_PARAM_INT, 1);
+    assert_int_equal(STK_PARAM_UINT, 2);
+    assert_int_equal(STK_PARAM_FLOAT, 3);
+    assert_int_equal(STK_PARAM_BOOL, 4);
+    assert_int_equal(STK_PARAM_ENUM, 5);
+    assert_int_equal(STK_PARAM_STRING, 6);
+    assert_int_equal(STK_PARAM_POINTER, 7);
+    assert_int_equal(STK_LOADER_STAT_SAMPLES, 1);
+    assert_int_equal(STK_LOADER_STAT_WAIT_S, 9);
+    assert_int_equal(STK_LOADER_STAT_GPU_HEAD_ROWS, 20);
+    assert_int_equal(STK_LOADER_STAT_DECODE_BUDGET, 21);
+    /* min, max, def, type + reserved32_ */
+    assert_int_equal(sizeof(stk_param_bounds), 24 + 8);
+    /* key, type, name, doc, values, min, max, def, 4 reserved */
+    assert_int_equal(sizeof(stk_loader_param_info), 8 + 24 + 24 + 32);
+    /* key + seconds, name, doc, 2 reserved */
+    assert_int_equal(sizeof(stk_loader_stat_info), 8 + 16 + 16);
+    /* size, then 21 statistics of 8 bytes, in key order; new ones append */
+    assert_int_equal(offsetof(stk_loader_statistics, samples), 8);
+    assert_int_equal(offsetof(stk_loader_statistics, read_s), 32);
+    assert_int_equal(offsetof(stk_loader_statistics, batches_allocated), 88);
+    assert_int_equal(offsetof(stk_loader_statistics, gpu_head_rows), 160);
+    assert_int_equal(offsetof(stk_loader_statistics, decode_budget), 168);
+    assert_true(sizeof(stk_loader_statistics) >= 176);
+
+    /* The describe table's first rows: the keys and names a binding's
+     * keyword arguments come from (the Python Loader's names). */
+    static const struct {
+        stk_loader_param key;
+        const char *name;
+        stk_param_type type;
+        int64_t min, max, def;
+    } first[] = {
+        {STK_LOADER_BATCH_SIZE, "batch_size", STK_PARAM_UINT, 1, 0xffffffff, 256},
+        {STK_LOADER_THREADS, "threads", STK_PARAM_UINT, 0, 1024, 0},
+        {STK_LOADER_PREFETCH, "prefetch", STK_PARAM_UINT, 0, 4095, 0},
+        {STK_LOADER_MAX_BATCHES, "max_batches", STK_PARAM_UINT, 0, 0xffffffff, 0},
+        {STK_LOADER_SEED, "seed", STK_PARAM_UINT, 0, -1 /* UINT64_MAX */, 0},
+        {STK_LOADER_SHUFFLE, "shuffle", STK_PARAM_BOOL, 0, 1, 1},
+        {STK_LOADER_DROP_LAST, "drop_last", STK_PARAM_BOOL, 0, 1, 0},
+        {STK_LOADER_WORLD_SIZE, "world_size", STK_PARAM_UINT, 1, 0xffffffff, 1},
+        {STK_LOADER_RANK, "rank", STK_PARAM_UINT, 0, 0xffffffff, 0},
+        {STK_LOADER_ON_ERROR, "on_error", STK_PARAM_ENUM, 0, 2, 0},
+    };
+    for (int i = 0; i < (int)NWORDS(first); i++) {
+        stk_loader_param_info info;
+        memset(&info, 0xff, sizeof info);
+        assert_int_equal(stk_loader_param_describe(i, &info), 0);
+        assert_int_equal(info.key, first[i].key);
+        assert_string_equal(info.name, first[i].name);
+        assert_int_equal(info.type, first[i].type);
+        assert_int_equal(info.min, first[i].min);
+        assert_int_equal(info.max, first[i].max);
+        assert_int_equal(info.def, first[i].def);
+        for (int w = 0; w < (int)NWORDS(info.reserved_); w++)
+            assert_int_equal(info.reserved_[w], 0);
+    }
+    stk_loader_param_info info;
+    assert_int_equal(stk_loader_param_describe(9, &info), 0);
+    assert_string_equal(info.values, "raise,skip,replace");
+    stk_param_bounds b;
+    memset(&b, 0xff, sizeof b);
+    assert_int_equal(stk_loader_param_bounds(STK_LOADER_DECODE_BUDGET, &b), 0);
+    assert_int_equal(b.reserved32_, 0);
+    assert_int_equal(b.type, STK_PARAM_UINT);
+    stk_loader_stat_info si;
+    memset(&si, 0xff, sizeof si);
+    assert_int_equal(stk_loader_stat_describe(0, &si), 0);
+    assert_int_equal(si.key, STK_LOADER_STAT_SAMPLES);
+    assert_string_equal(si.name, "samples");
+    assert_int_equal(si.reserved_[0] | si.reserved_[1], 0);
+}
+
 static void test_stk_free_accepts_library_buffers_and_null(void **state)
 {
     (void)state;
@@ -412,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_library_structs_zero_reserved_words),
         cmocka_unit_test(test_batch_handle_catches_stale_and_forged_releases),
         cmocka_unit_test(test_stk_free_accepts_library_buffers_and_null),
+        cmocka_unit_test(test_loader_params_are_pinned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,6 +146,9 @@ STK_API uint64_t stk_sampler_index(const stk_sampler *s, uint64_t epoch, uint64_
  * decision, length and sample_shape: any thread, at any time, alongside the consumer
  * (none of them from a signal handler). errmsg: once a call has returned the
  * error that stopped the loader (the message is written then, once).
+ * stk_loader_set, set_string and set_pointer: from the consumer, before the
+ * loader starts, with no other call on it in flight; get, get_string,
+ * get_pointer, stat_get and stats_sized: any thread (get not racing a set).
  * destroy: once, with no other call on the loader in flight.
  * Different loaders (over the same dataset or not) are independent.
  */
@@ -702,6 +705,188 @@ STK_API int stk_loader_decision(const stk_loader *l, uint64_t n, char *buf, size
 /* The message of the error that stopped the loader, or "" (lent, lives with
  * the loader). */
 STK_API const char *stk_loader_errmsg(const stk_loader *l);
+
+/*
+ * Loader parameters (docs/engine.md, "Loader parameters"; the pattern of
+ * zstd's ZSTD_CCtx_setParameter and libjpeg-turbo's tj3Set). Every option
+ * of stk_loader_options is a parameter, and new options are parameters
+ * only: stk_loader_options stays as it is, the version-1 shorthand, and
+ * gains no field. Create a loader with the struct (or NULL), then set:
+ *
+ *   stk_loader_create(ds, spec, NULL, &l);
+ *   stk_loader_set(l, STK_LOADER_BATCH_SIZE, 64);
+ *   stk_loader_set_string(l, STK_LOADER_FIELDS, "image,label,index");
+ *
+ * A set is valid after create and before the loader starts (stk_loader_start,
+ * the first next, or STK_LOADER_EAGER); afterwards STK_ESTATE. It
+ * re-derives everything create derived from the options (sampler, plan,
+ * pool, knobs, device) at once: on failure (STK_EINVAL out of bounds,
+ * naming the parameter and its bounds; a value another option contradicts,
+ * with create's message; STK_ENOMEM ...) the loader keeps its previous
+ * configuration. A loader configured by set gives the batches one created
+ * with the same values in the struct gives, bit for bit. Set parameters
+ * before stk_loader_state_set (a set after it is STK_ESTATE); the epoch of
+ * stk_loader_set_epoch is kept. From the consumer thread, with no other call
+ * on the loader in flight.
+ *
+ * Values: STK_PARAM_UINT parameters take the value's 64 bits as a uint64_t
+ * (a seed above INT64_MAX passes as (int64_t)seed), and so do their bounds;
+ * STK_PARAM_BOOL 0 or 1; STK_PARAM_ENUM the enum's value. STRING and POINTER
+ * parameters take stk_loader_set_string / stk_loader_set_pointer (the value
+ * is copied: the caller's memory is not kept); the wrong form is STK_EINVAL.
+ * The keys are pinned: they never change value, and new ones are appended.
+ */
+typedef enum stk_loader_param {
+    STK_LOADER_BATCH_SIZE = 1,      /* uint: samples per batch, default 256 */
+    STK_LOADER_THREADS = 2,         /* uint: worker threads, 0 = auto (autotuned) */
+    STK_LOADER_PREFETCH = 3,        /* uint: batches filled ahead, 0 = auto */
+    STK_LOADER_MAX_BATCHES = 4,     /* uint: cap on batch buffers, 0 = prefetch + 4 */
+    STK_LOADER_SEED = 5,            /* uint: the epoch order's seed */
+    STK_LOADER_SHUFFLE = 6,         /* bool: shuffle (0 = no_shuffle), default 1 */
+    STK_LOADER_DROP_LAST = 7,       /* bool */
+    STK_LOADER_RANK = 8,            /* uint */
+    STK_LOADER_WORLD_SIZE = 9,      /* uint, default 1 */
+    STK_LOADER_ON_ERROR = 10,       /* enum stk_error_policy */
+    STK_LOADER_SHUFFLE_MODE = 11,   /* enum stk_shuffle (options.shuffle) */
+    STK_LOADER_BLOCK = 12,          /* bool: shuffle mode block (1) or global (0) */
+    STK_LOADER_BLOCK_SIZE = 13,     /* uint: block shuffle's records per block, 0 = 64 */
+    STK_LOADER_SHUFFLE_WINDOW = 14, /* uint: block shuffle's blocks per window, 0 = 16 */
+    STK_LOADER_AUGMENT_SEED = 15,   /* uint: seed of the draws (sets flag STK_LOADER_AUG_SEED) */
+    STK_LOADER_VIEWS = 16,          /* uint: views per sample, default 1 */
+    STK_LOADER_EAGER_START = 17,    /* bool: 1 starts the loader (flag STK_LOADER_EAGER) */
+    STK_LOADER_MEMORY_LIMIT = 18,   /* uint: bytes of pool + scratch, 0 = none */
+    STK_LOADER_FIELDS = 19,         /* string: the fields delivered, NULL = image,label */
+    STK_LOADER_SAMPLING = 20,       /* pointer: const stk_sampling *, copied */
+    STK_LOADER_DEVICE_OPTIONS = 21, /* pointer: const stk_device_options *, copied */
+    STK_LOADER_DEVICE = 22,         /* string: "cuda:N", NULL/""/"cpu" = host */
+    STK_LOADER_PLACEMENT = 23,      /* enum stk_placement */
+    STK_LOADER_DECODER = 24,        /* enum stk_decoder */
+    /* The bytes one decode may need in a worker (docs/engine.md, "Decode
+     * budget"): an encoded image whose decode needs more is a corrupt sample
+     * (STK_EDATA, naming the bytes: skipped or replaced by on_error). 0 = the
+     * share of memory_limit (none without it). Not in stk_loader_options. */
+    STK_LOADER_DECODE_BUDGET = 25,
+} stk_loader_param;
+
+/* Types of parameters (pinned). No parameter is a float yet: the first one
+ * brings stk_loader_set_double. */
+typedef enum stk_param_type {
+    STK_PARAM_INT = 1,     /* int64_t */
+    STK_PARAM_UINT = 2,    /* uint64_t, passed as int64_t */
+    STK_PARAM_FLOAT = 3,   /* double (none yet) */
+    STK_PARAM_BOOL = 4,    /* 0 or 1 */
+    STK_PARAM_ENUM = 5,    /* min .. max, named by stk_loader_param_info.values */
+    STK_PARAM_STRING = 6,  /* const char *, copied */
+    STK_PARAM_POINTER = 7, /* const struct *, copied */
+} stk_param_type;
+
+typedef struct stk_param_bounds {
+    int64_t min, max;      /* inclusive; STK_PARAM_UINT: as uint64_t; 0 for
+                              STRING and POINTER */
+    int64_t def;           /* the default (a loader made with NULL options) */
+    stk_param_type type;
+    uint32_t reserved32_;  /* zeroed by the library */
+} stk_param_bounds;
+
+/* One parameter, as stk_loader_param_describe lists them: enough for a
+ * binding to build its keyword arguments from the table. */
+typedef struct stk_loader_param_info {
+    stk_loader_param key;
+    stk_param_type type;
+    const char *name;      /* static: the keyword, as the Python binding
+                              spells it ("batch_size", "threads", ...) */
+    const char *doc;       /* static: one line */
+    const char *values;    /* static, STK_PARAM_ENUM: the names of min .. max,
+                              comma-separated ("raise,skip,replace"); else NULL */
+    int64_t min, max, def; /* as in stk_param_bounds */
+    uint64_t reserved_[4]; /* zeroed by the library */
+} stk_loader_param_info;
+
+/* Set a UINT, INT, BOOL or ENUM parameter. 0 or a negative STK_E* code. */
+STK_API int stk_loader_set(stk_loader *l, stk_loader_param p, int64_t value);
+/* Set a STRING parameter (NULL: its default). The string is copied. */
+STK_API int stk_loader_set_string(stk_loader *l, stk_loader_param p, const char *value);
+/* Set a POINTER parameter (NULL: its default). What it points to, and the
+ * arrays and strings that points to, are copied. */
+STK_API int stk_loader_set_pointer(stk_loader *l, stk_loader_param p, const void *value);
+/* The value in effect (as set, or given in stk_loader_options; any time,
+ * from any thread that does not race a set). */
+STK_API int stk_loader_get(const stk_loader *l, stk_loader_param p, int64_t *out);
+/* A STRING parameter (NULL when unset). Lent: valid until the next set or
+ * the loader's destroy. */
+STK_API int stk_loader_get_string(const stk_loader *l, stk_loader_param p, const char **out);
+/* A POINTER parameter: the loader's copy (NULL when unset). Lent, as
+ * get_string; read only. */
+STK_API int stk_loader_get_pointer(const stk_loader *l, stk_loader_param p, const void **out);
+/* A parameter's bounds, default and type. STK_EINVAL for an unknown key. */
+STK_API int stk_loader_param_bounds(stk_loader_param p, stk_param_bounds *out);
+/* The index-th parameter of the table (0-based): 0, or STK_ENOENT past the
+ * last. Static data; any thread. */
+STK_API int stk_loader_param_describe(int index, stk_loader_param_info *info);
+
+/*
+ * Statistics by key. stk_loader_stats stays as it is (version 1); new
+ * statistics are keys here and fields of stk_loader_statistics, a struct
+ * that grows at its end and carries its own size, never reserved words.
+ * The keys are pinned.
+ */
+typedef enum stk_loader_stat {
+    STK_LOADER_STAT_SAMPLES = 1,
+    STK_LOADER_STAT_BATCHES = 2,
+    STK_LOADER_STAT_SKIPPED = 3,
+    STK_LOADER_STAT_READ_S = 4,
+    STK_LOADER_STAT_DECODE_S = 5,
+    STK_LOADER_STAT_AUGMENT_S = 6,
+    STK_LOADER_STAT_COLLATE_S = 7,
+    STK_LOADER_STAT_IDLE_S = 8,
+    STK_LOADER_STAT_WAIT_S = 9,
+    STK_LOADER_STAT_STEP_S = 10,
+    STK_LOADER_STAT_BATCHES_ALLOCATED = 11,
+    STK_LOADER_STAT_POOL_BYTES = 12,
+    STK_LOADER_STAT_POOL_EXHAUSTED = 13,
+    STK_LOADER_STAT_MEMORY_BYTES = 14,
+    STK_LOADER_STAT_THREADS = 15,
+    STK_LOADER_STAT_PREFETCH = 16,
+    STK_LOADER_STAT_DECISIONS = 17,
+    STK_LOADER_STAT_MAX_BATCHES = 18,
+    STK_LOADER_STAT_GPU_DECODE_CPU_ROWS = 19,
+    STK_LOADER_STAT_GPU_HEAD_ROWS = 20,
+    STK_LOADER_STAT_DECODE_BUDGET = 21, /* bytes one decode may need (0: no bound) */
+} stk_loader_stat;
+
+/* Every statistic, as one struct sized by its `size` (perf_event_attr's
+ * rule): the caller sets size = sizeof(stk_loader_statistics) as it knows
+ * it; the library fills that many bytes (at most its own size) and sets
+ * size to the bytes it filled. So a program built against an older header
+ * gets the fields it knows, and one built against a newer header sees by
+ * size which fields an older library filled. Fields are only appended. */
+typedef struct stk_loader_statistics {
+    uint64_t size;
+    uint64_t samples, batches, skipped;
+    double read_s, decode_s, augment_s, collate_s, idle_s, wait_s, step_s;
+    uint64_t batches_allocated, pool_bytes, pool_exhausted, memory_bytes;
+    uint64_t threads, prefetch, decisions, max_batches;
+    uint64_t gpu_decode_cpu_rows, gpu_head_rows;
+    uint64_t decode_budget;
+} stk_loader_statistics;
+
+/* One statistic (its meaning: stk_loader_stats, or the key's comment);
+ * counts are exact as doubles below 2^53. STK_EINVAL for an unknown key. */
+STK_API int stk_loader_stat_get(const stk_loader *l, stk_loader_stat key, double *out);
+/* Fill stats (see stk_loader_statistics): STK_EINVAL when size is under 8
+ * or does not match stats->size. Any thread, at any time. */
+STK_API int stk_loader_stats_sized(const stk_loader *l, void *stats, size_t size);
+
+typedef struct stk_loader_stat_info {
+    stk_loader_stat key;
+    uint32_t seconds;      /* 1: a time in seconds; 0: a count or bytes */
+    const char *name;      /* static: "samples", "read_s", ... (the field's name) */
+    const char *doc;       /* static: one line */
+    uint64_t reserved_[2]; /* zeroed by the library */
+} stk_loader_stat_info;
+
+/* The index-th statistic (0-based): 0, or STK_ENOENT past the last. */
+STK_API int stk_loader_stat_describe(int index, stk_loader_stat_info *info);
 
 #ifdef __cplusplus
 }

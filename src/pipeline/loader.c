@@ -5,8 +5,9 @@
  * This file is the core: the slots, the workers and the consumer's side.
  * The rest of the loader is in loader_create.c (options, create, destroy),
  * loader_autotune.c, loader_profile.c (profile, statistics) and
- * loader_state.c (resume state); the struct and the functions they share are
- * in loader_internal.h.
+ * loader_state.c (resume state), loader_params.c (the parameter table:
+ * stk_loader_set / get); the struct and the functions they share are in
+ * loader_internal.h.
  *
  * Shape of the machine
  * --------------------

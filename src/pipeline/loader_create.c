@@ -6,6 +6,14 @@
  * budget), the device opened; and destroy, which stops the workers and
  * frees it all.
  *
+ * Two steps: the options are copied into the loader's configuration
+ * (stk_loader_config: the caller's strings and arrays copied, so it can be
+ * used again), and `configure` derives everything from the configuration.
+ * stk_loader_set (loader_params.c) changes a copy of the configuration and
+ * calls stk_ld_reconfigure, which configures a fresh loader from it and,
+ * only if that succeeds, moves it into the caller's handle (everything
+ * after the locks), so a failed set leaves the loader as it was.
+ *
  * create starts nothing (see loader.c, "Laziness"): it allocates the
  * arrays of slots and workers but no slot's buffers and no thread, unless
  * STK_LOADER_EAGER asks stk_loader_start to run at once. Everything it
@@ -24,6 +32,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -247,6 +256,8 @@ static int plan_knobs(stk_loader *l)
         uint64_t share = rest / (o->threads ? o->threads : BUDGET_AUTO_THREADS);
         l->decode_budget = share ? share : 1;
     }
+    if (l->cfg.decode_budget) /* STK_LOADER_DECODE_BUDGET, set: it rules */
+        l->decode_budget = l->cfg.decode_budget;
     return 0;
 }
 
@@ -276,7 +287,7 @@ int stk_loader_device_timing(const stk_loader *l, stk_device_timing *timing)
 static int open_device(stk_loader *l, const char *spec)
 {
     const stk_device_options *d = l->opt.device;
-    l->opt.device = NULL; /* the caller's; copied here */
+    l->opt.device = NULL; /* the configuration's; copied here */
     if (!d || !d->device || !d->device[0] || !strcmp(d->device, "cpu"))
         return 0;
     if (d->flags)
@@ -302,23 +313,186 @@ static int open_device(stk_loader *l, const char *spec)
     return 0;
 }
 
-int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
-                      stk_loader **out)
+/* ------------------------------------------------------------------------ */
+/* The configuration                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A copy of n elements of `size` bytes from malloc; non-NULL for a non-NULL
+ * src even when n is 0 (a given empty array stays given). */
+static int dup_array(const void *src, uint64_t n, size_t size, const void **out)
+{
+    *out = NULL;
+    if (!src)
+        return 0;
+    uint64_t bytes;
+    if (!stk_mul_ok(n, size, &bytes) || bytes > SIZE_MAX - 1)
+        return stk_fail(STK_ELIMIT, "loader: an array of %llu entries is too large",
+                        (unsigned long long)n);
+    void *p = malloc(bytes ? (size_t)bytes : 1);
+    if (!p)
+        return stk_fail(STK_ENOMEM, "loader: out of memory copying the sampling options");
+    if (bytes)
+        memcpy(p, src, (size_t)bytes);
+    *out = p;
+    return 0;
+}
+
+static int dup_string(const char *src, char **out)
+{
+    *out = NULL;
+    if (src && !(*out = strdup(src)))
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
+    return 0;
+}
+
+void stk_ld_config_free(stk_loader_config *cfg)
+{
+    free(cfg->spec);
+    free(cfg->fields);
+    free(cfg->device_name);
+    free((void *)cfg->sampling.indices);
+    free((void *)cfg->sampling.weights);
+    free((void *)cfg->sampling.labels);
+    free((void *)cfg->sampling.mix_sizes);
+    free((void *)cfg->sampling.mix_weights);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+/* The borrowed parts of a configuration (given by the caller, or another
+ * configuration's) copied into cfg, whose plain fields are already set. */
+static int config_own(stk_loader_config *cfg, const char *spec, const char *fields,
+                      const stk_sampling *sp, const stk_device_options *dev)
 {
     int rc;
-    if (!out)
-        return stk_fail(STK_EINVAL, "stk_loader_create: out is NULL");
-    *out = NULL;
-    if (!ds)
-        return stk_fail(STK_EINVAL, "stk_loader_create: dataset is NULL");
+    cfg->spec = NULL;
+    cfg->fields = NULL;
+    cfg->device_name = NULL;
+    cfg->has_sampling = sp != NULL;
+    memset(&cfg->sampling, 0, sizeof cfg->sampling);
+    if (sp) {
+        cfg->sampling = *sp; /* counts, flags, reserved words as given */
+        cfg->sampling.indices = NULL;
+        cfg->sampling.weights = NULL;
+        cfg->sampling.labels = NULL;
+        cfg->sampling.mix_sizes = NULL;
+        cfg->sampling.mix_weights = NULL;
+    }
+    memset(&cfg->device, 0, sizeof cfg->device);
+    cfg->has_device = dev != NULL;
+    if (dev)
+        cfg->device = *dev;
+    cfg->device.device = NULL;
+    if ((rc = dup_string(spec ? spec : "", &cfg->spec)) < 0 ||
+        (rc = dup_string(fields, &cfg->fields)) < 0 ||
+        (rc = dup_string(dev ? dev->device : NULL, &cfg->device_name)) < 0)
+        goto fail;
+    cfg->device.device = cfg->device_name;
+    if (sp) {
+        stk_sampling *c = &cfg->sampling;
+        const void *a;
+        if ((rc = dup_array(sp->indices, sp->num_indices, sizeof *sp->indices, &a)) < 0)
+            goto fail;
+        c->indices = a;
+        if ((rc = dup_array(sp->weights, sp->num_weights, sizeof *sp->weights, &a)) < 0)
+            goto fail;
+        c->weights = a;
+        if ((rc = dup_array(sp->labels, sp->num_labels, sizeof *sp->labels, &a)) < 0)
+            goto fail;
+        c->labels = a;
+        if ((rc = dup_array(sp->mix_sizes, sp->num_mix, sizeof *sp->mix_sizes, &a)) < 0)
+            goto fail;
+        c->mix_sizes = a;
+        if ((rc = dup_array(sp->mix_weights, sp->num_mix, sizeof *sp->mix_weights, &a)) < 0)
+            goto fail;
+        c->mix_weights = a;
+    }
+    return 0;
+fail:
+    stk_ld_config_free(cfg);
+    return rc;
+}
 
-    stk_loader *l = calloc(1, sizeof *l);
-    if (!l)
-        return stk_fail(STK_ENOMEM, "loader: out of memory");
-    l->ds = ds;
-    l->spec_hash = XXH3_64bits(spec ? spec : "", spec ? strlen(spec) : 0);
-    if ((rc = resolve_options(opts, &l->opt)) < 0)
-        goto fail_early;
+int stk_ld_config_from_options(stk_loader_config *cfg, const char *spec,
+                               const stk_loader_options *opts)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (opts)
+        cfg->o = *opts;
+    cfg->o.sampling = NULL;
+    cfg->o.fields = NULL;
+    cfg->o.device = NULL;
+    /* The defaults resolve_options gives a 0 (the same values: so the
+     * parameters read back what is in effect). */
+    if (!cfg->o.batch_size)
+        cfg->o.batch_size = DEFAULT_BATCH_SIZE;
+    if (!cfg->o.world_size)
+        cfg->o.world_size = 1;
+    if (!cfg->o.views)
+        cfg->o.views = 1;
+    return config_own(cfg, spec, opts ? opts->fields : NULL, opts ? opts->sampling : NULL,
+                      opts ? opts->device : NULL);
+}
+
+int stk_ld_config_copy(stk_loader_config *dst, const stk_loader_config *src)
+{
+    *dst = *src;
+    return config_own(dst, src->spec, src->fields, src->has_sampling ? &src->sampling : NULL,
+                      src->has_device ? &src->device : NULL);
+}
+
+/* The options create resolves, as stk_loader_options: cfg's, with its
+ * copies of the borrowed parts. */
+static void config_options(const stk_loader_config *cfg, stk_loader_options *o)
+{
+    *o = cfg->o;
+    o->fields = cfg->fields;
+    o->sampling = cfg->has_sampling ? &cfg->sampling : NULL;
+    o->device = cfg->has_device ? &cfg->device : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Configure, create, destroy                                                */
+/* ------------------------------------------------------------------------ */
+
+/* What configure derived (and allocated) from the configuration, freed:
+ * everything but the configuration itself, the locks and the cursors. */
+static void free_derived(stk_loader *l)
+{
+    for (uint32_t i = 0; i < l->nslots; i++)
+        stk_ld_slot_free_buffers(l, &l->slots[i]);
+    l->nslots = 0;
+    stk_gpu_pipe_free(l->gpipe);
+    stk_gpu_close(l->gpu);
+    free(l->slots);
+    free(l->workers);
+    free(l->events);
+    stk_plan_free(l->plan);
+    free(l->lf);
+    stk_sampler_destroy(l->sampler);
+    l->gpipe = NULL;
+    l->gpu = NULL;
+    l->slots = NULL;
+    l->workers = NULL;
+    l->events = NULL;
+    l->plan = NULL;
+    l->lf = NULL;
+    l->sampler = NULL;
+}
+
+/* Build everything an unstarted loader derives from l->cfg over l->ds: the
+ * resolved options, sampler, fields, plan, knobs, device, and the arrays of
+ * slots, workers and events (no slot's buffers, no thread). On failure what
+ * was built is left for free_derived. */
+static int configure(stk_loader *l)
+{
+    int rc;
+    stk_dataset *ds = l->ds;
+    const char *spec = l->cfg.spec;
+    stk_loader_options given;
+    config_options(&l->cfg, &given);
+    l->spec_hash = XXH3_64bits(spec, strlen(spec));
+    if ((rc = resolve_options(&given, &l->opt)) < 0)
+        return rc;
 
     l->views = l->opt.views;
     l->aug_seed = l->opt.flags & STK_LOADER_AUG_SEED ? l->opt.aug_seed : l->opt.seed;
@@ -327,7 +501,7 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     const stk_sampling *sampling = l->opt.sampling;
     if (sampling && sampling->balance_classes) {
         if ((rc = balance_labels(ds, sampling, &balanced, &labels)) < 0)
-            goto fail_early;
+            return rc;
         sampling = &balanced;
     }
     uint64_t digest = order_digest(&l->opt, sampling);
@@ -347,14 +521,12 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     };
     rc = stk_sampler_create(&so, &l->sampler);
     free(labels);
-    l->opt.sampling = NULL; /* the caller's; the sampler holds copies */
+    l->opt.sampling = NULL; /* the configuration's; the sampler holds copies */
     if (rc < 0)
-        goto fail_early;
+        return rc;
     l->list_size = stk_sampler_list_size(l->sampler);
-    if (l->views > 1 && (l->list_size >> 56 || ds->count >> 56)) {
-        rc = stk_fail(STK_ELIMIT, "loader: views need fewer than 2^56 samples");
-        goto fail_early;
-    }
+    if (l->views > 1 && (l->list_size >> 56 || ds->count >> 56))
+        return stk_fail(STK_ELIMIT, "loader: views need fewer than 2^56 samples");
     /* Without shuffle each rank reads its indices in increasing order. */
     stk_dataset_access_hint(ds, l->opt.shuffle == STK_SHUFFLE_NONE ? STK_ACCESS_SEQUENTIAL
                                                                    : STK_ACCESS_RANDOM);
@@ -368,25 +540,23 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     /* Datasets of encoded or variously sized images compile a variable-input
      * plan (height = width = channels = 0). */
     l->lf = calloc(1, sizeof *l->lf);
-    if (!l->lf) {
-        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-        goto fail_early;
-    }
+    if (!l->lf)
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
     if ((rc = stk_lfields_resolve(ds, l->opt.fields, l->lf)) < 0)
-        goto fail_early;
-    l->opt.fields = NULL; /* the caller's; resolved into lf */
+        return rc;
+    l->opt.fields = NULL; /* the configuration's; resolved into lf */
     if ((rc = (l->lf->spatial ? stk_plan_compile_spatial : stk_plan_compile)(
-             spec ? spec : "", ds->height, ds->width, ds->channels, &l->plan)) < 0) {
+             spec, ds->height, ds->width, ds->channels, &l->plan)) < 0) {
         stk_fail_prefix(rc, "%s", ds->uri);
-        goto fail_early;
+        return rc;
     }
     stk_plan_output(l->plan, l->sample_shape, &l->dtype, &l->layout, &l->sample_bytes);
     stk_lfields_set_mask_size(l->lf, l->layout == STK_CHW ? l->sample_shape[1] : l->sample_shape[0],
                               l->layout == STK_CHW ? l->sample_shape[2] : l->sample_shape[1]);
     if ((rc = plan_knobs(l)) < 0)
-        goto fail_early;
+        return rc;
     if ((rc = open_device(l, spec)) < 0)
-        goto fail_early;
+        return rc;
 
     /* Chunks: a few per thread per batch, so all threads share one batch
      * without locking per sample. */
@@ -398,10 +568,8 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     l->slots = calloc(l->opt.max_batches, sizeof *l->slots);
     l->workers = calloc(l->threads_max, sizeof *l->workers);
     l->events = calloc(EVENT_RING, sizeof *l->events);
-    if (!l->slots || !l->workers || !l->events) {
-        rc = stk_fail(STK_ENOMEM, "loader: out of memory");
-        goto fail_early;
-    }
+    if (!l->slots || !l->workers || !l->events)
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
     for (uint32_t i = 0; i < l->threads_max; i++) {
         l->workers[i].loader = l;
         l->workers[i].index = i;
@@ -413,7 +581,33 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
         l->block_len[m] = 4;
     const char *log = getenv("STOKER_LOG");
     l->log_debug = log && !strcmp(log, "debug");
+    return 0;
+}
 
+int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_options *opts,
+                      stk_loader **out)
+{
+    int rc;
+    if (!out)
+        return stk_fail(STK_EINVAL, "stk_loader_create: out is NULL");
+    *out = NULL;
+    if (!ds)
+        return stk_fail(STK_EINVAL, "stk_loader_create: dataset is NULL");
+
+    stk_loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
+    l->ds = ds;
+    if ((rc = stk_ld_config_from_options(&l->cfg, spec, opts)) < 0) {
+        free(l);
+        return rc;
+    }
+    if ((rc = configure(l)) < 0) {
+        free_derived(l);
+        stk_ld_config_free(&l->cfg);
+        free(l);
+        return rc;
+    }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
     pthread_cond_init(&l->park_cv, NULL);
@@ -428,22 +622,44 @@ int stk_loader_create(stk_dataset *ds, const char *spec, const stk_loader_option
     }
     *out = l;
     return 0;
-
-fail_early:
-    for (uint32_t i = 0; i < l->nslots; i++)
-        stk_ld_slot_free_buffers(l, &l->slots[i]);
-    stk_gpu_pipe_free(l->gpipe);
-    stk_gpu_close(l->gpu);
-    free(l->slots);
-    free(l->workers);
-    free(l->events);
-    stk_plan_free(l->plan);
-    free(l->lf);
-    stk_sampler_destroy(l->sampler);
-    free(l);
-    return rc;
 }
 
+int stk_ld_reconfigure(stk_loader *l, stk_loader_config *cfg)
+{
+    stk_loader *t = calloc(1, sizeof *t);
+    if (!t) {
+        stk_ld_config_free(cfg);
+        return stk_fail(STK_ENOMEM, "loader: out of memory");
+    }
+    t->ds = l->ds;
+    t->cfg = *cfg; /* taken */
+    memset(cfg, 0, sizeof *cfg);
+    int rc = configure(t);
+    if (rc < 0) {
+        free_derived(t);
+        stk_ld_config_free(&t->cfg);
+        free(t);
+        /* configure may have given the dataset its access hint: l's again */
+        stk_dataset_access_hint(l->ds, l->opt.shuffle == STK_SHUFFLE_NONE
+                                           ? STK_ACCESS_SEQUENTIAL
+                                           : STK_ACCESS_RANDOM);
+        return rc;
+    }
+    /* Unstarted: no thread, no slot buffer, nothing delivered. Everything
+     * after the locks is t's; the epoch set_epoch chose stays. */
+    uint64_t epoch = l->cons_epoch;
+    free_derived(l);
+    stk_ld_config_free(&l->cfg);
+    size_t keep = offsetof(stk_loader, ds);
+    memcpy((char *)l + keep, (char *)t + keep, sizeof *l - keep);
+    free(t);
+    for (uint32_t i = 0; i < l->threads_max; i++)
+        l->workers[i].loader = l;
+    pthread_mutex_lock(&l->mu);
+    stk_ld_reset_locked(l, epoch, 0, 0);
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
 
 void stk_loader_destroy(stk_loader *l)
 {
@@ -473,20 +689,12 @@ void stk_loader_destroy(stk_loader *l)
     }
     if (started && l->ds->wants_prefetch)
         stk_dataset_access_hint(l->ds, STK_ACCESS_RESUME);
-    for (uint32_t i = 0; i < l->nslots; i++)
-        stk_ld_slot_free_buffers(l, &l->slots[i]);
-    stk_gpu_pipe_free(l->gpipe);
-    stk_gpu_close(l->gpu);
+    free_derived(l);
+    stk_ld_config_free(&l->cfg);
     pthread_cond_destroy(&l->work_cv);
     pthread_cond_destroy(&l->ready_cv);
     pthread_cond_destroy(&l->park_cv);
     pthread_mutex_destroy(&l->mu);
-    free(l->slots);
-    free(l->workers);
-    free(l->events);
-    stk_plan_free(l->plan);
-    free(l->lf);
-    stk_sampler_destroy(l->sampler);
     free(l);
 }
 

@@ -3,7 +3,7 @@
  * src/pipeline/loader*.c file works on, and the functions they call across
  * files. Nothing outside src/pipeline/loader*.c includes it.
  *
- * The loader is five files, one concern each (the essay of loader.c
+ * The loader is six files, one concern each (the essay of loader.c
  * describes the machine as a whole):
  *
  *   loader.c           the core: the pool of batch slots, the worker threads
@@ -17,6 +17,9 @@
  *                      the verdict), the statistics
  *   loader_state.c     the resume state (state_get / state_set, the mismatch
  *                      messages), set_epoch
+ *   loader_params.c    the parameter table: stk_loader_set / get, bounds,
+ *                      describe (a set configures the loader afresh through
+ *                      stk_ld_reconfigure, loader_create.c)
  *
  * Ownership and locking are written next to each field below. In short:
  * the fields in the first group are written only by create and are read
@@ -141,9 +144,45 @@ typedef struct tune_sample {
 /* A move the tuner is trying: kept if the next window's rate says so. */
 typedef enum tune_move { MOVE_NONE, MOVE_THREAD_UP, MOVE_THREAD_DOWN, MOVE_PREFETCH_UP } tune_move;
 
+/*
+ * The loader's configuration: its options as given (stk_loader_options at
+ * create, then stk_loader_set; loader_params.c), with the caller's
+ * borrowed strings and arrays copied, so it can be configured again
+ * (stk_ld_reconfigure) before it starts. Owned by the loader; written by
+ * create and by stk_loader_set (before start, from the consumer thread
+ * only), read by configure. Holds no pointer into itself (it moves whole
+ * when stk_loader_set swaps in a new configuration).
+ */
+typedef struct stk_loader_config {
+    /* The options as given; o.sampling, o.fields and o.device are NULL here
+     * (their copies are below and configure points a resolved copy at
+     * them). batch_size, world_size and views hold their default (256, 1,
+     * 1) instead of 0. */
+    stk_loader_options o;
+    char *spec;                /* the pipeline spec, from malloc */
+    char *fields;              /* o.fields, from malloc (NULL: image,label) */
+    bool has_sampling;
+    stk_sampling sampling;     /* its arrays from malloc (each non-NULL
+                                  as given, even when empty) */
+    bool has_device;           /* o.device was given (or a device parameter set) */
+    stk_device_options device; /* device.device is device_name */
+    char *device_name;         /* from malloc (NULL: host memory) */
+    /* Parameters with no field in stk_loader_options (loader_params.c): */
+    uint64_t decode_budget;    /* STK_LOADER_DECODE_BUDGET (0: derived) */
+} stk_loader_config;
+
 struct stk_loader {
-    /* Immutable after create (written by loader_create.c, read unlocked). */
+    /* The locks come first: stk_ld_reconfigure replaces everything after
+     * them (offsetof(stk_loader, ds) on) with a loader configured afresh. */
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;     /* workers: something to fill, or stop */
+    pthread_cond_t ready_cv;    /* consumer: a batch is ready, or stop/fail */
+    pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
+
+    /* Immutable after create (written by loader_create.c, read unlocked;
+     * replaced whole by stk_loader_set before start). */
     stk_dataset *ds;            /* borrowed */
+    stk_loader_config cfg;      /* owned: the options as set */
     stk_plan *plan;             /* owned */
     stk_lfields *lf;            /* owned: the fields delivered (fields.h) */
     stk_sampler *sampler;       /* owned */
@@ -168,10 +207,6 @@ struct stk_loader {
     char device_info[1300]; /* stk_loader_device_info (set at create) */
     _Atomic uint64_t gpu_head_rows; /* rows staged as heads (region too large) */
     _Atomic uint64_t gpu_decode_cpu_rows; /* decoder nvjpeg: rows decoded on the CPU */
-
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv;     /* workers: something to fill, or stop */
-    pthread_cond_t ready_cv;    /* consumer: a batch is ready, or stop/fail */
 
     /* Guarded by mu. */
     bool started;               /* workers running, first slots allocated */
@@ -210,9 +245,9 @@ struct stk_loader {
     uint32_t prefetch_cap;      /* auto prefetch's ceiling (memory, max_batches) */
     bool auto_threads, auto_prefetch;
     bool pool_capped;           /* memory_limit lowered max_batches */
-    uint64_t decode_budget;     /* bytes one decode may need (0: no memory_limit);
-                                   plan_knobs, immutable after create */
-    pthread_cond_t park_cv;     /* parked workers: active grew, or stop */
+    uint64_t decode_budget;     /* bytes one decode may need (0: no bound): the
+                                   cfg's decode_budget, else memory_limit's
+                                   share; plan_knobs, immutable after create */
     uint64_t batch_bytes;       /* one slot's buffers */
 
     /* Consumer-side timing (guarded by mu; written inside next(), read by
@@ -264,6 +299,19 @@ void stk_ld_reset_locked(stk_loader *l, uint64_t epoch, uint64_t pos, uint64_t s
  * memory_limit. Caller holds mu. */
 uint64_t stk_ld_memory_locked(const stk_loader *l);
 bool stk_ld_memory_fits_locked(const stk_loader *l, uint64_t more);
+
+/* loader_create.c: the configuration and what is derived from it. */
+/* cfg := the v1 options (NULL: all defaults) and the spec, copied. */
+int stk_ld_config_from_options(stk_loader_config *cfg, const char *spec,
+                               const stk_loader_options *opts);
+/* dst := a deep copy of src. On failure dst is empty. */
+int stk_ld_config_copy(stk_loader_config *dst, const stk_loader_config *src);
+void stk_ld_config_free(stk_loader_config *cfg);
+/* Configure the unstarted loader l from cfg (taken: freed on failure too),
+ * all or nothing: on failure l keeps its previous configuration, cursors
+ * and all. The epoch set by set_epoch is kept; the position returns to its
+ * start. Caller: the consumer thread, no other call on l in flight. */
+int stk_ld_reconfigure(stk_loader *l, stk_loader_config *cfg);
 
 /* loader_profile.c */
 /* Worker counters summed: read, decode, augment, collate ticks; busy ticks

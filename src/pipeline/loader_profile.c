@@ -14,11 +14,14 @@
 #include "pipeline/loader_internal.h"
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "core/util.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +117,141 @@ void stk_loader_stats_get(const stk_loader *l, stk_loader_stats *st)
     pthread_mutex_unlock(&ml->mu);
     st->pool_bytes =
         (uint64_t)st->batches_allocated * l->opt.batch_size * l->views * l->sample_bytes;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statistics by key                                                         */
+/* ------------------------------------------------------------------------ */
+
+static void statistics_fill(const stk_loader *l, stk_loader_statistics *x)
+{
+    stk_loader_stats st;
+    stk_loader_stats_get(l, &st);
+    memset(x, 0, sizeof *x);
+    x->size = sizeof *x;
+    x->samples = st.samples;
+    x->batches = st.batches;
+    x->skipped = st.skipped;
+    x->read_s = st.read_s;
+    x->decode_s = st.decode_s;
+    x->augment_s = st.augment_s;
+    x->collate_s = st.collate_s;
+    x->idle_s = st.idle_s;
+    x->wait_s = st.wait_s;
+    x->step_s = st.step_s;
+    x->batches_allocated = st.batches_allocated;
+    x->pool_bytes = st.pool_bytes;
+    x->pool_exhausted = st.pool_exhausted;
+    x->memory_bytes = st.memory_bytes;
+    x->threads = st.threads;
+    x->prefetch = st.prefetch;
+    x->decisions = st.decisions;
+    x->max_batches = st.max_batches;
+    x->gpu_decode_cpu_rows = st.gpu_decode_cpu_rows;
+    x->gpu_head_rows = st.gpu_head_rows;
+    x->decode_budget = l->decode_budget; /* immutable once started */
+}
+
+/* One row per statistic: a new statistic is a key (stoker/loader.h), a
+ * field appended to stk_loader_statistics, a line in statistics_fill and a
+ * row here; never a field of stk_loader_stats. */
+static const struct stat_row {
+    stk_loader_stat key;
+    const char *name;
+    size_t offset;
+    bool seconds;
+    const char *doc;
+} stat_rows[] = {
+#define STAT(k, f, sec, doc) {k, #f, offsetof(stk_loader_statistics, f), sec, doc}
+    STAT(STK_LOADER_STAT_SAMPLES, samples, false, "samples written into batches"),
+    STAT(STK_LOADER_STAT_BATCHES, batches, false, "batches delivered to the consumer"),
+    STAT(STK_LOADER_STAT_SKIPPED, skipped, false, "samples left out or replaced (on_error) "
+                                                  "of the batches delivered"),
+    STAT(STK_LOADER_STAT_READ_S, read_s, true, "workers: fetching samples from the dataset"),
+    STAT(STK_LOADER_STAT_DECODE_S, decode_s, true, "workers: inside the image decoder"),
+    STAT(STK_LOADER_STAT_AUGMENT_S, augment_s, true, "workers: the pipeline and the write "
+                                                     "into the batch, decoder excluded"),
+    STAT(STK_LOADER_STAT_COLLATE_S, collate_s, true, "workers: moving rows after skipped "
+                                                     "samples, collating, device submits"),
+    STAT(STK_LOADER_STAT_IDLE_S, idle_s, true, "workers: waiting for a free buffer"),
+    STAT(STK_LOADER_STAT_WAIT_S, wait_s, true, "consumer: blocked in next()"),
+    STAT(STK_LOADER_STAT_STEP_S, step_s, true, "consumer: between batches (its step)"),
+    STAT(STK_LOADER_STAT_BATCHES_ALLOCATED, batches_allocated, false, "batch buffers in the "
+                                                                      "pool now"),
+    STAT(STK_LOADER_STAT_POOL_BYTES, pool_bytes, false, "bytes of batch buffers allocated"),
+    STAT(STK_LOADER_STAT_POOL_EXHAUSTED, pool_exhausted, false, "next() calls that found "
+                                                                "every buffer lent"),
+    STAT(STK_LOADER_STAT_MEMORY_BYTES, memory_bytes, false, "batch pool + workers' scratch now"),
+    STAT(STK_LOADER_STAT_THREADS, threads, false, "workers active now"),
+    STAT(STK_LOADER_STAT_PREFETCH, prefetch, false, "prefetch depth now"),
+    STAT(STK_LOADER_STAT_DECISIONS, decisions, false, "autotuner decisions made"),
+    STAT(STK_LOADER_STAT_MAX_BATCHES, max_batches, false, "the cap on batch buffers, resolved"),
+    STAT(STK_LOADER_STAT_GPU_DECODE_CPU_ROWS, gpu_decode_cpu_rows, false,
+         "decoder nvjpeg: rows decoded on the CPU instead"),
+    STAT(STK_LOADER_STAT_GPU_HEAD_ROWS, gpu_head_rows, false,
+         "placement gpu: rows resampled on the CPU (region over the staging)"),
+    STAT(STK_LOADER_STAT_DECODE_BUDGET, decode_budget, false,
+         "bytes one decode may need in a worker (0: no bound)"),
+#undef STAT
+};
+
+#define NSTATS (sizeof stat_rows / sizeof stat_rows[0])
+
+int stk_loader_stat_get(const stk_loader *l, stk_loader_stat key, double *out)
+{
+    if (!l || !out)
+        return stk_fail(STK_EINVAL, "stk_loader_stat_get: NULL argument");
+    for (size_t i = 0; i < NSTATS; i++) {
+        if (stat_rows[i].key != key)
+            continue;
+        stk_loader_statistics x;
+        statistics_fill(l, &x);
+        const char *f = (const char *)&x + stat_rows[i].offset;
+        if (stat_rows[i].seconds) {
+            memcpy(out, f, sizeof *out);
+        } else {
+            uint64_t u;
+            memcpy(&u, f, sizeof u);
+            *out = (double)u;
+        }
+        return 0;
+    }
+    return stk_fail(STK_EINVAL, "stk_loader_stat_get: unknown loader statistic %d", (int)key);
+}
+
+int stk_loader_stats_sized(const stk_loader *l, void *stats, size_t size)
+{
+    if (!l || !stats)
+        return stk_fail(STK_EINVAL, "stk_loader_stats_sized: NULL argument");
+    uint64_t given;
+    if (size < sizeof given)
+        return stk_fail(STK_EINVAL, "stk_loader_stats_sized: size %zu is under 8", size);
+    memcpy(&given, stats, sizeof given);
+    if (given != size)
+        return stk_fail(STK_EINVAL, "stk_loader_stats_sized: stats->size is %llu, not the size "
+                                    "passed (%zu): set it to sizeof(stk_loader_statistics)",
+                        (unsigned long long)given, size);
+    stk_loader_statistics x;
+    statistics_fill(l, &x);
+    size_t n = size < sizeof x ? size : sizeof x;
+    x.size = n;
+    memcpy(stats, &x, n);
+    return 0;
+}
+
+int stk_loader_stat_describe(int index, stk_loader_stat_info *info)
+{
+    if (!info)
+        return stk_fail(STK_EINVAL, "stk_loader_stat_describe: info is NULL");
+    memset(info, 0, sizeof *info);
+    if (index < 0 || (size_t)index >= NSTATS)
+        return stk_fail(STK_ENOENT, "stk_loader_stat_describe: no statistic %d (there are %d)",
+                        index, (int)NSTATS);
+    info->key = stat_rows[index].key;
+    info->seconds = stat_rows[index].seconds;
+    info->name = stat_rows[index].name;
+    info->doc = stat_rows[index].doc;
+    return 0;
 }
 
 static int cmp_float(const void *a, const void *b)
