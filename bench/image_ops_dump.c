@@ -116,6 +116,13 @@ static void print_trace(const char *name, const stk_plan_trace *t)
     for (int i = 0; i < t->naug; i++)
         printf("%s[\"%s\", %d, %d, %.17g]", i ? ", " : "", stk_aug_name(t->aug_prim[i]),
                t->aug_bin[i], t->aug_neg[i], t->aug_mag[i]);
+    printf("], \"float_ops\": [");
+    for (int i = 0; i < t->nfloat; i++) {
+        printf("%s[\"%s\", [", i ? ", " : "", t->float_name[i]);
+        for (int k = 0; k < 8; k++)
+            printf("%s%.17g", k ? ", " : "", t->float_param[i][k]);
+        printf("]]");
+    }
     printf("]}\n");
 }
 

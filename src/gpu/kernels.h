@@ -92,7 +92,8 @@ typedef enum stk_kernel_id {
 #define STK_GPU_MAX_SEGS 8    /* segments (a contrast step starts one) */
 
 enum { STK_GS_SKIP = 0, STK_GS_REGION = 1, STK_GS_HEAD = 2 };
-/* Colour steps: image_plan_impl.h's S_BRIGHT .. S_HUE, S_GRAY values. */
+/* Colour steps: image_plan_impl.h's S_BRIGHT .. S_HUE values, and grayscale
+ * (a float op whose gpu_kernel is "gray", src/gpu/stage.c). */
 enum { STK_GST_BRIGHT = 0, STK_GST_CONTRAST = 1, STK_GST_SAT = 2, STK_GST_HUE = 3,
        STK_GST_GRAY = 5 };
 /* Output dtypes and layouts: stoker.h's stk_dtype and stk_layout values. */

@@ -118,12 +118,19 @@ const char *stk_gpu_mode_name(stk_gpu_mode m)
 stk_gpu_mode stk_gpu_pipe_mode(const stk_gpu_pipe *p) { return p->mode; }
 const char *stk_gpu_pipe_reason(const stk_gpu_pipe *p) { return p->reason; }
 
-static const char *tail_name(int kind)
+/* A float op (op.h) the GPU's colour kernels run: grayscale ("gray"). */
+static int gpu_gray(const stk_tail_op *t)
 {
-    switch (kind) {
+    const char *kn = t->kind == T_FLOAT ? t->lut->fl->gpu_kernel : NULL;
+    return kn && !strcmp(kn, "gray");
+}
+
+static const char *tail_name(const stk_tail_op *t)
+{
+    switch (t->kind) {
     case T_ROTATE: return "rotate";
     case T_AFFINE: return "random_affine";
-    case T_BLUR: return "gaussian_blur";
+    case T_FLOAT: return t->lut->syntax.name;
     case T_APPLY: return "random_apply";
     case T_POLICY: return "an augmentation policy";
     case T_USER: return "a user-defined op";
@@ -146,17 +153,17 @@ static const char *augment_blocker(const stk_imgplan *ip, int host_fields, int *
     int float_tail = 0, njitter = 0, ngray = 0;
     const char *blocker = NULL;
     for (int k = 0; k < ip->ntail; k++) {
-        int kind = ip->tail[k].kind;
+        int kind = ip->tail[k].kind, gray = gpu_gray(&ip->tail[k]);
         if (kind == T_JITTER)
             njitter++;
-        else if (kind == T_GRAY)
+        else if (gray)
             ngray++;
-        if (kind == T_JITTER || kind == T_GRAY || kind == T_ROTATE || kind == T_AFFINE ||
-            kind == T_BLUR || kind == T_APPLY)
+        if (kind == T_JITTER || kind == T_FLOAT || kind == T_ROTATE || kind == T_AFFINE ||
+            kind == T_APPLY)
             float_tail = 1;
         if (!blocker && kind != T_HFLIP && kind != T_VFLIP && kind != T_LUT && kind != T_JITTER &&
-            kind != T_GRAY)
-            blocker = tail_name(kind);
+            !gray)
+            blocker = tail_name(&ip->tail[k]);
     }
     *format_ok = !float_tail;
     if (blocker)
@@ -514,7 +521,7 @@ void stk_gpu_stage_skip(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row)
 
 /* Fill the colour steps of a record from the draws (segments start at
  * each contrast step, as image_run.c's float tail). */
-static int set_steps(const stk_draws *dr, stk_gpu_sample *sm)
+static int set_steps(const stk_imgplan *ip, const stk_draws *dr, stk_gpu_sample *sm)
 {
     if (dr->nsteps > STK_GPU_MAX_STEPS)
         return stk_fail(STK_EINVAL, "GPU pipeline: %d colour steps drawn (at most %d)",
@@ -524,10 +531,11 @@ static int set_steps(const stk_draws *dr, stk_gpu_sample *sm)
     sm->seg[0] = 0;
     for (int k = 0; k < dr->nsteps; k++) {
         const stk_draw_step *st = &dr->steps[k];
+        int gray = st->kind == S_FOP && gpu_gray(&ip->tail[st->tail]);
         if (st->kind != S_BRIGHT && st->kind != S_CONTRAST && st->kind != S_SAT &&
-            st->kind != S_HUE && st->kind != S_GRAY)
+            st->kind != S_HUE && !gray)
             return stk_fail(STK_EINVAL, "GPU pipeline: colour step %d has no kernel", st->kind);
-        sm->steps[k].kind = st->kind;
+        sm->steps[k].kind = gray ? STK_GST_GRAY : st->kind;
         sm->steps[k].f = st->f;
         sm->steps[k].g = st->g;
         if (st->kind == S_CONTRAST) { /* (at k = 0 too: segment 0 is then empty) */
@@ -613,7 +621,7 @@ static int stage_jpeg(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
     proto.has_lut = dr->has_lut[1];
     if (dr->has_lut[1])
         memcpy(proto.lut, dr->lut[1], 256);
-    if ((rc = set_steps(dr, &proto)) < 0)
+    if ((rc = set_steps(p->ip, dr, &proto)) < 0)
         return rc;
     size_t xb = stk_rs_axis_bytes(&pr->xp, 0), yb = stk_rs_axis_bytes(&pr->yp, 0);
     if (!xb || !yb)
@@ -718,7 +726,7 @@ int stk_gpu_stage_row(stk_gpu_pipe *p, stk_gpu_batch *b, uint32_t row, const stk
     proto.has_lut = dr.has_lut[1];
     if (dr.has_lut[1])
         memcpy(proto.lut, dr.lut[1], 256);
-    if ((rc = set_steps(&dr, &proto)) < 0)
+    if ((rc = set_steps(p->ip, &dr, &proto)) < 0)
         return rc;
     int nc = p->nc;
     size_t rowb = (size_t)proto.cols * (size_t)nc;

@@ -8,9 +8,10 @@
  *
  * Order (docs/pipeline.md, "Random numbers"): the head ops in spec order
  * (flips, crops, random_resized_crop's attempts, point ops), then the tail
- * (flips, rotations, colour jitter, point ops, grayscale, blur sigmas,
- * policy steps, user ops' draw hooks; random_apply skips its group's draws
- * when it does not apply), then the
+ * (flips, rotations, colour jitter, point ops, the float ops' draw hooks
+ * (grayscale, blur sigmas, perspective corners: op.h), policy steps, user
+ * ops' draw hooks; random_apply skips its group's draws when it does not
+ * apply), then the
  * random_erasing rectangles on the output size. The head composes into one
  * affine map per axis (stk_axis_geo); a flip after a rotation is moved
  * before it by negating the angle; the point ops that apply compose into
@@ -164,6 +165,9 @@ static void log_rect(stk_draws *d, int kind, int64_t top, int64_t left, int64_t 
     s->w = w;
 }
 
+_Static_assert(sizeof(((stk_plan_trace *)0)->float_param[0]) == STK_FOP_PARAMS * sizeof(double),
+               "the trace holds a float op's parameters");
+
 int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
                      const float *boxes, uint32_t nboxes, stk_draws *d, stk_plan_trace *tr)
 {
@@ -296,22 +300,18 @@ int stk_imgplan_draw(const stk_imgplan *ip, stk_rng *rng, int64_t W, int64_t H,
                 k += (int)t->n;
             break;
         }
-        case T_GRAY:
-            if (stk_rng_uniform(rng) < t->p) {
-                stk_draw_step *s = &d->steps[d->nsteps++];
-                s->kind = S_GRAY;
-                if (tr)
-                    tr->ngray++;
-            }
-            break;
-        case T_BLUR: {
-            double u = stk_rng_uniform(rng);
+        case T_FLOAT: { /* the op's draw hook: a step when it applies to this sample */
+            double *prm = d->fparam[d->nfop];
+            if (!t->lut->fl->draw(t->state, rng, prm, tr))
+                break;
             stk_draw_step *s = &d->steps[d->nsteps++];
-            s->kind = S_BLUR;
-            s->f = (float)(t->lo + (t->hi - t->lo) * u);
-            s->rot = k;
-            if (tr && tr->nblur++ == 0)
-                tr->sigma = (double)s->f;
+            s->kind = S_FOP;
+            s->rot = d->nfop++;
+            s->tail = k;
+            if (tr && tr->nfloat < STK_TRACE_FOPS) {
+                tr->float_name[tr->nfloat] = t->lut->syntax.name;
+                memcpy(tr->float_param[tr->nfloat++], prm, sizeof tr->float_param[0]);
+            }
             break;
         }
         case T_LUT:

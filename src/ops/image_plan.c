@@ -98,8 +98,8 @@
 static int is_image_op(stk_op_kind k)
 {
     return k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RESIZE || k == STK_OP_ROTATE ||
-           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_GRAYSCALE ||
-           k == STK_OP_GAUSSIAN_BLUR || k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY ||
+           k == STK_OP_COLOR_JITTER || k == STK_OP_LUT || k == STK_OP_FLOAT ||
+           k == STK_OP_RANDOM_ERASING || k == STK_OP_RANDOM_APPLY ||
            k == STK_OP_POLICY || k == STK_OP_AFFINE || k == STK_OP_BBOX_CROP ||
            k == STK_OP_USER;
 }
@@ -224,7 +224,8 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
     int have_norm = 0, have_resize = 0, seen_color = 0, nrot = 0, last_geo_col = 1;
     int group_left = 0, group_col = 0, group_n = 0, erase_at = -1;
     const stk_spec_op *policy = NULL; /* the first augmentation policy */
-    int naug = 0;
+    const stk_spec_op *moved = NULL;  /* the first float op that moves pixels */
+    int naug = 0, nfop = 0;
     for (int k = last_pad + 1; k < spec->nops; k++) {
         const stk_spec_op *o = &spec->ops[k];
         /* random_erasing works on the output: only more of it, and `to`,
@@ -239,15 +240,14 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         /* random_apply's group: ops of the float tail only. */
         if (group_left > 0) {
             stk_op_kind kd = o->kind;
-            int ok = kd == STK_OP_ROTATE || kd == STK_OP_COLOR_JITTER ||
-                     kd == STK_OP_GRAYSCALE || kd == STK_OP_GAUSSIAN_BLUR ||
+            int ok = kd == STK_OP_ROTATE || kd == STK_OP_COLOR_JITTER || kd == STK_OP_FLOAT ||
                      ((kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT) &&
                       k > last_geo);
             if (!ok) {
                 rc = stk_spec_fail(text, o->col,
                                    "random_apply cannot hold %s%s; it can hold rotate, "
-                                   "color_jitter, grayscale, gaussian_blur, and flips and "
-                                   "point ops after the crops and resize",
+                                   "color_jitter, the float ops (grayscale, gaussian_blur, "
+                                   "...), and flips and point ops after the crops and resize",
                                    o->def->name,
                                    kd == STK_OP_HFLIP || kd == STK_OP_VFLIP || kd == STK_OP_LUT
                                        ? " before a crop or resize"
@@ -291,10 +291,10 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
                 g->kind = o->kind == STK_OP_HFLIP ? G_HFLIP : G_VFLIP;
                 g->p = o->u.flip.p;
             } else {
-                if (policy) {
+                if (policy || moved) {
                     rc = stk_spec_fail(text, o->col,
                                        "%s after %s is not supported; flip before it",
-                                       o->def->name, policy->def->name);
+                                       o->def->name, (policy ? policy : moved)->def->name);
                     goto fail;
                 }
                 stk_tail_op *t = &ip->tail[ip->ntail++];
@@ -578,21 +578,26 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
             ip->float_path = 1;
             break;
         }
-        case STK_OP_GRAYSCALE: {
+        case STK_OP_FLOAT: { /* from its hooks alone (op.h); compiled below, at the output size */
+            const stk_op_desc *d = stk_op_desc_of(o);
+            if (d->fl->geometric && spatial) {
+                rc = stk_spec_fail(text, o->col,
+                                   "%s is not supported with mask or box fields (its "
+                                   "geometric steps are not replayed on them)",
+                                   o->def->name);
+                goto fail;
+            }
+            if (nfop++ == MAX_FOP) {
+                rc = stk_spec_fail(text, o->col, "at most %d %s and other float-op stages",
+                                   MAX_FOP, o->def->name);
+                goto fail;
+            }
+            if (d->fl->geometric && !moved)
+                moved = o;
             stk_tail_op *t = &ip->tail[ip->ntail++];
-            t->kind = T_GRAY;
-            t->p = o->u.num.v[0];
-            seen_color = seen_color ? seen_color : k + 1;
-            ip->float_path = 1;
-            break;
-        }
-        case STK_OP_GAUSSIAN_BLUR: {
-            stk_tail_op *t = &ip->tail[ip->ntail++];
-            t->kind = T_BLUR;
-            t->kx = o->u.blur.kx;
-            t->ky = o->u.blur.ky;
-            t->lo = o->u.blur.sigma[0];
-            t->hi = o->u.blur.sigma[1];
+            t->kind = T_FLOAT;
+            t->lut = d;
+            t->spec_at = k;
             seen_color = seen_color ? seen_color : k + 1;
             ip->float_path = 1;
             break;
@@ -668,17 +673,17 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         if (b > ip->u8_bytes)
             ip->u8_bytes = b;
     }
-    for (int k = last_pad + 1; k < spec->nops; k++) {
-        const stk_spec_op *o = &spec->ops[k];
-        if (o->kind == STK_OP_GAUSSIAN_BLUR &&
-            ((int64_t)(o->u.blur.kx / 2) >= kw || (int64_t)(o->u.blur.ky / 2) >= kh)) {
-            rc = stk_spec_fail(text, o->arg_col,
-                               "gaussian_blur kernel %ux%u (KX,KY) needs an image larger than "
-                               "half of it (reflect padding); the image here is %lldx%lld "
-                               "(HxW)",
-                               o->u.blur.kx, o->u.blur.ky, (long long)kh, (long long)kw);
+    /* The float ops, against the output size they run at (the state
+     * starts as the schema's values, for ops without a compile hook). */
+    for (int k = 0; k < ip->ntail; k++) {
+        stk_tail_op *t = &ip->tail[k];
+        if (t->kind != T_FLOAT)
+            continue;
+        const stk_spec_op *o = &spec->ops[t->spec_at];
+        memcpy(t->state, o->u.num.v, sizeof o->u.num.v);
+        if (t->lut->fl->compile &&
+            (rc = t->lut->fl->compile(text, o, ip->out_h, ip->out_w, nc, t->state)) < 0)
             goto fail;
-        }
     }
 
     uint64_t bytes;

@@ -27,12 +27,16 @@
 #define MAX_ROT 8 /* rotations remembered per sample (more are refused at compile) */
 #define MAX_ERASE 8 /* random_erasing stages (more are refused at compile) */
 #define MAX_USER 8  /* user-defined ops per spec (more are refused at compile) */
+#define MAX_FOP 16  /* float-op (STK_OP_FLOAT) stages per spec (more are refused at compile) */
 
 enum { G_HFLIP, G_VFLIP, G_RCROP, G_CCROP, G_RRC, G_RESIZE, G_LUT, G_BBOX_CROP };
-enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_GRAY, T_BLUR, T_APPLY, T_POLICY, T_AFFINE,
+enum { T_HFLIP, T_VFLIP, T_ROTATE, T_JITTER, T_LUT, T_FLOAT, T_APPLY, T_POLICY, T_AFFINE,
        T_USER };
 #define MAX_AUG 32 /* policy steps per sample (more are refused at compile) */
-enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_GRAY, S_BLUR };
+/* Steps of the float tail: color_jitter's four colour steps and the
+ * rotations are fused by image_run.c; S_FOP runs a STK_OP_FLOAT op through
+ * its row's hooks (op.h). */
+enum { S_BRIGHT, S_CONTRAST, S_SAT, S_HUE, S_ROT, S_FOP };
 
 typedef struct stk_geo_op {
     int kind;
@@ -60,9 +64,10 @@ typedef struct stk_tail_op {
     int nearest;           /* affine */
     int has[4];            /* jitter: b, c, s, h on */
     double rlo[4], rhi[4];
-    const stk_op_desc *lut; /* T_LUT: the op's row */
+    const stk_op_desc *lut; /* T_LUT: the op's row; T_FLOAT: the op's row (its fl hooks) */
     double arg[STK_SPEC_MAX_PARAMS];
-    uint32_t kx, ky;       /* T_BLUR: kernel sizes (sigma range in lo, hi) */
+    double state[STK_FOP_STATE]; /* T_FLOAT: the compile hook's state */
+    int spec_at;           /* T_FLOAT: the op's index in the spec (compiled last) */
     uint32_t n;            /* T_APPLY: the next n tail ops are the group (p: its probability) */
     stk_aug_policy pol;     /* T_POLICY */
     int user;              /* T_USER: index into the plan's user[] */
@@ -145,8 +150,9 @@ typedef struct stk_geo_step {
 
 typedef struct stk_draw_step {
     int kind;   /* S_* */
-    float f, g; /* factor; (float)(1 - factor); S_BLUR: f = sigma */
-    int rot;    /* S_ROT: index into rots; S_BLUR: index into the plan's tail */
+    float f, g; /* factor; (float)(1 - factor) */
+    int rot;    /* S_ROT: index into rots; S_FOP: index into fparam */
+    int tail;   /* S_FOP: index of its op in the plan's tail */
 } stk_draw_step;
 
 /* Everything drawn for one sample. */
@@ -161,6 +167,9 @@ typedef struct stk_draws {
     stk_draw_step steps[4 * STK_SPEC_MAX_OPS];
     int nrot;
     double angle[MAX_ROT];
+    /* The parameters each applied STK_OP_FLOAT op drew (S_FOP steps). */
+    int nfop;
+    double fparam[MAX_FOP][STK_FOP_PARAMS];
     /* Rotations that are affine maps (T_AFFINE): the drawn angle, tx, ty,
      * scale, shear x, shear y, and whether a later flip was moved before
      * it (the matrix is then conjugated by that mirror). */

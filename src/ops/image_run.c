@@ -655,6 +655,13 @@ int stk_imgplan_prepare_jpeg(const stk_imgplan *ip, const stk_plan_input *in, st
     return 1;
 }
 
+/* Whether a float-tail step reads other rows of the image: a rotation, or
+ * a whole-image float op (op.h). Such a step starts a segment. */
+static int reads_image(const stk_imgplan *ip, const stk_draw_step *st)
+{
+    return st->kind == S_ROT || (st->kind == S_FOP && ip->tail[st->tail].lut->fl->whole_image);
+}
+
 static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng, void *out,
                     stk_scratch *scratch, stk_plan_trace *trace, int decode_pixels,
                     stk_draws *dr_out)
@@ -689,20 +696,20 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     size_t fplane = al64((size_t)ip->out_w * 4),
            fimg = (size_t)ip->out_w * ip->out_h * 4 * (size_t)ip->fmt.nc;
 
-    /* Segments of the float tail: boundaries before contrast, rotation and
-     * blur (the last two read other rows of the image). */
+    /* Segments of the float tail: boundaries before contrast, rotations
+     * and the whole-image float ops (the last two read other rows of the
+     * image). */
     int nseg = 1, segb[4 * STK_SPEC_MAX_OPS + 2], nimg = 0;
     segb[0] = 0;
     for (int k = 0; k < dr->nsteps; k++)
-        if (dr->steps[k].kind == S_CONTRAST || dr->steps[k].kind == S_ROT ||
-            dr->steps[k].kind == S_BLUR)
+        if (dr->steps[k].kind == S_CONTRAST || reads_image(ip, &dr->steps[k]))
             segb[nseg++] = k;
     segb[nseg] = dr->nsteps;
     int float_path = dr->nsteps > 0;
     if (nseg > 1)
         nimg = 1;
     for (int s = 1; s < nseg - 1; s++)
-        if (dr->steps[segb[s]].kind == S_ROT || dr->steps[segb[s]].kind == S_BLUR)
+        if (reads_image(ip, &dr->steps[segb[s]]))
             nimg = 2;
     /* Every term is below 2^50 (sides < 2^30, region under the pixel
      * limit); refuse a sum no machine could hold rather than wrap. */
@@ -746,7 +753,7 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     if (float_path) {
         for (int c = 0; c < 3; c++, m += fplane)
             frow[c] = (float *)m;
-        brow = (float *)m; /* the blur's vertical pass */
+        brow = (float *)m; /* a whole-image op's row (the blur's vertical pass) */
         m += fplane;
         for (int i = 0; i < nimg; i++, m += al64(fimg))
             img[i] = (float *)m;
@@ -836,22 +843,25 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
     size_t plane = (size_t)OW * OH;
     int cur = 0;
     float contrast_b = 0.0f;
-    stk_blur blur;
+    stk_fop_ctx fctx; /* the set-up of the whole-image float op starting the segment */
+    const stk_float_hooks *fop = NULL;
     for (int s = 0; s < nseg; s++) {
         int k0 = segb[s], k1 = segb[s + 1], last = s == nseg - 1;
         int first_kind = s > 0 ? dr->steps[k0].kind : -1;
         int want_gray = !last && dr->steps[k1].kind == S_CONTRAST;
         int dst_img = cur;
-        if ((first_kind == S_ROT || first_kind == S_BLUR) && !last)
+        if ((first_kind == S_ROT || first_kind == S_FOP) && !last)
             dst_img = 1 - cur;
         double gsum = 0.0;
         if (first_kind == S_CONTRAST)
             k0++; /* applied below with the image's mean */
         else if (first_kind == S_ROT)
             k0++;
-        else if (first_kind == S_BLUR) {
-            const stk_tail_op *t = &ip->tail[dr->steps[k0].rot];
-            stk_blur_init(&blur, dr->steps[k0].f, (int)t->kx, (int)t->ky, OW, OH, brow);
+        else if (first_kind == S_FOP) {
+            const stk_draw_step *st = &dr->steps[k0];
+            const stk_tail_op *t = &ip->tail[st->tail];
+            fop = t->lut->fl;
+            fop->begin(t->state, dr->fparam[st->rot], OW, OH, nc, brow, &fctx);
             k0++;
         }
         for (int32_t y = 0; y < OH; y++) {
@@ -876,11 +886,11 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                     for (int c = 0; c < nc; c++)
                         p[c] = img[dst_img] + c * plane + (size_t)y * OW;
                 ck->rotate_row(&rots[dr->steps[k0 - 1].rot], img[cur], nc, y, p);
-            } else if (first_kind == S_BLUR) {
+            } else if (first_kind == S_FOP) {
                 if (!last)
                     for (int c = 0; c < nc; c++)
                         p[c] = img[dst_img] + c * plane + (size_t)y * OW;
-                ck->blur_row(&blur, img[cur], nc, y, p);
+                fop->image_row(&fctx, ck, img[cur], nc, y, p);
             } else {
                 for (int c = 0; c < nc; c++)
                     p[c] = img[cur] + c * plane + (size_t)y * OW;
@@ -892,8 +902,12 @@ static int run_impl(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
                 case S_BRIGHT: ck->brightness(p, OW, nc, st->f); break;
                 case S_SAT: ck->saturation(p, OW, nc, st->f, st->g); break;
                 case S_HUE: ck->hue(p, OW, nc, st->f); break;
-                case S_GRAY: ck->grayscale(p, OW, nc); break;
-                default: break; /* contrast, rotation and blur start segments */
+                case S_FOP: { /* a row op (whole-image ones start segments) */
+                    const stk_tail_op *t = &ip->tail[st->tail];
+                    t->lut->fl->row(t->state, dr->fparam[st->rot], ck, p, OW, nc);
+                    break;
+                }
+                default: break; /* contrast and rotations start segments */
                 }
             }
             if (last) {

@@ -17,11 +17,13 @@
  * product k_y k_x^T. stoker runs it separably (a vertical then a horizontal
  * pass per output row), which sums in another order than torch's conv2d: a
  * few float ulps (docs/pipeline.md, "Accuracy"). The blur reads
- * neighbouring rows, so it starts a pass over the parked float image, like
- * rotate. K / 2 must be smaller than the image side (torch's reflect pad
- * refuses otherwise), checked at compile.
+ * neighbouring rows, so it is a whole-image op of the float tail (op.h's
+ * STK_OP_FLOAT hooks below): it starts a pass over the parked float image,
+ * like rotate. K / 2 must be smaller than the image side (torch's reflect
+ * pad refuses otherwise), checked by the compile hook.
  */
 #include "ops/op.h"
+#include "ops/plan.h"
 
 #include <stdio.h>
 
@@ -87,8 +89,62 @@ static int parse(stk_spec_parser *P, const stk_spec_stage *st, const stk_spec_op
     return 0;
 }
 
+/* state: KX, KY, sigma LO, HI. */
+static int compile(const char *text, const stk_spec_op *o, uint32_t h, uint32_t w, int nc,
+                   double *state)
+{
+    (void)nc;
+    if ((int64_t)(o->u.blur.kx / 2) >= (int64_t)w || (int64_t)(o->u.blur.ky / 2) >= (int64_t)h)
+        return stk_spec_fail(text, o->arg_col,
+                             "gaussian_blur kernel %ux%u (KX,KY) needs an image larger than "
+                             "half of it (reflect padding); the image here is %lldx%lld "
+                             "(HxW)",
+                             o->u.blur.kx, o->u.blur.ky, (long long)h, (long long)w);
+    state[0] = o->u.blur.kx;
+    state[1] = o->u.blur.ky;
+    state[2] = o->u.blur.sigma[0];
+    state[3] = o->u.blur.sigma[1];
+    return 0;
+}
+
+/* One uniform, always: sigma = float32(LO + (HI - LO) * u). */
+static int draw(const double *state, stk_rng *rng, double *param, stk_plan_trace *tr)
+{
+    double u = stk_rng_uniform(rng);
+    float sigma = (float)(state[2] + (state[3] - state[2]) * u);
+    param[0] = (double)sigma;
+    if (tr && tr->nblur++ == 0)
+        tr->sigma = (double)sigma;
+    return 1;
+}
+
+_Static_assert(sizeof(stk_blur) <= sizeof(stk_fop_ctx), "the blur's set-up fits the context");
+
+static void begin(const double *state, const double *param, int32_t w, int32_t h, int nc,
+                  float *tmp, stk_fop_ctx *ctx)
+{
+    (void)nc;
+    stk_blur_init((stk_blur *)(void *)ctx, (float)param[0], (int)state[0], (int)state[1], w, h,
+                  tmp);
+}
+
+static void image_row(const stk_fop_ctx *ctx, const stk_color_kernels *ck, const float *src,
+                      int nc, int32_t y, float *const *p)
+{
+    ck->blur_row((const stk_blur *)(const void *)ctx, src, nc, y, p);
+}
+
+static const stk_float_hooks hooks = {
+    .whole_image = 1,
+    .compile = compile,
+    .draw = draw,
+    .begin = begin,
+    .image_row = image_row,
+};
+
 const stk_op_desc stk_op_gaussian_blur = {
-    .syntax = {"gaussian_blur", NULL, STK_OP_GAUSSIAN_BLUR, STK_ORD_PIXELS | STK_ORD_FLOAT,
+    .syntax = {"gaussian_blur", NULL, STK_OP_FLOAT, STK_ORD_PIXELS | STK_ORD_FLOAT,
                "(it works on pixel values)", parse, NULL, 0, "K | KX,KY [sigma=LO:HI]"},
     .torchvision = "GaussianBlur",
+    .fl = &hooks,
 };

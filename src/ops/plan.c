@@ -344,8 +344,7 @@ static int compile_fixed(const char *text, const stk_spec *spec, int nops, int f
         case STK_OP_ROTATE:
         case STK_OP_COLOR_JITTER:
         case STK_OP_LUT:
-        case STK_OP_GRAYSCALE:
-        case STK_OP_GAUSSIAN_BLUR:
+        case STK_OP_FLOAT:
         case STK_OP_RANDOM_ERASING:
         case STK_OP_RANDOM_APPLY:
         case STK_OP_POLICY:

@@ -95,6 +95,7 @@ int stk_plan_run_input(const stk_plan *p, const stk_plan_input *in, stk_rng *rng
  * probes the sample and draws exactly what stk_plan_run_input would draw
  * from the same stream, without decoding or writing anything.
  */
+#define STK_TRACE_FOPS 4
 typedef struct stk_plan_trace {
     uint32_t src_width, src_height; /* the image entering the geometry */
     int resized;          /* a resize or random_resized_crop ran */
@@ -128,6 +129,12 @@ typedef struct stk_plan_trace {
     int aug_bin[32];      /* its magnitude bin, -1 for none */
     int aug_neg[32];      /* its magnitude was negated */
     double aug_mag[32];   /* the magnitude torchvision's _apply_op receives */
+    /* The first STK_TRACE_FOPS float ops (ops/op.h, STK_OP_FLOAT) that
+     * applied: their names and the parameters their draw hooks drew (each
+     * op's file says what they are). */
+    int nfloat;
+    const char *float_name[STK_TRACE_FOPS];
+    double float_param[STK_TRACE_FOPS][8];
 } stk_plan_trace;
 
 /*

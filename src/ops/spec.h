@@ -66,9 +66,11 @@ typedef enum stk_op_kind {
      * wholly by its table row (ops/op.h: lut and draw hooks); its arguments
      * are u.num, in the order of the row's params. posterize, solarize. */
     STK_OP_LUT,
-    /* Float-tensor ops of the image pipeline's tail (issue 11). */
-    STK_OP_GRAYSCALE,      /* u.num: p (op_grayscale.c) */
-    STK_OP_GAUSSIAN_BLUR,  /* u.blur (op_gaussian_blur.c) */
+    /* A float-tensor op of the image pipeline's tail described wholly by
+     * its table row (ops/op.h: the stk_float_hooks: draw, row or whole
+     * image): grayscale (u.num), gaussian_blur (u.blur), perspective
+     * (u.num). */
+    STK_OP_FLOAT,
     STK_OP_RANDOM_ERASING, /* u.erase (op_random_erasing.c) */
     STK_OP_RANDOM_APPLY,   /* u.apply (op_random_apply.c) */
     /* An augmentation policy (auto_augment, rand_augment,
