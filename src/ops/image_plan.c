@@ -8,7 +8,7 @@
  * Compile splits a spec into three parts:
  *
  *   prefix  fixed-shape input only: the ops up to the last `pad`, run by
- *           the fixed-shape kernel into uint8 HWC (plan.c). Pads need a
+ *           the fixed-shape kernel into uint8 HWC (fixed_plan.c). Pads need a
  *           known image size, so variable input cannot have them.
  *   head    flips, crops and at most one resize or random_resized_crop, in
  *           any order. They compose into one affine map per axis: the
@@ -52,8 +52,10 @@
  *      jitter or rotation it is converted to float (ToTensor) and the tail
  *      runs in "segments". A segment ends where an op needs the whole image
  *      first: contrast needs the mean gray level of the image as it stands,
- *      rotation reads any pixel, the Gaussian blur the rows around it
- *      (grayscale is a per-row op). Until then each row goes through the
+ *      rotation reads any pixel, a whole-image float op (op.h: the
+ *      Gaussian blur reads the rows around it, perspective any pixel)
+ *      starts one through its hooks; a row float op (grayscale) joins the
+ *      segment it is in. Until then each row goes through the
  *      segment's ops while it is in L1; at a barrier rows are parked in a
  *      float image (and the gray sum accumulated), and the next segment
  *      reads them back. imagenet-train-extensive is thus 2 passes after the
@@ -201,11 +203,11 @@ int stk_imgplan_compile(const char *text, const stk_spec *spec, uint32_t in_h, u
         ps->mode = (int)o->u.pad.mode;
     }
     if (last_pad >= 0) {
-        if ((rc = stk_plan_compile_prefix(text, spec, last_pad + 1, in_h, in_w, in_c,
-                                          &ip->prefix)) < 0)
+        if ((rc = stk_fixplan_compile(text, spec, last_pad + 1, 1, in_h, in_w, in_c,
+                                      &ip->prefix)) < 0)
             goto fail;
         int64_t shape[3];
-        stk_plan_output(ip->prefix, shape, NULL, NULL, NULL);
+        stk_fixplan_output(ip->prefix, shape, NULL, NULL, NULL);
         ip->pre_h = (uint32_t)shape[0];
         ip->pre_w = (uint32_t)shape[1];
         kh = shape[0];
@@ -733,7 +735,7 @@ void stk_imgplan_free(stk_imgplan *ip)
 {
     if (!ip)
         return;
-    stk_plan_free(ip->prefix);
+    stk_fixplan_free(ip->prefix);
     for (int k = 0; k < ip->nuser; k++)
         stk_user_release(&ip->user[k]);
     free(ip);

@@ -3,7 +3,9 @@
  * rotate, color_jitter or a uint8 point op (posterize, solarize), and every
  * spec run on images whose size varies (encoded JPEG/PNG, raw images of any
  * shape) (internal; plan.c dispatches here, docs/pipeline.md describes the
- * semantics).
+ * semantics). It sits between the front door and the fixed plan: plan.c ->
+ * image_plan.c -> fixed_plan.c (its prefix of pads); it includes the types
+ * of a run (plan_io.h), never plan.h.
  *
  * A compiled image plan is immutable and shared by all workers, like any
  * stk_plan. Running it on one sample touches only the caller's scratch, the
@@ -13,8 +15,10 @@
 #define STK_OPS_IMAGE_PLAN_H
 
 #include "codec/codec.h"
-#include "ops/plan.h"
+#include "core/util.h"
 #include "ops/op.h"
+#include "ops/plan_io.h"
+#include "ops/spec.h"
 
 typedef struct stk_imgplan stk_imgplan;
 
@@ -40,14 +44,5 @@ int stk_imgplan_run(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rn
  * unless it was compiled with `spatial`. */
 int stk_imgplan_run_spatial(const stk_imgplan *ip, const stk_plan_input *in, stk_rng *rng,
                             void *out, stk_scratch *scratch, stk_spatial *sp, stk_scratch *work);
-
-/* The image plan of a compiled plan (plan.c), or NULL for a fixed-shape
- * one (the GPU image pipeline, src/gpu/stage.c, reads it). */
-const stk_imgplan *stk_plan_image(const stk_plan *p);
-
-/* plan.c: compile the first `nops` ops of a parsed spec as a fixed-shape
- * plan writing uint8 HWC (the part of an image spec before its last pad). */
-int stk_plan_compile_prefix(const char *text, const stk_spec *spec, int nops, uint32_t in_h,
-                            uint32_t in_w, uint32_t in_c, stk_plan **out);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "ops/augment.h"
 #include "ops/color.h"
+#include "ops/fixed_plan.h"
 #include "ops/image_plan.h"
 #include "ops/op.h"
 #include "ops/op_user.h"
@@ -97,7 +98,7 @@ struct stk_imgplan {
     int npads;
     stk_pad_step pads[STK_SPEC_MAX_OPS];
     int nc;                    /* channels through the pipeline and out */
-    stk_plan *prefix;          /* owned, or NULL */
+    stk_fixplan *prefix;       /* owned, or NULL: the ops up to the last pad, uint8 HWC */
     uint32_t pre_h, pre_w;
     int ngeo, ntail;
     stk_geo_op geo[STK_SPEC_MAX_OPS];

@@ -277,7 +277,7 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
             size_t pb = (size_t)ip->pre_h * ip->pre_w * (size_t)nc;
             if ((rc = reserve_keep(scratch, pb + 64, 0, 0)) < 0)
                 return rc;
-            if ((rc = stk_plan_run(ip->prefix, v, rng, scratch->data)) < 0)
+            if ((rc = stk_fixplan_run(ip->prefix, v, rng, scratch->data)) < 0)
                 return rc;
             W = ip->pre_w;
             H = ip->pre_h;

@@ -72,7 +72,7 @@
 
 #include <stdint.h>
 
-struct stk_plan_trace; /* ops/plan.h */
+struct stk_plan_trace; /* ops/plan_io.h */
 
 #define STK_FOP_STATE 16  /* doubles of a float op's compiled state */
 #define STK_FOP_PARAMS 8  /* doubles a float op draws per sample */

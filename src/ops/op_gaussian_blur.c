@@ -23,7 +23,7 @@
  * pad refuses otherwise), checked by the compile hook.
  */
 #include "ops/op.h"
-#include "ops/plan.h"
+#include "ops/plan_io.h"
 
 #include <stdio.h>
 

@@ -19,7 +19,7 @@
  * below). The GPU's colour kernels run it too ("gray", src/gpu/stage.c).
  */
 #include "ops/op.h"
-#include "ops/plan.h"
+#include "ops/plan_io.h"
 
 static const stk_spec_param params[] = {
     {"p", 0, 0, 1, 0, 0.1},

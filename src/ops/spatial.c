@@ -37,7 +37,7 @@
  * geometric steps are drawn inside the policy and not logged).
  */
 #include "ops/image_plan_impl.h"
-#include "ops/plan.h"
+#include "ops/plan_io.h"
 #include "ops/spec.h"
 
 #include "core/error.h"
