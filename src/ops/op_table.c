@@ -42,6 +42,7 @@
     X(auto_augment)                                                                            \
     X(rand_augment)                                                                            \
     X(trivial_augment_wide)                                                                    \
+    X(perspective)                                                                             \
     /* one line per op above; this comment ends the list */
 
 #define STK_OP_DECLARE(name) extern const stk_op_desc stk_op_##name;
