@@ -22,11 +22,11 @@
  * the host, so it needs host batches (an emulated device's are:
  * STOKER_CUDA_EMULATE=1); a real device batch with --digest is an error.
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
@@ -103,8 +103,15 @@ typedef struct bench_args {
     bool digest, json;
 } bench_args;
 
+/* The named values of --placement, --decoder and --on-error, and what each
+ * stands for (cli_parse_choice gives the position). */
 static const char *const placement_name[] = {"auto", "cpu", "gpu"};
+static const stk_placement placement_value[] = {STK_PLACE_AUTO, STK_PLACE_CPU, STK_PLACE_GPU};
 static const char *const decoder_name[] = {"cpu", "nvjpeg"};
+static const stk_decoder decoder_value[] = {STK_DECODER_CPU, STK_DECODER_NVJPEG};
+static const char *const on_error_name[] = {"raise", "skip", "replace"};
+static const stk_error_policy on_error_value[] = {STK_ON_ERROR_RAISE, STK_ON_ERROR_SKIP,
+                                                  STK_ON_ERROR_REPLACE};
 
 static const char *dtype_name(stk_dtype d)
 {
@@ -364,39 +371,6 @@ enum { OPT_PREFETCH = 256, OPT_RANK, OPT_WORLD, OPT_NO_SHUFFLE, OPT_DROP_LAST, O
        OPT_WEIGHTS, OPT_BALANCE, OPT_NUM_SAMPLES, OPT_AUG_SEED, OPT_VIEWS, OPT_MEMORY, OPT_FIELDS,
        OPT_STEP, OPT_DEVICE, OPT_PLACEMENT, OPT_DECODER };
 
-/* N or "auto" (0). */
-static bool parse_count_or_auto(const char *s, const char *opt, uint32_t *out)
-{
-    if (!strcmp(s, "auto")) {
-        *out = 0;
-        return true;
-    }
-    return cli_parse_count(s, opt, out);
-}
-
-/* Bytes with an optional binary suffix k/M/G (--memory-limit). */
-static bool parse_bytes(const char *s, const char *opt, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mul = 1;
-    if (end != s && *end && !end[1]) {
-        mul = *end == 'k' || *end == 'K' ? 1ull << 10
-            : *end == 'M'               ? 1ull << 20
-            : *end == 'G'               ? 1ull << 30
-                                        : 0;
-        end += mul ? 1 : 0;
-    }
-    if (end == s || *end || errno || !mul || v == 0 || v > UINT64_MAX / mul || s[0] == '-') {
-        cli_error("%s expects a positive byte count (suffix k, M or G allowed), not '%s'",
-                        opt, s);
-        return false;
-    }
-    *out = v * mul;
-    return true;
-}
-
 static const struct option bench_options[] = {
     {"pipeline", required_argument, NULL, 'p'},
     {"batch", required_argument, NULL, 'b'},
@@ -433,28 +407,18 @@ static const struct option bench_options[] = {
 /* Parse bench/demo options; returns -1 to go on, else an exit status. */
 static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
 {
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":p:b:t:e:s:h", bench_options, NULL)) != -1) {
+    cli_getopt_start();
+    int c, choice;
+    while ((c = cli_getopt(argc, argv, ":p:b:t:e:s:h", bench_options)) != -1) {
         switch (c) {
         case 'p': a->pipeline = optarg; break;
         case 'b': if (!cli_parse_count(optarg, "--batch", &a->opt.batch_size)) return EXIT_USAGE; break;
-        case 't': if (!parse_count_or_auto(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
-        case OPT_PREFETCH: if (!parse_count_or_auto(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
+        case 't': if (!cli_parse_count_or_auto(optarg, "--threads", &a->opt.threads)) return EXIT_USAGE; break;
+        case OPT_PREFETCH: if (!cli_parse_count_or_auto(optarg, "--prefetch", &a->opt.prefetch)) return EXIT_USAGE; break;
         case OPT_FIELDS: a->opt.fields = optarg; break;
-        case OPT_MEMORY: if (!parse_bytes(optarg, "--memory-limit", &a->opt.memory_limit)) return EXIT_USAGE; break;
-        case OPT_STEP: {
-            char *end;
-            a->step_ms = strtod(optarg, &end);
-            if (end == optarg || *end || !(a->step_ms > 0) || a->step_ms > 3.6e6) {
-                cli_error("--step-ms expects a time in milliseconds above 0, not '%s'", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        }
-        case 'e': if (!cli_parse_u64(optarg, "--epochs", &a->epochs)) return EXIT_USAGE; break;
+        case OPT_MEMORY: if (!cli_parse_bytes(optarg, "--memory-limit", 1, &a->opt.memory_limit)) return EXIT_USAGE; break;
+        case OPT_STEP: if (!cli_parse_positive(optarg, "--step-ms", "milliseconds", 3.6e6, &a->step_ms)) return EXIT_USAGE; break;
+        case 'e': if (!cli_parse_count64(optarg, "--epochs", &a->epochs)) return EXIT_USAGE; break;
         case 's': if (!cli_parse_u64(optarg, "--seed", &a->opt.seed)) return EXIT_USAGE; break;
         case OPT_RANK: if (!cli_parse_u32(optarg, "--rank", &a->opt.rank)) return EXIT_USAGE; break;
         case OPT_WORLD: if (!cli_parse_count(optarg, "--world-size", &a->opt.world_size)) return EXIT_USAGE; break;
@@ -481,47 +445,24 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
             /* "cpu" (or "") is host memory; the loader checks "cuda[:N]" */
             a->device = !strcmp(optarg, "cpu") || !*optarg ? NULL : optarg;
             break;
-        case OPT_PLACEMENT: {
-            int p = -1;
-            for (int i = 0; i < 3; i++)
-                if (!strcmp(optarg, placement_name[i]))
-                    p = i;
-            if (p < 0) {
-                cli_error("--placement: expected 'auto', 'cpu' or 'gpu', got '%s'", optarg);
-                return EXIT_USAGE;
-            }
-            a->placement = (stk_placement)p;
+        case OPT_PLACEMENT:
+            if (!cli_parse_choice(optarg, "--placement", placement_name, 3, &choice)) return EXIT_USAGE;
+            a->placement = placement_value[choice];
             a->placement_set = true;
             break;
-        }
         case OPT_DECODER:
-            if (!strcmp(optarg, "cpu")) {
-                a->decoder = STK_DECODER_CPU;
-            } else if (!strcmp(optarg, "nvjpeg")) {
-                a->decoder = STK_DECODER_NVJPEG;
-            } else {
-                cli_error("--decoder: expected 'cpu' or 'nvjpeg', got '%s'", optarg);
-                return EXIT_USAGE;
-            }
+            if (!cli_parse_choice(optarg, "--decoder", decoder_name, 2, &choice)) return EXIT_USAGE;
+            a->decoder = decoder_value[choice];
             a->decoder_set = true;
             break;
         case OPT_DIGEST: a->digest = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_ON_ERROR:
-            if (!strcmp(optarg, "raise"))
-                a->opt.on_error = STK_ON_ERROR_RAISE;
-            else if (!strcmp(optarg, "skip"))
-                a->opt.on_error = STK_ON_ERROR_SKIP;
-            else if (!strcmp(optarg, "replace"))
-                a->opt.on_error = STK_ON_ERROR_REPLACE;
-            else {
-                cli_error("--on-error: expected 'raise', 'skip' or 'replace', got '%s'", optarg);
-                return EXIT_USAGE;
-            }
+            if (!cli_parse_choice(optarg, "--on-error", on_error_name, 3, &choice)) return EXIT_USAGE;
+            a->opt.on_error = on_error_value[choice];
             break;
         case 'h': fputs(usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), bench_options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
     if (!cli_check_order(a->opt.no_shuffle, a->opt.shuffle, a->opt.block_size,
@@ -529,10 +470,6 @@ static int parse_bench(int argc, char **argv, bench_args *a, const char *usage)
         return EXIT_USAGE;
     if (a->opt.world_size && a->opt.rank >= a->opt.world_size) {
         cli_error("--rank %u must be below --world-size %u", a->opt.rank, a->opt.world_size);
-        return EXIT_USAGE;
-    }
-    if (a->epochs == 0) {
-        cli_error("--epochs must be at least 1");
         return EXIT_USAGE;
     }
     if (a->placement_set && !a->device) {
@@ -557,19 +494,12 @@ static int bench_main(int argc, char **argv, bench_args *ap)
         a.opt.sampling = &ap->sampling;
     if (status >= 0)
         return status;
-    if (optind >= argc) {
-        cli_error("bench: missing DATASET (see 'stoker bench --help')");
+    static const char *const names[] = {"DATASET"};
+    if (!cli_positionals(argc, argv, optind, "bench", names, 1))
         return EXIT_USAGE;
-    }
-    if (optind + 1 < argc) {
-        cli_error("bench: unexpected argument '%s'", argv[optind + 1]);
-        return EXIT_USAGE;
-    }
     a.dataset = argv[optind];
-    if (!a.pipeline) {
-        cli_error("bench: --pipeline SPEC is required (see docs/pipeline.md)");
+    if (!cli_required("bench", "--pipeline", a.pipeline))
         return EXIT_USAGE;
-    }
     return run_bench(&a);
 }
 
@@ -590,10 +520,8 @@ static int demo_main(int argc, char **argv, bench_args *ap)
         a.opt.sampling = &ap->sampling;
     if (status >= 0)
         return status;
-    if (optind < argc) {
-        cli_error("demo: unexpected argument '%s'", argv[optind]);
+    if (!cli_positionals(argc, argv, optind, "demo", NULL, 0))
         return EXIT_USAGE;
-    }
     if (!a.json)
         printf("stoker %s demo: Fashion-MNIST, %llu epochs\n", stk_version_string(),
                (unsigned long long)a.epochs);

@@ -10,12 +10,15 @@
  * --dir DIR names the cache (else STOKER_CACHE_DIR, $XDG_CACHE_HOME/stoker,
  * ~/.cache/stoker, as the library chooses). Built on the public API only
  * (stk_remote_cache_info_get, stk_remote_cache_trim, stk_remote_prefetch).
+ * Options may stand anywhere among the words, so they are read by hand
+ * (cli_option_value, cli/args.h), the words gathered in argv[1..], and
+ * counted per subcommand by cli_positionals.
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,34 +51,6 @@ static const char cache_usage[] =
     "                  $XDG_CACHE_HOME/stoker, else ~/.cache/stoker)\n"
     "  -q, --quiet     fetch: no progress lines\n";
 
-/* Bytes with an optional binary suffix (K, M, G, T; 0 allowed). */
-static bool parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mul = 1;
-    if (end != s && *end) {
-        switch (*end) {
-        case 'k': case 'K': mul = 1ull << 10; break;
-        case 'm': case 'M': mul = 1ull << 20; break;
-        case 'g': case 'G': mul = 1ull << 30; break;
-        case 't': case 'T': mul = 1ull << 40; break;
-        default: mul = 0; break;
-        }
-        end += mul ? 1 : 0;
-        if (mul && (*end == 'i' || *end == 'B'))
-            end += *end == 'i' && end[1] == 'B' ? 2 : 1;
-    }
-    if (end == s || *end || errno || !mul || s[0] == '-' || v > UINT64_MAX / mul) {
-        cli_error("cache trim: SIZE must be a byte count (suffix K, M, G or T allowed), not '%s'",
-                  s);
-        return false;
-    }
-    *out = v * mul;
-    return true;
-}
-
 static void print_info(const stk_remote_cache_info *info)
 {
     printf("cache:    %s\n", info->dir);
@@ -106,19 +81,16 @@ int cmd_cache(int argc, char **argv)
                                             {NULL, 0, NULL, 0}};
     const char *dir = NULL;
     bool quiet = false;
-    /* The words, with options allowed anywhere among them. */
-    const char *words[3] = {NULL, NULL, NULL};
+    /* The words, with options allowed anywhere among them, gathered in
+     * argv[1..nwords]. */
     int nwords = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--dir") || !strcmp(argv[i], "-d")) {
-            if (i + 1 >= argc) {
-                cli_error("cache: --dir needs a directory");
-                return EXIT_USAGE;
-            }
-            dir = argv[++i];
-        } else if (!strncmp(argv[i], "--dir=", 6)) {
-            dir = argv[i] + 6;
-        } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
+        int got = cli_option_value(argc, argv, &i, "--dir", "-d", &dir);
+        if (got < 0)
+            return EXIT_USAGE;
+        if (got > 0)
+            continue; /* --dir DIR, --dir=DIR, -d DIR */
+        if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
             quiet = true;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(cache_usage, stdout);
@@ -126,10 +98,8 @@ int cmd_cache(int argc, char **argv)
         } else if (argv[i][0] == '-' && argv[i][1]) {
             cli_unknown_option(argv[i], options);
             return EXIT_USAGE;
-        } else if (nwords < 3) {
-            words[nwords++] = argv[i];
         } else {
-            nwords++;
+            argv[1 + nwords++] = argv[i]; /* the words, in place */
         }
     }
     static const char *const subs[] = {"info", "fetch", "trim", "clear"};
@@ -137,25 +107,26 @@ int cmd_cache(int argc, char **argv)
         cli_error("cache: expected info, fetch, trim or clear (see 'stoker cache --help')");
         return EXIT_USAGE;
     }
-    const char *sub = words[0];
+    const char *sub = argv[1];
     int want = !strcmp(sub, "info") || !strcmp(sub, "clear") ? 1
              : !strcmp(sub, "fetch") || !strcmp(sub, "trim") ? 2
                                                               : 0;
     if (!want) {
         const char *s = cli_suggest(sub, subs, sizeof subs / sizeof *subs);
         if (s)
-            cli_error("cache: unknown subcommand '%s' (did you mean '%s'?)", sub, s);
+            cli_error("cache: unknown subcommand '%s'; did you mean '%s'?", sub, s);
         else
             cli_error("cache: unknown subcommand '%s': expected info, fetch, trim or clear", sub);
         return EXIT_USAGE;
     }
-    if (nwords != want) {
-        cli_error("cache %s: expected %s (see 'stoker cache --help')", sub,
-                  want == 1 ? "no argument" : !strcmp(sub, "fetch") ? "one DATASET" : "one SIZE");
+    char cmd[16];
+    snprintf(cmd, sizeof cmd, "cache %s", sub);
+    static const char *const fetch_names[] = {"DATASET"}, *const trim_names[] = {"SIZE"};
+    if (!cli_positionals(1 + nwords, argv, 2, cmd, !strcmp(sub, "fetch") ? fetch_names : trim_names,
+                         want - 1))
         return EXIT_USAGE;
-    }
     uint64_t keep = 0;
-    if (!strcmp(sub, "trim") && !parse_size(words[1], &keep))
+    if (!strcmp(sub, "trim") && !cli_parse_bytes(argv[2], "cache trim SIZE", 0, &keep))
         return EXIT_USAGE;
     if (dir && stk_remote_configure(dir, UINT64_MAX) < 0) {
         cli_error("%s", stk_errmsg());
@@ -176,7 +147,7 @@ int cmd_cache(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &ts);
         double t0 = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
         uint64_t objects, bytes, fetched;
-        if (stk_remote_prefetch(words[1], quiet ? NULL : fetch_progress, &t0, &objects, &bytes,
+        if (stk_remote_prefetch(argv[2], quiet ? NULL : fetch_progress, &t0, &objects, &bytes,
                                 &fetched) < 0) {
             cli_error("%s", stk_errmsg());
             return EXIT_RUNTIME;

@@ -5,16 +5,15 @@
  * cores, and what would help most with its predicted gain. A thin wrapper
  * over stk_doctor_run and stk_doctor_render (docs/doctor.md).
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 static const char doctor_usage[] =
     "usage: stoker doctor DATASET --pipeline SPEC [options]\n"
@@ -51,73 +50,33 @@ static const struct option doctor_options[] = {
     {NULL, 0, NULL, 0},
 };
 
-/* A positive finite decimal ("2000", "12.5"); a usage error otherwise. */
-static bool parse_positive(const char *text, const char *what, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = text && *text && *text != '-' && *text != '+' ? strtod(text, &end) : NAN;
-    if (isnan(v) || errno || *end || !isfinite(v) || v <= 0) {
-        cli_error("%s: expected a positive number of %s, got '%s'", what,
-                  strcmp(what, "--time") == 0 ? "seconds" : "milliseconds", text ? text : "");
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 int cmd_doctor(int argc, char **argv)
 {
     const char *pipeline = NULL;
     stk_doctor_options o = {0};
     bool json = false;
     int c;
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
-    while ((c = getopt_long(argc, argv, ":p:b:n:s:h", doctor_options, NULL)) != -1) {
+    cli_getopt_start();
+    while ((c = cli_getopt(argc, argv, ":p:b:n:s:h", doctor_options)) != -1) {
         switch (c) {
         case 'p': pipeline = optarg; break;
-        case 'T': if (!parse_positive(optarg, "--step-ms", &o.step_ms)) return EXIT_USAGE; break;
+        case 'T': if (!cli_parse_positive(optarg, "--step-ms", "milliseconds", INFINITY, &o.step_ms)) return EXIT_USAGE; break;
         case 'b': if (!cli_parse_count(optarg, "--batch", &o.batch_size)) return EXIT_USAGE; break;
-        case 'n':
-            if (!cli_parse_count(optarg, "--samples", &o.samples)) return EXIT_USAGE;
-            if (o.samples > 4096) {
-                cli_error("--samples: %u is more than 4096", o.samples);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'B': if (!parse_positive(optarg, "--time", &o.time_budget_s)) return EXIT_USAGE; break;
-        case 'R':
-            if (!cli_parse_count(optarg, "--readers", &o.readers)) return EXIT_USAGE;
-            if (o.readers > 256) {
-                cli_error("--readers: %u is more than 256", o.readers);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'C':
-            if (!cli_parse_count(optarg, "--cores", &o.max_cores)) return EXIT_USAGE;
-            if (o.max_cores > 1024) {
-                cli_error("--cores: %u is more than 1024", o.max_cores);
-                return EXIT_USAGE;
-            }
-            break;
+        case 'n': if (!cli_parse_count_max(optarg, "--samples", 4096, &o.samples)) return EXIT_USAGE; break;
+        case 'B': if (!cli_parse_positive(optarg, "--time", "seconds", INFINITY, &o.time_budget_s)) return EXIT_USAGE; break;
+        case 'R': if (!cli_parse_count_max(optarg, "--readers", 256, &o.readers)) return EXIT_USAGE; break;
+        case 'C': if (!cli_parse_count_max(optarg, "--cores", 1024, &o.max_cores)) return EXIT_USAGE; break;
         case 's': if (!cli_parse_u64(optarg, "--seed", &o.seed)) return EXIT_USAGE; break;
         case 'J': json = true; break;
         case 'h': fputs(doctor_usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), doctor_options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
-    if (optind + 1 != argc) {
-        cli_error(optind >= argc ? "doctor: expected a DATASET (see --help)"
-                                 : "doctor: expected one DATASET, got more arguments");
+    static const char *const names[] = {"DATASET"};
+    if (!cli_positionals(argc, argv, optind, "doctor", names, 1))
         return EXIT_USAGE;
-    }
-    if (!pipeline) {
-        cli_error("doctor: --pipeline is required (see --help)");
+    if (!cli_required("doctor", "--pipeline", pipeline))
         return EXIT_USAGE;
-    }
     /* A spec that does not parse is a usage error before anything is read. */
     if (stk_spec_validate(pipeline) < 0) {
         cli_error("%s", stk_errmsg());

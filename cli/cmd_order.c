@@ -3,6 +3,7 @@
  * epoch, in delivery order, one per line. Uses the same public sampler as
  * the loader, so it is the loader's order.
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
@@ -113,11 +114,9 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
     bool balance = false;
     uint64_t nweights = 0;
     uint64_t epoch = 0;
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
+    cli_getopt_start();
     int c;
-    while ((c = getopt_long(argc, argv, ":s:e:b:h", order_options, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, ":s:e:b:h", order_options)) != -1) {
         switch (c) {
         case 's': if (!cli_parse_u64(optarg, "--seed", &so.seed)) return EXIT_USAGE; break;
         case 'e': if (!cli_parse_u64(optarg, "--epoch", &epoch)) return EXIT_USAGE; break;
@@ -142,16 +141,14 @@ static int order_run(int argc, char **argv, stk_sampling *sg)
         case OPT_MIX_SIZES: if (!cli_parse_mix_sizes(optarg, sg)) return EXIT_USAGE; break;
         case OPT_MIX_WEIGHTS: if (!cli_parse_mix_weights(optarg, sg, &nweights)) return EXIT_USAGE; break;
         case 'h': fputs(order_usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), order_options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
     if (!cli_check_order(so.no_shuffle, so.shuffle, so.block_size, so.shuffle_window))
         return EXIT_USAGE;
-    if (optind + 1 != argc) {
-        cli_error("order: expected one DATASET-or-SIZE argument (see 'stoker order --help')");
+    static const char *const names[] = {"DATASET-or-SIZE"};
+    if (!cli_positionals(argc, argv, optind, "order", names, 1))
         return EXIT_USAGE;
-    }
     if (sg->mix_weights && nweights != sg->num_mix) {
         cli_error("--mix-weights: %llu weights for %llu --mix-sizes", (unsigned long long)nweights,
                   (unsigned long long)sg->num_mix);

@@ -3,6 +3,7 @@
  * samples, so a user can see what the network is fed (crops, flips, colour
  * jitter) before training on it. A thin wrapper over stk_preview.
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
@@ -50,10 +51,8 @@ int cmd_preview(int argc, char **argv)
     const char *pipeline = NULL, *output = NULL;
     stk_preview_options po = {.count = 16};
     int c;
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
-    while ((c = getopt_long(argc, argv, ":p:o:n:s:c:lh", preview_options, NULL)) != -1) {
+    cli_getopt_start();
+    while ((c = cli_getopt(argc, argv, ":p:o:n:s:c:lh", preview_options)) != -1) {
         switch (c) {
         case 'p': pipeline = optarg; break;
         case 'o': output = optarg; break;
@@ -62,27 +61,16 @@ int cmd_preview(int argc, char **argv)
         case 'c': if (!cli_parse_count(optarg, "--columns", &po.columns)) return EXIT_USAGE; break;
         case 'l': po.labels = 1; break;
         case 'C': po.compare = 1; break;
-        case 'S':
-            if (!cli_parse_count(optarg, "--scale", &po.scale)) return EXIT_USAGE;
-            if (po.scale > 64) {
-                cli_error("--scale: %u is more than 64", po.scale);
-                return EXIT_USAGE;
-            }
-            break;
+        case 'S': if (!cli_parse_count_max(optarg, "--scale", 64, &po.scale)) return EXIT_USAGE; break;
         case 'h': fputs(preview_usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), preview_options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
-    if (optind + 1 != argc) {
-        cli_error(optind >= argc ? "preview: expected a DATASET (see --help)"
-                                 : "preview: expected one DATASET, got more arguments");
+    static const char *const names[] = {"DATASET"};
+    if (!cli_positionals(argc, argv, optind, "preview", names, 1) ||
+        !cli_required("preview", "--pipeline", pipeline) ||
+        !cli_required("preview", "-o FILE", output))
         return EXIT_USAGE;
-    }
-    if (!pipeline || !output) {
-        cli_error("preview: %s is required (see --help)", !pipeline ? "--pipeline" : "-o FILE");
-        return EXIT_USAGE;
-    }
     stk_dataset *ds = NULL;
     int rc = stk_dataset_open(argv[optind], NULL, &ds);
     if (rc < 0) {

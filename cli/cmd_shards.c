@@ -3,6 +3,7 @@
  * looking into .stk shard datasets (docs/format.md). Built on the public
  * API only (stk_pack, stk_verify, stk_dataset_* accessors).
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/stoker.h>
@@ -136,26 +137,6 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes
     fflush(stderr);
 }
 
-static bool parse_size(const char *text, uint64_t *out)
-{
-    char *end;
-    double v = strtod(text, &end);
-    uint64_t mul = 1;
-    if (*end == 'K' || *end == 'k')
-        mul = 1ull << 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        mul = 1ull << 20, end++;
-    else if (*end == 'G' || *end == 'g')
-        mul = 1ull << 30, end++;
-    /* at least one byte (0.1 would become 0, the library's "default"); NaN fails too */
-    if (end == text || *end || !(v * (double)mul >= 1.0 && v * (double)mul <= 1e18)) {
-        cli_error("--shard-size: expected a size like 512M or 1G, got '%s'", text);
-        return false;
-    }
-    *out = (uint64_t)(v * (double)mul);
-    return true;
-}
-
 int cmd_pack(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -173,27 +154,19 @@ int cmd_pack(int argc, char **argv)
     uint32_t interval;
     uint32_t zstd = 0, quality = 0;
     bool reencode = false;
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
+    cli_getopt_start();
     int c;
-    while ((c = getopt_long(argc, argv, ":s:j:qh", options, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, ":s:j:qh", options)) != -1) {
         switch (c) {
-        case 's': if (!parse_size(optarg, &o.shard_bytes)) return EXIT_USAGE; break;
+        case 's': if (!cli_parse_bytes(optarg, "--shard-size", 1, &o.shard_bytes)) return EXIT_USAGE; break;
         case 'j': if (!cli_parse_count(optarg, "--jobs", &o.jobs)) return EXIT_USAGE; break;
         case 'r': o.mode = STK_PACK_RAW; break;
-        case 'z': if (!cli_parse_count(optarg, "--zstd", &zstd)) return EXIT_USAGE; break;
+        case 'z': if (!cli_parse_count_max(optarg, "--zstd", 19, &zstd)) return EXIT_USAGE; break;
         case 'n': o.no_validate = 1; break;
         case 'R': reencode = true; break;
         case 'M': if (!cli_parse_count(optarg, "--max-side", &o.max_side)) return EXIT_USAGE; break;
-        case 'Q': if (!cli_parse_count(optarg, "--quality", &quality)) return EXIT_USAGE; break;
-        case 'T':
-            if (!cli_parse_u32(optarg, "--restart", &o.restart_interval)) return EXIT_USAGE;
-            if (o.restart_interval < 1 || o.restart_interval > 65535) {
-                cli_error("--restart: %u is not in 1..65535 MCUs", o.restart_interval);
-                return EXIT_USAGE;
-            }
-            break;
+        case 'Q': if (!cli_parse_count_max(optarg, "--quality", 100, &quality)) return EXIT_USAGE; break;
+        case 'T': if (!cli_parse_count_max(optarg, "--restart", 65535, &o.restart_interval)) return EXIT_USAGE; break;
         case 'S': o.strict = 1; break;
         case 'q': ctx.quiet = true; break;
         case 'P':
@@ -201,14 +174,12 @@ int cmd_pack(int argc, char **argv)
             ctx.interval = interval;
             break;
         case 'h': fputs(pack_usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
-    if (optind + 2 != argc) {
-        cli_error("pack: expected SRC and DEST (see 'stoker pack --help')");
+    static const char *const names[] = {"SRC", "DEST"};
+    if (!cli_positionals(argc, argv, optind, "pack", names, 2))
         return EXIT_USAGE;
-    }
     if (reencode && o.mode == STK_PACK_RAW) {
         cli_error("--reencode and --raw exclude each other");
         return EXIT_USAGE;
@@ -219,10 +190,6 @@ int cmd_pack(int argc, char **argv)
         cli_error("--max-side and --quality need --reencode");
         return EXIT_USAGE;
     }
-    if (quality > 100) {
-        cli_error("--quality: %u is not in 1..100", quality);
-        return EXIT_USAGE;
-    }
     o.quality = (int)quality;
     if (zstd && o.mode != STK_PACK_RAW) {
         cli_error("--zstd needs --raw (encoded images are kept as they are)");
@@ -230,10 +197,6 @@ int cmd_pack(int argc, char **argv)
     }
     if (o.restart_interval && o.mode == STK_PACK_RAW) {
         cli_error("--restart applies to encoded images, not --raw");
-        return EXIT_USAGE;
-    }
-    if (zstd > 19) {
-        cli_error("--zstd: level %u is not in 1..19", zstd);
         return EXIT_USAGE;
     }
     o.zstd_level = (int)zstd;
@@ -326,10 +289,9 @@ int cmd_inspect(int argc, char **argv)
         cli_unknown_option(argv[1], inspect_options);
         return EXIT_USAGE;
     }
-    if (argc != 2) {
-        cli_error("inspect: expected one DATASET (see 'stoker inspect --help')");
+    static const char *const names[] = {"DATASET"};
+    if (!cli_positionals(argc, argv, 1, "inspect", names, 1))
         return EXIT_USAGE;
-    }
     stk_dataset *ds;
     if (stk_dataset_open(argv[1], NULL, &ds) < 0) {
         cli_error("%s", stk_errmsg());
@@ -510,9 +472,10 @@ int cmd_verify(int argc, char **argv)
     pack_ctx ctx = {.what = "verify", .bar = isatty(STDERR_FILENO), .interval = 10};
     stk_verify_options o = {.on_damage = on_damage, .on_notice = on_notice,
                             .on_progress = on_verify_progress, .ctx = &ctx};
-    const char *uri = NULL;
     /* By hand, not getopt_long: getopt would take '--decod' for --decode,
-     * and a typo should get a did-you-mean instead. */
+     * and a typo should get a did-you-mean instead. The DATASET is the one
+     * word that is not an option; the words are collected in place. */
+    int nwords = 1;
     static const struct option verify_options[] = {
         {"decode", no_argument, NULL, 'd'},
         {"quiet", no_argument, NULL, 'q'},
@@ -521,41 +484,32 @@ int cmd_verify(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     for (int i = 1; i < argc; i++) {
         const char *interval = NULL;
-        if (!strcmp(argv[i], "--decode"))
-            o.decode = 1;
-        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet"))
-            ctx.quiet = true;
-        else if (!strcmp(argv[i], "--progress-interval")) {
-            if (i + 1 == argc) {
-                cli_error("option '%s' needs a value", argv[i]);
+        int got = cli_option_value(argc, argv, &i, "--progress-interval", NULL, &interval);
+        if (got < 0)
+            return EXIT_USAGE;
+        if (got) {
+            uint32_t seconds;
+            if (!cli_parse_u32(interval, "--progress-interval", &seconds))
                 return EXIT_USAGE;
-            }
-            interval = argv[++i];
-        } else if (!strncmp(argv[i], "--progress-interval=", 20))
-            interval = argv[i] + 20;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            ctx.interval = seconds;
+        } else if (!strcmp(argv[i], "--decode")) {
+            o.decode = 1;
+        } else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) {
+            ctx.quiet = true;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(verify_usage, stdout);
             return 0;
         } else if (argv[i][0] == '-') {
             cli_unknown_option(argv[i], verify_options);
             return EXIT_USAGE;
-        } else if (!uri)
-            uri = argv[i];
-        else {
-            cli_error("verify: unexpected argument '%s'", argv[i]);
-            return EXIT_USAGE;
-        }
-        uint32_t seconds;
-        if (interval) {
-            if (!cli_parse_u32(interval, "--progress-interval", &seconds))
-                return EXIT_USAGE;
-            ctx.interval = seconds;
+        } else {
+            argv[nwords++] = argv[i];
         }
     }
-    if (!uri) {
-        cli_error("verify: expected a DATASET");
+    static const char *const names[] = {"DATASET"};
+    if (!cli_positionals(nwords, argv, 1, "verify", names, 1))
         return EXIT_USAGE;
-    }
+    const char *uri = argv[1];
     stk_verify_result r = {0};
     ctx.start = ctx.last = now_s();
     int rc = stk_verify(uri, &o, &r);
@@ -604,23 +558,19 @@ int cmd_cat(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     const char *field = NULL, *output = NULL;
-    optind = 1;
-    opterr = 0;
-    optopt = 0;
+    cli_getopt_start();
     int c;
-    while ((c = getopt_long(argc, argv, ":f:o:h", options, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, ":f:o:h", options)) != -1) {
         switch (c) {
         case 'f': field = optarg; break;
         case 'o': output = optarg; break;
         case 'h': fputs(cat_usage, stdout); return 0;
-        case ':': cli_error("option '%s' needs a value", argv[optind - 1]); return EXIT_USAGE;
-        default: cli_unknown_option(cli_bad_option(argv), options); return EXIT_USAGE;
+        default: return EXIT_USAGE; /* cli_getopt said why */
         }
     }
-    if (optind + 2 != argc) {
-        cli_error("cat: expected DATASET and INDEX (see 'stoker cat --help')");
+    static const char *const names[] = {"DATASET", "INDEX"};
+    if (!cli_positionals(argc, argv, optind, "cat", names, 2))
         return EXIT_USAGE;
-    }
     uint64_t index;
     if (!cli_parse_u64(argv[optind + 1], "INDEX", &index))
         return EXIT_USAGE;

@@ -1,12 +1,11 @@
 /*
- * main.c — `stoker`: dispatch to a command, shared helpers.
+ * main.c — `stoker`: the global --plugin option, dispatch to a command, the
+ * usage text and `help COMMAND`.
  *
- * A mistyped command or option is answered with the closest known one when
- * it is near enough: the Damerau-Levenshtein distance (optimal string
- * alignment: insertions, deletions, substitutions and swaps of two
- * neighbours, each costing 1) is at most 2 and smaller than the typed
- * word's length (so "x" is not "corrected" to "raw"). Ties go to the first
- * candidate in the table's order.
+ * A mistyped command is answered with the closest known one when it is near
+ * enough (cli_suggest, cli/args.c: at most 2 edits and fewer than the typed
+ * word's length; ties go to the first command in the table's order). The
+ * commands read their own options through cli/args.h, as --plugin does here.
  *
  * stk_cli_main is the whole tool; main() only calls it. The Python package
  * compiles the cli/ sources into its extension module with STK_CLI_NO_MAIN defined
@@ -15,14 +14,13 @@
  * an installed wheel run this same code. It keeps no state between calls but
  * getopt's, which it resets on entry: a process may call it more than once.
  */
+#include "args.h"
 #include "cli.h"
 
 #include <stoker/op.h>
 #include <stoker/stoker.h>
 
-#include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,83 +71,6 @@ static void print_usage(FILE *f)
 static const char *const commands[] = {"bench",   "order", "pack", "inspect", "verify",
                                        "cat",     "preview", "doctor", "cache", "demo", "version", "help"};
 
-size_t cli_distance(const char *a, const char *b)
-{
-    enum { MAXLEN = 64 };
-    size_t n = strlen(a), m = strlen(b);
-    if (n > MAXLEN || m > MAXLEN)
-        return SIZE_MAX;
-    size_t d[MAXLEN + 1][MAXLEN + 1];
-    for (size_t i = 0; i <= n; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= m; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= n; i++)
-        for (size_t j = 1; j <= m; j++) {
-            size_t cost = a[i - 1] != b[j - 1];
-            size_t v = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < v)
-                v = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < v)
-                v = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < v)
-                v = d[i - 2][j - 2] + 1;
-            d[i][j] = v;
-        }
-    return d[n][m];
-}
-
-const char *cli_suggest(const char *word, const char *const *candidates, size_t n)
-{
-    const char *best = NULL;
-    size_t best_d = 3, len = strlen(word);
-    for (size_t i = 0; i < n; i++) {
-        size_t dist = cli_distance(word, candidates[i]);
-        if (dist < best_d && dist < len) {
-            best = candidates[i];
-            best_d = dist;
-        }
-    }
-    return best;
-}
-
-void cli_unknown_option(const char *arg, const struct option *options)
-{
-    /* "--name=value" and "-x" are compared by their name alone */
-    char name[65];
-    const char *p = arg;
-    while (*p == '-')
-        p++;
-    size_t len = strcspn(p, "=");
-    const char *names[64];
-    size_t n = 0;
-    if (len < sizeof name && options) {
-        memcpy(name, p, len);
-        name[len] = '\0';
-        for (; options[n].name && n < 64; n++)
-            names[n] = options[n].name;
-        const char *hit = cli_suggest(name, names, n);
-        if (hit) {
-            cli_error("unknown option '%s'; did you mean '--%s'?", arg, hit);
-            return;
-        }
-    }
-    cli_error("unknown option '%s' (see --help)", arg);
-}
-
-const char *cli_bad_option(char **argv)
-{
-    static char shortopt[3];
-    if (optopt && optopt != '?') { /* an unknown short option (it may sit in a cluster) */
-        shortopt[0] = '-';
-        shortopt[1] = (char)optopt;
-        shortopt[2] = '\0';
-        return shortopt;
-    }
-    return argv[optind - 1];
-}
-
 static void unknown_command(const char *what, const char *cmd)
 {
     static const char *const flags[] = {"version", "help"}; /* "--verison" */
@@ -160,87 +81,6 @@ static void unknown_command(const char *what, const char *cmd)
         cli_error("%s '%s'; did you mean '%s%s'?", what, cmd, cmd[0] == '-' ? "--" : "", hit);
     else
         cli_error("%s '%s' (try 'stoker help')", what, cmd);
-}
-
-void cli_error(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("stoker: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-bool cli_parse_u64(const char *text, const char *what, uint64_t *out)
-{
-    char *end;
-    if (!text || !*text || *text == '-' || *text == '+') {
-        cli_error("%s: expected a non-negative integer, got '%s'", what, text ? text : "");
-        return false;
-    }
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end) {
-        cli_error("%s: expected a non-negative integer, got '%s'", what, text);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cli_parse_u32(const char *text, const char *what, uint32_t *out)
-{
-    uint64_t v;
-    if (!cli_parse_u64(text, what, &v))
-        return false;
-    if (v > UINT32_MAX) {
-        cli_error("%s: %s is too large", what, text);
-        return false;
-    }
-    *out = (uint32_t)v;
-    return true;
-}
-
-bool cli_parse_shuffle(const char *text, stk_shuffle *out)
-{
-    if (strcmp(text, "global") == 0)
-        *out = STK_SHUFFLE_GLOBAL;
-    else if (strcmp(text, "block") == 0)
-        *out = STK_SHUFFLE_BLOCK;
-    else if (strcmp(text, "none") == 0)
-        *out = STK_SHUFFLE_NONE;
-    else {
-        cli_error("--shuffle: expected 'global', 'block' or 'none', got '%s'", text);
-        return false;
-    }
-    return true;
-}
-
-bool cli_check_order(int no_shuffle, stk_shuffle mode, uint64_t block_size, uint32_t window)
-{
-    if (no_shuffle && mode == STK_SHUFFLE_BLOCK) {
-        cli_error("--no-shuffle contradicts --shuffle block");
-        return false;
-    }
-    if ((block_size || window) && mode != STK_SHUFFLE_BLOCK) {
-        cli_error("--block-size and --shuffle-window need --shuffle block");
-        return false;
-    }
-    return true;
-}
-
-bool cli_parse_count(const char *text, const char *what, uint32_t *out)
-{
-    uint32_t v;
-    if (!cli_parse_u32(text, what, &v))
-        return false;
-    if (v == 0) {
-        cli_error("%s must be at least 1, got '%s'", what, text);
-        return false;
-    }
-    *out = v;
-    return true;
 }
 
 double cli_peak_rss_mb(void)
@@ -262,11 +102,15 @@ int stk_cli_main(int argc, char **argv)
     (void)getopt(1, no_options, "");
     /* --plugin PATH (repeatable, before the command): load a plugin of
      * user-defined ops (stoker/op.h) for the command's pipeline. */
-    while (argc >= 2 && (!strcmp(argv[1], "--plugin") || !strncmp(argv[1], "--plugin=", 9))) {
-        const char *path = argv[1][8] == '=' ? argv[1] + 9 : argc >= 3 ? argv[2] : NULL;
-        int used = argv[1][8] == '=' ? 1 : 2;
-        if (!path || !*path) {
-            cli_error("--plugin needs a path (stoker --plugin LIB.so COMMAND ...)");
+    for (;;) {
+        int used = 1; /* after the call: the word holding the path */
+        const char *path = NULL;
+        int got = argc >= 2 ? cli_option_value(argc, argv, &used, "--plugin", NULL, &path) : 0;
+        if (got == 0)
+            break;
+        if (got < 0 || !*path) { /* "--plugin" last, "--plugin=" or "--plugin ''" */
+            if (got > 0)
+                cli_needs_value("--plugin");
             return EXIT_USAGE;
         }
         if (stk_plugin_load(path) < 0) {

@@ -6,6 +6,7 @@
  * --mix-sizes A,B,... and --mix-weights X,Y,... (mixing sources, inline).
  * The arrays are owned by the stk_sampling they fill (cli_sampling_free).
  */
+#include "args.h"
 #include "cli.h"
 
 #include <errno.h>

@@ -217,6 +217,65 @@ def test_did_you_mean(args, message):
     assert p.stderr == message
 
 
+# cli/args.c: one message per kind of mistake, whichever command takes the flag
+@pytest.mark.parametrize("args,message", [
+    (["bench"], "bench: missing DATASET (see 'stoker bench --help')"),
+    (["bench", "x", "y", "--pipeline", "to u8"],
+     "bench: unexpected argument 'y' (see 'stoker bench --help')"),
+    (["bench", "x"], "bench: --pipeline is required (see 'stoker bench --help')"),
+    (["demo", "extra"], "demo: unexpected argument 'extra' (see 'stoker demo --help')"),
+    (["doctor", "x", "y"], "doctor: unexpected argument 'y' (see 'stoker doctor --help')"),
+    (["preview", "x", "--pipeline", "to u8"],
+     "preview: -o FILE is required (see 'stoker preview --help')"),
+    (["order"], "order: missing DATASET-or-SIZE (see 'stoker order --help')"),
+    (["pack"], "pack: missing SRC and DEST (see 'stoker pack --help')"),
+    (["pack", "a"], "pack: missing DEST (see 'stoker pack --help')"),
+    (["inspect", "a", "b"], "inspect: unexpected argument 'b' (see 'stoker inspect --help')"),
+    (["verify"], "verify: missing DATASET (see 'stoker verify --help')"),
+    (["verify", "a", "b"], "verify: unexpected argument 'b' (see 'stoker verify --help')"),
+    (["cat", "a"], "cat: missing INDEX (see 'stoker cat --help')"),
+    (["cache", "trim"], "cache trim: missing SIZE (see 'stoker cache --help')"),
+    # a flag without its value: getopt's commands and the hand-parsed ones alike
+    (["bench", "x", "--pipeline"], "option '--pipeline' needs a value"),
+    (["order", "10", "-b"], "option '-b' needs a value"),
+    (["verify", "x", "--progress-interval"], "option '--progress-interval' needs a value"),
+    (["cache", "info", "--dir"], "option '--dir' needs a value"),
+    (["--plugin"], "option '--plugin' needs a value"),
+    # bounds: one form for every count
+    (["pack", "a", "b", "--zstd", "20"], "--zstd: 20 is more than 19"),
+    (["pack", "a", "b", "--quality", "101"], "--quality: 101 is more than 100"),
+    (["pack", "a", "b", "--restart", "0"], "--restart must be at least 1, got '0'"),
+    (["bench", "x", "--pipeline", "to u8", "--epochs", "0"], "--epochs must be at least 1, got '0'"),
+    # sizes: one parser (pack --shard-size, bench --memory-limit, cache trim)
+    (["bench", "x", "--pipeline", "to u8", "--memory-limit", "0"],
+     "--memory-limit: expected a size like 512M or 1G, got '0'"),
+    (["cache", "trim", "0.1"], "cache trim SIZE: expected a size like 512M or 1G, got '0.1'"),
+    # times and named values
+    (["bench", "x", "--pipeline", "to u8", "--step-ms", "-1"],
+     "--step-ms: expected a positive number of milliseconds up to 3600000, got '-1'"),
+    (["doctor", "x", "--pipeline", "to u8", "--step-ms", "0"],
+     "--step-ms: expected a positive number of milliseconds, got '0'"),
+    (["bench", "x", "--pipeline", "to u8", "--decoder", "gpu"],
+     "--decoder: expected 'cpu' or 'nvjpeg', got 'gpu'"),
+    (["bench", "x", "--pipeline", "to u8", "--on-error", "ignore"],
+     "--on-error: expected 'raise', 'skip' or 'replace', got 'ignore'"),
+])
+def test_usage_messages_have_one_form(args, message):
+    p = run_stoker(*args, check=False)
+    assert p.returncode == 2 and p.stderr == "stoker: %s\n" % message, p.stderr
+
+
+@pytest.mark.parametrize("size", ["1G", "1g", "20K", "1.5G", "512MiB", "512MB", "1e6", "1"])
+def test_sizes_every_command_accepts(tmp_path, size):
+    """Parsed (the run then fails on the missing source: status 1, not 2)."""
+    p = run_stoker("pack", tmp_path / "missing", tmp_path / "out", "--shard-size", size,
+                   check=False)
+    assert p.returncode == 1 and "no such file or directory" in p.stderr, p.stderr
+    p = run_stoker("bench", tmp_path / "missing", "--pipeline", "to u8", "--memory-limit", size,
+                   check=False)
+    assert p.returncode == 1 and "no such file or directory" in p.stderr, p.stderr
+
+
 def test_missing_path_and_empty_pattern_say_so(tmp_path):
     missing = str(tmp_path / "no-such-dir")
     for cmd in (["inspect", missing], ["bench", missing, "--pipeline", "to u8"],

@@ -277,7 +277,7 @@ def test_runtime_errors(tmp_path):
     assert p.returncode == 1
     assert "no such file or directory" in p.stderr
     p = run_stoker("doctor", check=False)
-    assert p.returncode == 2 and "expected a DATASET" in p.stderr
+    assert p.returncode == 2 and "doctor: missing DATASET" in p.stderr
     p = run_stoker("help", "doctor")
     assert p.returncode == 0 and "--step-ms" in p.stdout
     p = run_stoker("doctr", check=False)

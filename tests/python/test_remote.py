@@ -361,8 +361,9 @@ def test_cache_cli_errors(data, ng, tmp_path):
     assert p.returncode == 1 and "missing-0.stk" in p.stderr and "404" in p.stderr, p.stderr
     p = cache_cli("fetch", data["pack"], cache=cache, check=False)
     assert p.returncode == 1 and "not a remote dataset" in p.stderr, p.stderr
-    for args, says in ((("trim", "12X"), "SIZE must be a byte count"), (("infp",), "did you mean 'info'"),
-                       (("fetch",), "expected one DATASET"), (("info", "extra"), "expected no argument"),
+    for args, says in ((("trim", "12X"), "SIZE: expected a size like 512M or 1G, got '12X'"),
+                       (("infp",), "did you mean 'info'"), (("fetch",), "cache fetch: missing DATASET"),
+                       (("info", "extra"), "cache info: unexpected argument 'extra'"),
                        (("clear", "--bogus"), "--bogus")):
         p = cache_cli(*args, cache=cache, check=False)
         assert p.returncode == 2 and says in p.stderr, (args, p.stderr)

@@ -275,4 +275,4 @@ def test_cli_plugin_option(cifar_dir):
     p = run_stoker("--plugin", "/nonexistent/p.so", "version", check=False)
     assert p.returncode == 1 and "plugin /nonexistent/p.so" in p.stderr
     p = run_stoker("--plugin", check=False)
-    assert p.returncode == 2 and "--plugin needs a path" in p.stderr
+    assert p.returncode == 2 and "option '--plugin' needs a value" in p.stderr
