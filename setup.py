@@ -1,10 +1,10 @@
 """Build of the Python module for `pip install .` (see pyproject.toml).
 
 Compiles python/_stoker.c together with the library sources src/*/*.c and
-the command-line tool's sources cli/*.c (without their main(): the `stoker`
-console script and `python -m stoker` call it through _stoker.cli_main) into
-one extension, stoker._stoker, linked with the system libraries libstoker
-uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev libcurl4-openssl-dev
+src/*/*/*.c (src/format/stk/) and the command-line tool's sources cli/*.c
+(without their main(): the `stoker` console script and `python -m stoker`
+call it through _stoker.cli_main) into one extension, stoker._stoker, linked
+with the system libraries libstoker uses (Debian: zlib1g-dev libjpeg62-turbo-dev libspng-dev libzstd-dev liblmdb-dev libjansson-dev libcurl4-openssl-dev
 libwebp-dev libtiff-dev libgif-dev, libblosc-dev libxxhash-dev, libssl-dev libexpat1-dev, and libhdf5-dev when pkg-config finds it).
 The CUDA kernels (src/gpu/kernels.cu) are compiled with nvcc when it is
 found, and embedded as a fat binary (STOKER_CUDA=0 builds without them,
@@ -41,7 +41,8 @@ os.makedirs("build-pip", exist_ok=True)
 
 # CMake's src/gpu/fatbin_none.c is not compiled here: BuildExt adds a generated fatbin.c.
 sources = (["python/_stoker.c", "python/_stoker_ops.c"]
-           + sorted(f for f in glob.glob("src/*/*.c") if f != os.path.join("src", "gpu", "fatbin_none.c"))
+           + sorted(f for f in glob.glob("src/*/*.c") + glob.glob("src/*/*/*.c")  # src/format/stk/
+                    if f != os.path.join("src", "gpu", "fatbin_none.c"))
            + sorted(glob.glob("cli/*.c")))
 
 
@@ -172,7 +173,8 @@ extension = Extension(
     include_dirs=["include", "src"] + (hdf5[0] if hdf5 else []),
     library_dirs=hdf5[1] if hdf5 else [],
     # a changed header rebuilds the module too (setuptools compares times)
-    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("cli/*.h")
+    depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h")
+                   + glob.glob("cli/*.h")
                    + ["src/gpu/kernels.cu", "scripts/embed_fatbin.py"]),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
                    ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]

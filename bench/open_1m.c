@@ -21,7 +21,7 @@
  * still resident is printed). Both for the default (mmap, verify=first) and
  * ?io=pread. Prints a table and one JSON line; medians of R runs.
  */
-#include "format/stk_writer.h"
+#include "format/stk/stk_writer.h"
 
 #include <stoker/stoker.h>
 

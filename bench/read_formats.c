@@ -578,7 +578,7 @@ static void prepare_hdf5(corpus *c, const char *work, const char *only)
 #endif
 }
 
-#include "format/stk_writer.h"
+#include "format/stk/stk_writer.h"
 
 /* The shards: packed by `stoker pack` beforehand, or written here. */
 static void prepare_stk(corpus *c, const char *dir)

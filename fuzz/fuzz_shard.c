@@ -1,6 +1,6 @@
 /*
  * fuzz_shard.c — libFuzzer target for the .stk shard reader (header, field
- * table, metadata, index, footer, records; src/format/stk_shard.c,
+ * table, metadata, index, footer, records; src/format/stk/stk_shard.c,
  * stk_record.c, stk_dataset.c, and stk_verify in src/tools/verify.c).
  *
  * The input is the bytes of one shard file. It is written to a memfd (no
@@ -34,7 +34,7 @@
  * harness: at most READ_BUDGET records are read per opened dataset (the
  * first and the last ones); stk_verify reads them all.
  */
-#include "format/stk_format.h" /* layout constants + stk_checksum, for the fixup pass */
+#include "format/stk/stk_format.h" /* layout constants + stk_checksum, for the fixup pass */
 
 #include <stoker/stoker.h>
 

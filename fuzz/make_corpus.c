@@ -6,7 +6,7 @@
  *   make_corpus SHARD_DIR DATASETS_DIR REPRO_DIR TINY.jpg TINY.png
  *
  * SHARD_DIR gets small valid shards written with the library's own writer
- * (src/format/stk_writer.c) — raw, raw+zstd, encoded JPEG/PNG, many fields,
+ * (src/format/stk/stk_writer.c) — raw, raw+zstd, encoded JPEG/PNG, many fields,
  * bytes only, fixed only, 0..3 records — and damaged copies of one of them
  * (truncated, bad magic/version, one flipped byte in the header, the index,
  * a record, the footer). DATASETS_DIR gets CIFAR-10/100 files and IDX
@@ -16,8 +16,8 @@
  * Every input stays under 64 KiB (the fuzzers run with -max_len=65536).
  * Pixel values come from a fixed formula, so the output is reproducible.
  */
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 
 #include <stoker/stoker.h>
 

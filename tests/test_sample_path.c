@@ -17,7 +17,7 @@
 #include "codec/codec_write.h"
 #include "core/error.h"
 #include "format/dataset.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -26,8 +26,8 @@
 
 #include "core/error.h"
 #include "format/dataset.h"
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 
 #include <pthread.h>
 #include <stdio.h>

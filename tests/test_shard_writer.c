@@ -20,8 +20,8 @@
 
 #include "codec/codec_write.h"
 #include "format/dataset.h"
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "format/dataset.h"
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

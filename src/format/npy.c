@@ -60,7 +60,7 @@
 #include "core/error.h"
 #include "format/dataset.h"
 #include "format/reader_util.h"
-#include "format/stk_format.h"
+#include "format/byte_order.h"
 
 #include <stdio.h>
 #include <stdlib.h>

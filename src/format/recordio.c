@@ -71,7 +71,7 @@
 #include "format/dataset.h"
 #include "format/reader_util.h"
 #include "format/recordset.h"
-#include "format/stk_format.h"
+#include "format/byte_order.h"
 #include "io/map_guard.h"
 
 #include <math.h>

@@ -99,7 +99,7 @@
 #include "format/protowire.h"
 #include "format/reader_util.h"
 #include "format/recordset.h"
-#include "format/stk_format.h"
+#include "format/byte_order.h"
 #include "io/remote.h"
 
 #include <errno.h>

@@ -51,8 +51,8 @@
 #include "core/util.h"
 #include "format/class_names.h"
 #include "format/dataset.h"
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 #include "io/remote.h"
 #include "tools/pack_upload.h"
 

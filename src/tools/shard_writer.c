@@ -2,7 +2,7 @@
  * shard_writer.c — stk_shard_writer: the public way to write .stk shards
  * with any fields, record by record, from any program (the Python
  * ShardWriter is a thin layer over it). A tool on top of the library, like
- * pack.c: it builds on the internal one-file writer (format/stk_writer.c).
+ * pack.c: it builds on the internal one-file writer (format/stk/stk_writer.c).
  *
  * How it works: the schema (stk_shard_field) becomes the shard's field
  * table (stk_field_def) once, at create. Each add checks every value
@@ -34,8 +34,8 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "format/class_names.h"
-#include "format/stk_format.h"
-#include "format/stk_writer.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_writer.h"
 
 #include <stdarg.h>
 #include <stdbool.h>

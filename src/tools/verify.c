@@ -36,7 +36,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "format/dataset.h"
-#include "format/stk_shard.h"
+#include "format/stk/stk_shard.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -73,6 +73,8 @@ def test_a_clean_tree_passes(tree):
      'src/ops/plan.c:2: includes "pipeline/sampler.h": pipeline is above ops'),
     ("src/format/dataset.c", '#include "ops/plan.h"',
      'src/format/dataset.c:2: includes "ops/plan.h": format may use only core, io, codec'),
+    ("src/format/stk/stk_shard.c", '#include "pipeline/sampler.h"',
+     'src/format/stk/stk_shard.c:2: includes "pipeline/sampler.h": pipeline is above format'),
     ("src/io/source.c", '#include "../tools/pack.h"',
      'src/io/source.c:2: includes "../tools/pack.h": tools is above io'),
     ("include/stoker/stoker.h", '#include "core/util.h"',
@@ -154,6 +156,17 @@ def test_a_reader_calling_the_os_itself_fails(tree, capsys, call, name):
     assert expect in capsys.readouterr().out
 
 
+def test_the_stk_folder_is_checked_but_its_writer(tree):
+    """src/format/stk/ is the format layer: its reader files get their bytes
+    through src/io like any other; only the writer, which creates files, is
+    exempt."""
+    write(tree, "src/format/stk/stk_shard.c", "static int f(void) { return pread(fd, b, 1, 0); }\n")
+    write(tree, "src/format/stk/stk_writer.c", "static int g(void) { return open(p, O_WRONLY); }\n")
+    assert check_layers.check_io_calls(tree) == [
+        "src/format/stk/stk_shard.c:1: calls pread(): the readers of src/format get their bytes "
+        "through src/io (src/io/source.h)"]
+
+
 def test_what_the_io_check_leaves_alone(tree):
     """Directories opened for walking, method calls, comments, strings, the
     writer, and src/io itself."""
@@ -165,6 +178,6 @@ def test_what_the_io_check_leaves_alone(tree):
           "    ds->vt->read(ds, 0, NULL, NULL);\n    r.open(rel);\n"
           '    stk_fail(1, "mmap(%s) failed", rel); // madvise(\n'
           "    return stk_source_pread(src, buf, 1, 0) + my_read(fd) + fd + d;\n}\n")
-    write(tree, "src/format/stk_writer.c", "static int g(void) { return open(p, O_WRONLY); }\n")
+    write(tree, "src/format/stk/stk_writer.c", "static int g(void) { return open(p, O_WRONLY); }\n")
     write(tree, "src/io/source.c", "static int h(void) { return pread(fd, b, 1, 0); }\n")
     assert check_layers.check_io_calls(tree) == []

@@ -29,7 +29,7 @@
 #include "core/util.h"
 #include "format/class_names.h"
 #include "format/reader_util.h"
-#include "format/stk_shard.h"
+#include "format/stk/stk_shard.h"
 #include "io/remote.h"
 
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #ifndef STK_FORMAT_STK_WRITER_H
 #define STK_FORMAT_STK_WRITER_H
 
-#include "format/stk_schema.h"
+#include "format/stk/stk_schema.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * checksum_avx2.c — XXH3-64 compiled for AVX2 (this file alone gets
  * -mavx2; see checksum.c). Only called after the CPU check.
  */
-#include "format/stk_format.h"
+#include "format/stk/stk_format.h"
 
 #if defined(STK_HAVE_CHECKSUM_AVX2)
 #define XXH_INLINE_ALL

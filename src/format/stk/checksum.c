@@ -13,7 +13,7 @@
  * on the instructions that compute it).
  */
 #include "core/cpu.h"
-#include "format/stk_format.h"
+#include "format/stk/stk_format.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -41,7 +41,7 @@
 #include "core/error.h"
 #include "core/util.h"
 #include "format/reader_util.h"
-#include "format/stk_shard.h"
+#include "format/stk/stk_shard.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -37,7 +37,7 @@
  */
 #include "core/error.h"
 #include "core/util.h"
-#include "format/stk_shard.h"
+#include "format/stk/stk_shard.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

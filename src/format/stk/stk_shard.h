@@ -25,8 +25,8 @@
 
 #include "core/util.h"
 #include "format/dataset.h"
-#include "format/stk_format.h"
-#include "format/stk_schema.h"
+#include "format/stk/stk_format.h"
+#include "format/stk/stk_schema.h"
 #include "io/map_guard.h"
 #include "io/source.h"
 

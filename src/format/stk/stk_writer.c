@@ -33,11 +33,11 @@
  * pass costs ~4 ms per GB of mapping set-up instead of ~100 ms per GB for
  * 4 KiB pages (bench/mmap_floor.c; docs/benchmarks.md).
  */
-#include "format/stk_writer.h"
+#include "format/stk/stk_writer.h"
 
 #include "core/error.h"
 #include "core/util.h"
-#include "format/stk_format.h"
+#include "format/stk/stk_format.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,11 +3,14 @@
  *
  * docs/format.md is the normative description; this header only names its
  * constants and offsets. Integers are little-endian on disk; the accessors
- * below read and write them byte by byte, so the code is endian-neutral and
- * never dereferences unaligned pointers into a mapped file.
+ * of format/byte_order.h (stk_rd32, stk_wr64, ...) read and write them byte
+ * by byte, so the code is endian-neutral and never dereferences unaligned
+ * pointers into a mapped file.
  */
 #ifndef STK_FORMAT_STK_FORMAT_H
 #define STK_FORMAT_STK_FORMAT_H
+
+#include "format/byte_order.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -71,31 +74,6 @@ enum {
 };
 
 enum { STK_STORAGE_VARIABLE = 0, STK_STORAGE_FIXED = 1 };
-
-static inline uint16_t stk_rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static inline uint32_t stk_rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline uint64_t stk_rd64(const uint8_t *p)
-{
-    return (uint64_t)stk_rd32(p) | (uint64_t)stk_rd32(p + 4) << 32;
-}
-static inline void stk_wr16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void stk_wr32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void stk_wr64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static inline uint64_t stk_pad_to(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
 
