@@ -141,6 +141,8 @@ OPS = [
     ("rand_augment keys", "resize 48,48 | rand_augment num_ops=3 magnitude=5 fill=64 | to u8"),
     ("trivial_augment_wide", "random_resized_crop 64 | trivial_augment_wide | normalize imagenet"),
     ("trivial_augment_wide 15", "resize 48,48 | trivial_augment_wide 15 fill=7 | rotate 5 | to u8"),
+    ("random_apply flip+point+blur", "resize 48,48 | random_apply 0.6 n=3 | flip 1 | solarize 100 "
+     "| gaussian_blur 3 | normalize imagenet"),
     ("plugin user op", "plugin {plugin} | resize 48,48 | brightness 1.5 | normalize imagenet"),
 ]
 for n, s in OPS:
@@ -187,6 +189,12 @@ row("read:lmdb raw datum", "lmdb-raw", CIFAR, batch=16)
 row("read:hdf5 arrays", "hdf5-raw", "random_crop 56 | normalize imagenet", batch=8)
 row("read:segfolder mask", "segfolder", "random_resized_crop 24 | flip | vflip | to u8",
     "--fields", "image,label,mask", batch=4)
+row("read:segfolder mask float ops", "segfolder", "random_resized_crop 24 | rotate 15 | "
+    "color_jitter 0.2 0.2 | affine 10 | to f32", "--fields", "image,mask", batch=4)
+row("op:gray float ops", "mnist", "resize 32,32 | rotate 20 | grayscale 1 | color_jitter 0.3 0.3 "
+    "| gaussian_blur 3 | normalize mnist | random_erasing 1", batch=64)
+row("read:coco instance views 2", "coco-instance", "random_resized_crop 32 | flip | to u8",
+    "--fields", "image,mask,boxes", "--views", 2, batch=4)
 row("read:coco boxes", "coco", "random_bbox_crop | resize 32,32 | flip 0.5 | normalize imagenet",
     "--fields", "image,label,boxes,box_labels,image_id,iscrowd", batch=4)
 row("read:coco semantic", "coco-semantic", "random_resized_crop 32 | flip | to u8",
@@ -340,6 +348,20 @@ def rows():
         def __getitem__(self, i): return arr[i], int(lab[i])
     yield "py:ExternalSource arrays", lambda: epochs(L(stoker.ExternalSource(Arrays()),
         pipeline="random_crop 20 | flip | to u8", batch_size=8))
+    def resume(ws_from, ws_to, batch_to):
+        spec = "random_resized_crop 32 | flip | to u8"
+        a = L(sub, pipeline=spec, batch_size=4, world_size=ws_from, rank=0)
+        a.set_epoch(1)
+        it = iter(a)
+        for _ in range(3):
+            next(it)
+        st = a.state_dict()
+        yield [repr(sorted(st.items()))]
+        b = L(sub, pipeline=spec, batch_size=batch_to, world_size=ws_to, rank=ws_to - 1)
+        b.load_state_dict(st)
+        yield from b
+    yield "py:resume", lambda: resume(1, 1, 4)
+    yield "py:resume other world size", lambda: resume(2, 3, 3)
     yield "py:coco fields", lambda: epochs(L(uris["coco"], batch_size=4,
         pipeline="random_bbox_crop | resize 32,32 | flip 0.5 | normalize imagenet | to f32 chw",
         fields=["image", "boxes", "box_labels", "image_id"]))
