@@ -13,6 +13,11 @@
  * CMYK/YCCK (including Adobe's inverted CMYK) converted, alpha dropped,
  * 16-bit PNG reduced to 8 bits, palettes expanded. EXIF orientation is
  * ignored, as torchvision/PIL do by default.
+ *
+ * Where it is implemented: codec_dispatch.c (probe, decode, mask: argument
+ * checks, then the row's hook), codec_table.c (the table of codecs and the
+ * lookups: sniff, names, scales), codec_util.c (stk_image_last_need), one
+ * file per codec (jpeg.c, png.c, webp.c, bmp.c, tiff.c, gif.c).
  */
 #ifndef STK_CODEC_CODEC_H
 #define STK_CODEC_CODEC_H
@@ -72,6 +77,11 @@ const char *stk_image_format_name(stk_image_format f);
  * size only, (1 << 1) | (1 << 2) | (1 << 4) | (1 << 8) for JPEG; 0 for
  * STK_IMAGE_UNKNOWN. So `scales & (1u << d)` asks "can it decode at 1/d?". */
 unsigned stk_image_format_scales(stk_image_format f);
+/* The names of every format decoded, in the table's order, joined with ", "
+ * and `last` before the final one ("JPEG, PNG, WebP, BMP, TIFF and GIF" for
+ * last = "and"), into buf (always terminated; cut to cap - 1 bytes, 128
+ * is plenty). Returns buf. For messages that list what is decoded. */
+const char *stk_image_format_names(char *buf, size_t cap, const char *last);
 
 /* Read only the header. STK_EDATA (bad/unknown/truncated header),
  * STK_ELIMIT (over max_pixels) with the reason in stk_errmsg(). */
@@ -91,8 +101,9 @@ typedef struct stk_rect {
  *   iMCU-aligned columns that cover it (jpeg_crop_scanline /
  *   jpeg_skip_scanlines); *view is then exactly the region (scaled).
  * scale_denom: 1, 2, 4 or 8 — JPEG DCT scaling (output is ceil(size/denom));
- *   every other format accepts only 1 (STK_EINVAL). With scaling, the region is scaled the same way:
- *   the view covers floor(x/d) .. ceil((x+w)/d).
+ *   every other format accepts only 1 (STK_EINVAL; stk_image_format_scales
+ *   says what a format takes). With scaling, the region is scaled the same
+ *   way: the view covers floor(x/d) .. ceil((x+w)/d).
  *
  * Errors: STK_EDATA with the decoder's reason for corrupt or truncated data,
  * STK_ELIMIT over the pixel limit, STK_EINVAL for a bad region/scale,

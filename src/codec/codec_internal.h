@@ -8,9 +8,12 @@
  * Who includes what. A codec's file (jpeg.c, png.c, webp.c, bmp.c, tiff.c,
  * gif.c) includes this header and defines one `const stk_codec_desc
  * stk_codec_NAME`, its row; everything else in it is static. The table
- * (codec_table.c) lists the rows; the dispatcher (codec.c) reaches a codec
- * only through the table (codec_table.h). No codec includes codec_table.h:
- * the arrows run dispatcher -> table -> codecs -> this header, never back.
+ * (codec_table.c) lists the rows; the dispatcher (codec_dispatch.c)
+ * reaches a codec only through the table (codec_table.h). No codec
+ * includes codec_table.h: the arrows run dispatcher -> table -> codecs ->
+ * this header (and codec.h), never back. This header and codec.h are the
+ * module `codec` of scripts/check_circles.py, with no source file of its
+ * own: that is why the dispatcher is not called codec.c.
  *
  * The public codec calls (codec.h) check the arguments that do not need the
  * header (scale, region shape, NULLs), resolve the limits to a plain pixel
@@ -44,8 +47,8 @@ typedef struct stk_decode_req {
 /*
  * One codec: one row of the table (codec_table.c), defined in the codec's
  * own file as `const stk_codec_desc stk_codec_NAME`. The hooks are called
- * only by the dispatcher (codec.c), after the checks it makes for every
- * format; each hook may assume them.
+ * only by the dispatcher (codec_dispatch.c), after the checks it makes for
+ * every format; each hook may assume them.
  */
 typedef struct stk_codec_desc {
     stk_image_format format; /* its id (codec.h); also what probe writes in info->format */

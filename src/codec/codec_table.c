@@ -6,9 +6,9 @@
  * what it holds: format id, name, sniff, probe, decode, mask decode, near
  * miss, scales), defined at the end of the codec's own file, beside the
  * code it points at. This file only lists the rows; the dispatcher
- * (codec.c) reaches every codec through the queries here (codec_table.h)
- * and names none. The codecs include neither this file's header nor the
- * dispatcher's, so nothing points back up.
+ * (codec_dispatch.c) reaches every codec through the queries here
+ * (codec_table.h) and names none. The codecs include neither this file's
+ * header nor the dispatcher's, so nothing points back up.
  *
  * The order is the order of the names in messages ("not a JPEG, PNG, WebP,
  * BMP, TIFF or GIF image") and the order in which sniffs are tried; the
@@ -75,24 +75,6 @@ int stk_codec_near_miss(const uint8_t *data, size_t size)
     return 0;
 }
 
-const char *stk_codec_names(char *buf, size_t cap, const char *last)
-{
-    size_t at = 0;
-    if (cap == 0)
-        return buf;
-    buf[0] = '\0';
-    for (int i = 0; i < STK_CODEC_COUNT; i++) {
-        const char *name = stk_codec_table[i]->name;
-        int n = i == 0                       ? snprintf(buf + at, cap - at, "%s", name)
-                : i + 1 < STK_CODEC_COUNT    ? snprintf(buf + at, cap - at, ", %s", name)
-                                             : snprintf(buf + at, cap - at, " %s %s", last, name);
-        if (n < 0 || (size_t)n >= cap - at)
-            break; /* cut: snprintf has terminated it */
-        at += (size_t)n;
-    }
-    return buf;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The public lookups (codec.h)                                             */
 /* ------------------------------------------------------------------------ */
@@ -113,6 +95,28 @@ unsigned stk_image_format_scales(stk_image_format f)
 {
     const stk_codec_desc *c = stk_codec_of(f);
     return c ? c->scales : 0;
+}
+
+const char *stk_image_format_names(char *buf, size_t cap, const char *last)
+{
+    size_t at = 0;
+    if (cap == 0)
+        return buf;
+    buf[0] = '\0';
+    for (int i = 0; i < STK_CODEC_COUNT; i++) {
+        const char *name = stk_codec_table[i]->name;
+        int n;
+        if (i == 0)
+            n = snprintf(buf + at, cap - at, "%s", name);
+        else if (i + 1 < STK_CODEC_COUNT)
+            n = snprintf(buf + at, cap - at, ", %s", name);
+        else
+            n = snprintf(buf + at, cap - at, " %s %s", last, name);
+        if (n < 0 || (size_t)n >= cap - at)
+            break; /* cut: snprintf has terminated it */
+        at += (size_t)n;
+    }
+    return buf;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,13 +1,12 @@
 /*
  * codec_table.h — the codec table's queries (codec_table.c) for the
- * dispatcher (codec.c): which codec's magic bytes the input starts with,
- * the row of a format id, the explanations for bytes no codec takes, and
- * the list of the codecs' names for messages.
+ * dispatcher (codec_dispatch.c): which codec's magic bytes the input starts with,
+ * the row of a format id, and the explanations for bytes no codec takes.
  *
  * Only the dispatcher includes this header; the codecs never do (each one
  * defines its row with the type in codec_internal.h). The public lookups
  * built on the same table — stk_image_sniff, stk_image_format_name,
- * stk_image_format_scales — are declared in codec.h.
+ * stk_image_format_scales, stk_image_format_names — are declared in codec.h.
  */
 #ifndef STK_CODEC_CODEC_TABLE_H
 #define STK_CODEC_CODEC_TABLE_H
@@ -28,10 +27,5 @@ int stk_codec_near_miss(const uint8_t *data, size_t size);
 /* The name of a format known by sight only to say why it is refused
  * ("BigTIFF", "PNM"), or NULL. */
 const char *stk_codec_unsupported(const uint8_t *data, size_t size);
-
-/* The codecs' names in table order, joined with ", " and `last` before the
- * final one ("JPEG, PNG, WebP, BMP, TIFF and GIF" for last = "and"), into
- * buf (always terminated, cut to cap - 1 bytes). Returns buf. */
-const char *stk_codec_names(char *buf, size_t cap, const char *last);
 
 #endif

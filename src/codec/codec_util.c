@@ -5,9 +5,9 @@
  * (stk_image_last_need), the scratch reservation under a budget, and the
  * view of a window of a whole-image decode.
  *
- * They sit apart from the dispatcher (codec.c) so that the arrows run one
- * way: codec.c -> codec_table.c -> the codecs -> this file. A codec calls
- * down into these, never up into the dispatcher.
+ * They sit apart from the dispatcher (codec_dispatch.c) so that the
+ * arrows run one way: codec_dispatch.c -> codec_table.c -> the codecs ->
+ * this file. A codec calls down into these, never up into the dispatcher.
  *
  * The decode budget (stk_codec_limits.max_bytes) is checked by each decoder
  * once it knows the header: it counts what that decoder will put in the

@@ -1,5 +1,5 @@
 /*
- * codec.c — the dispatcher: stk_image_probe, stk_image_decode and
+ * codec_dispatch.c — the dispatcher: stk_image_probe, stk_image_decode and
  * stk_image_decode_mask check what needs no header, find the codec that
  * owns the bytes in the codec table (codec_table.c) and call its row's
  * hook. It names no format: the codecs (jpeg.c, png.c, webp.c, bmp.c,
@@ -31,8 +31,13 @@
  * the view at the region inside it, so a region equals the same window of
  * a whole decode trivially.
  *
- * Include order, one way: this file -> codec_table.h -> codec_internal.h.
- * The codecs include codec_internal.h only.
+ * The includes run one way: this file -> codec_table.h -> codec_internal.h
+ * and codec.h (the module `codec`: the interface and what the codecs share,
+ * with no source file of its own); the codecs include codec_internal.h
+ * only, and codec_table.c reaches them by their rows' names. (This file is
+ * not codec.c because a codec.c would make codec_internal.h its private
+ * header, and every codec, including it, a user of the dispatcher:
+ * scripts/check_circles.py.)
  */
 #include "codec/codec_table.h"
 
@@ -55,11 +60,11 @@ static int stk_unknown_format(const uint8_t *data, size_t size)
     other = stk_codec_unsupported(data, size);
     if (other)
         return stk_fail(STK_EDATA, "image: %s data, which stoker does not decode (%s only)",
-                        other, stk_codec_names(names, sizeof names, "and"));
+                        other, stk_image_format_names(names, sizeof names, "and"));
     for (size_t i = 0; i < k; i++)
         snprintf(hex + 3 * i, sizeof hex - 3 * i, "%02x%s", data[i], i + 1 < k ? " " : "");
     return stk_fail(STK_EDATA, "image: not a %s image (%zu bytes starting %s)",
-                    stk_codec_names(names, sizeof names, "or"), size, hex);
+                    stk_image_format_names(names, sizeof names, "or"), size, hex);
 }
 
 static uint64_t stk_limits_pixels(const stk_codec_limits *limits)
