@@ -296,10 +296,13 @@ static int take_value(stk_shard_writer *w, uint32_t f, const stk_field_value *v)
     *out = (stk_value_bytes){v->data, v->size};
     switch (def->type) {
     case STK_FIELD_IMAGE:
-        if (stk_image_sniff(v->data, v->size) == STK_IMAGE_UNKNOWN)
-            return bad_value(w, f, "%zu bytes that are not an encoded image (JPEG, PNG, WebP, "
-                                   "BMP, TIFF or GIF; raw pixels go in a raw_image field)",
-                             v->size);
+        if (stk_image_sniff(v->data, v->size) == STK_IMAGE_UNKNOWN) {
+            char names[128];
+            return bad_value(w, f,
+                             "%zu bytes that are not an encoded image (%s; raw pixels go in a "
+                             "raw_image field)",
+                             v->size, stk_image_format_names(names, sizeof names, "or"));
+        }
         return 0;
     case STK_FIELD_BYTES:
         return 0;
