@@ -1,6 +1,6 @@
 """Build of the Python module for `pip install .` (see pyproject.toml).
 
-Compiles python/_stoker.c together with the library sources src/*/*.c and
+Compiles python/_stoker*.c together with the library sources src/*/*.c and
 src/*/*/*.c (src/format/stk/) and the command-line tool's sources cli/*.c
 (without their main(): the `stoker` console script and `python -m stoker`
 call it through _stoker.cli_main) into one extension, stoker._stoker, linked
@@ -40,7 +40,7 @@ os.chdir(HERE)  # the paths below are relative to the repository root
 os.makedirs("build-pip", exist_ok=True)
 
 # CMake's src/gpu/fatbin_none.c is not compiled here: BuildExt adds a generated fatbin.c.
-sources = (["python/_stoker.c", "python/_stoker_ops.c"]
+sources = (sorted(glob.glob("python/_stoker*.c"))  # the extension: one file per type (python/_stoker.h)
            + sorted(f for f in glob.glob("src/*/*.c") + glob.glob("src/*/*/*.c")  # src/format/stk/
                     if f != os.path.join("src", "gpu", "fatbin_none.c"))
            + sorted(glob.glob("cli/*.c")))
@@ -175,6 +175,7 @@ extension = Extension(
     # a changed header rebuilds the module too (setuptools compares times)
     depends=sorted(glob.glob("include/stoker/*.h") + glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h")
                    + glob.glob("cli/*.h")
+                   + glob.glob("python/*.h")
                    + ["src/gpu/kernels.cu", "scripts/embed_fatbin.py"]),
     define_macros=[("STK_STATIC_DEFINE", None), ("_GNU_SOURCE", None), ("NDEBUG", None),
                    ("STK_HAVE_CLI", None), ("STK_CLI_NO_MAIN", None)]

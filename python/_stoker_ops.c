@@ -27,20 +27,15 @@
  *           serialise on the GIL (docs/ops.md measures the cost).
  *
  * The arguments of the spec stage (numbers, at most 16) are parsed here
- * into the state, and handed to a numba function as `args`.
+ * into the state, and handed to a numba function as `args`. Errors are
+ * raised through the module's error table (stk_py_raise_last, _stoker.h),
+ * and stk_py_ops_add puts _register_op and load_plugin into the module.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_stoker.h"
 
 #include <stoker/op.h>
-#include <stoker/stoker.h>
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-int stk_py_ops_add(PyObject *module, PyObject *(*raise)(int code, const char *msg));
 
 #define MAX_ARGS 16
 
@@ -65,8 +60,6 @@ typedef struct pystate {
     int nargs;
     double args[MAX_ARGS];
 } pystate;
-
-static PyObject *(*raise_stk)(int code, const char *msg);
 
 /* --- hooks ----------------------------------------------------------------- */
 
@@ -154,19 +147,10 @@ static void op_draw(void *state, stk_op_rng *rng, double *params)
         params[k] = stk_op_rng_uniform(rng);
 }
 
-static int interpreter_finalizing(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing();
-#else
-    return _Py_IsFinalizing();
-#endif
-}
-
 static int run_python(const pystate *s, const double *params, const stk_op_image *in,
                       stk_op_image *out, char *err, size_t errsize)
 {
-    if (interpreter_finalizing()) {
+    if (!stk_py_interpreter_alive()) {
         snprintf(err, errsize, "the Python interpreter is shutting down");
         return STK_ESTOPPED;
     }
@@ -197,16 +181,16 @@ static int run_python(const pystate *s, const double *params, const stk_op_image
         /* "stoker.DataError: ..." marks a bad sample */
         rc = m && strncmp(m, "DataError", 9) == 0 ? STK_EDATA : STK_EINVAL;
     } else if (r) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(r, &view, PyBUF_C_CONTIGUOUS) == 0) {
-            if ((size_t)view.len == out_bytes) {
-                memcpy(out->pixels, view.buf, out_bytes);
+        Py_buffer got;
+        if (PyObject_GetBuffer(r, &got, PyBUF_C_CONTIGUOUS) == 0) {
+            if ((size_t)got.len == out_bytes) {
+                memcpy(out->pixels, got.buf, out_bytes);
                 rc = 0;
             } else {
-                snprintf(err, errsize, "the result has %zd bytes, expected %zu", view.len,
+                snprintf(err, errsize, "the result has %zd bytes, expected %zu", got.len,
                          out_bytes);
             }
-            PyBuffer_Release(&view);
+            PyBuffer_Release(&got);
         }
     }
     if (rc != 0 && !err[0]) {
@@ -297,7 +281,7 @@ static PyObject *mod_register_op(PyObject *self, PyObject *args)
         Py_XDECREF(op->tramp);
         Py_XDECREF(op->shape);
         free(op);
-        return raise_stk(rc, stk_errmsg());
+        return stk_py_raise_last(rc);
     }
     Py_RETURN_NONE;
 }
@@ -314,7 +298,7 @@ static PyObject *mod_load_plugin(PyObject *self, PyObject *arg)
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         Py_DECREF(bytes);
-        return raise_stk(rc, stk_errmsg());
+        return stk_py_raise_last(rc);
     }
     Py_DECREF(bytes);
     Py_RETURN_NONE;
@@ -332,8 +316,4 @@ static PyMethodDef ops_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int stk_py_ops_add(PyObject *module, PyObject *(*raise)(int code, const char *msg))
-{
-    raise_stk = raise;
-    return PyModule_AddFunctions(module, ops_methods);
-}
+int stk_py_ops_add(PyObject *module) { return PyModule_AddFunctions(module, ops_methods); }
