@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""check_circles.py — no include circle between modules of src/ (issue 27).
+"""check_circles.py — no include circle between modules of src/, cli/ and
+python/ (issue 27).
 
 A module is a source file and the headers of the same name (plan.c,
 plan.h, and the private plan_internal.h or plan_impl.h are the module
@@ -37,11 +38,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(os.path.dirname(__file__), ".."))
     args = ap.parse_args()
-    src = os.path.join(os.path.abspath(args.root), "src")
+    root = os.path.abspath(args.root)
+    src = os.path.join(root, "src")
     files = []
-    for dirpath, _, names in os.walk(src):
-        files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith((".c", ".h", ".cu"))]
-    module = {f: unit(os.path.relpath(f, src)) for f in files}
+    for top in ("src", "cli", "python"):  # the library, the tool, the extension
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            files += [os.path.join(dirpath, n) for n in sorted(names)
+                      if n.endswith((".c", ".h", ".cu"))]
+    module = {f: unit(os.path.relpath(f, root)) for f in files}
     edges = {}  # (a, b) -> "file:line"
     for f in files:
         with open(f, encoding="utf-8", errors="replace") as fh:
@@ -54,7 +58,7 @@ def main():
                 target = next((c for c in cands if c in module), None)
                 if target is None or module[target] == module[f]:
                     continue
-                edges.setdefault((module[f], module[target]), "%s:%d" % (os.path.relpath(f, src), n))
+                edges.setdefault((module[f], module[target]), "%s:%d" % (os.path.relpath(f, root), n))
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
