@@ -22,21 +22,20 @@
 #ifndef STK_CODEC_CODEC_H
 #define STK_CODEC_CODEC_H
 
+#include "codec/codec_list.h"
 #include "core/image.h"
 #include "core/util.h"
 #include "stoker/stoker.h"
 
-/* A format's id: one per row of the codec table (codec_table.c), pinned
- * (the value of a format never changes; a new codec takes the next). */
+/* A format's id: one per row of the codec list (codec_list.h), pinned: its
+ * position there, from 1 (STK_IMAGE_JPEG 1, PNG 2, WEBP 3, BMP 4, TIFF 5,
+ * GIF 6); a new codec is appended, so no value ever changes. */
+#define STK_IMAGE_FORMAT_ID(id, name) STK_IMAGE_##id,
 typedef enum stk_image_format {
     STK_IMAGE_UNKNOWN = 0,
-    STK_IMAGE_JPEG = 1,
-    STK_IMAGE_PNG = 2,
-    STK_IMAGE_WEBP = 3, /* libwebp */
-    STK_IMAGE_BMP = 4,  /* bmp.c's own parser */
-    STK_IMAGE_TIFF = 5, /* libtiff, first page */
-    STK_IMAGE_GIF = 6,  /* giflib, first frame */
+    STK_CODECS(STK_IMAGE_FORMAT_ID)
 } stk_image_format;
+#undef STK_IMAGE_FORMAT_ID
 
 typedef struct stk_image_info {
     stk_image_format format;

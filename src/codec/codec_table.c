@@ -1,8 +1,10 @@
 /*
  * codec_table.c — the codec table: every image format stoker decodes, one
- * line each in STK_CODECS below, and the lookups over it.
+ * line each in STK_CODECS (codec_list.h), and the lookups over it.
  *
- * A row is a `const stk_codec_desc stk_codec_NAME` (codec_internal.h says
+ * The list of codecs is STK_CODECS in codec_list.h (one line each, which
+ * also gives each its pinned format id in codec.h). A row is a `const
+ * stk_codec_desc stk_codec_NAME` (codec_internal.h says
  * what it holds: format id, name, sniff, probe, decode, mask decode, near
  * miss, scales), defined at the end of the codec's own file, beside the
  * code it points at. This file only lists the rows; the dispatcher
@@ -15,9 +17,9 @@
  * magics are disjoint, so it changes no decision.
  *
  * To add a codec NAME: write src/codec/NAME.c, its hooks static and its
- * row `const stk_codec_desc stk_codec_NAME` at the end; add `X(NAME)`
- * here; give it an id in codec.h's stk_image_format. (A codec on a library
- * also needs the library found in CMakeLists.txt; the sources are globbed.)
+ * row `const stk_codec_desc stk_codec_NAME` at the end; append `X(ID, NAME)`
+ * to codec_list.h, which gives it its id too. (A codec on a library also
+ * needs the library found in CMakeLists.txt; the sources are globbed.)
  *
  * Also here: the formats known by sight only, so that a sample of one is
  * refused with its name instead of as unknown bytes (docs/codec.md).
@@ -25,21 +27,13 @@
  * Thread safety: everything is constant; every query may run on any thread.
  */
 #include "codec/codec_table.h"
+#include "codec/codec_list.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define STK_CODECS(X)                                                                          \
-    X(jpeg)                                                                                    \
-    X(png)                                                                                     \
-    X(webp)                                                                                    \
-    X(bmp)                                                                                     \
-    X(tiff)                                                                                    \
-    X(gif)                                                                                     \
-    /* one line per codec above; this comment ends the list */
-
-#define STK_CODEC_DECLARE(name) extern const stk_codec_desc stk_codec_##name;
-#define STK_CODEC_ROW(name) &stk_codec_##name,
+#define STK_CODEC_DECLARE(id, name) extern const stk_codec_desc stk_codec_##name;
+#define STK_CODEC_ROW(id, name) &stk_codec_##name,
 
 STK_CODECS(STK_CODEC_DECLARE)
 
