@@ -317,11 +317,13 @@ static int img_geometry(const stk_imgplan *ip, const stk_plan_input *in, stk_rng
     if (padded && kind == SRC_PREFIX)
         return stk_fail(STK_EINVAL, "image pipeline: a border on a fixed-size image");
     /* (nearest picks pixels: a reduced IDCT would average them, so never) */
-    if (!padded && kind == SRC_ENC && info.format == STK_IMAGE_JPEG &&
-        ip->filter != STK_RS_NEAREST) {
+    /* (the scales a format decodes at come from its codec's row: JPEG's
+     * 1/2, 1/4, 1/8 today) */
+    if (!padded && kind == SRC_ENC && ip->filter != STK_RS_NEAREST) {
+        unsigned scales = stk_image_format_scales(info.format);
         double sx = dr->ax.resized ? dr->ax.scale : 1.0, sy = dr->ay.resized ? dr->ay.scale : 1.0;
         for (d = dmax; d > 1; d /= 2)
-            if (sx >= (double)d && sy >= (double)d)
+            if ((scales & (1u << d)) && sx >= (double)d && sy >= (double)d)
                 break;
     }
 
