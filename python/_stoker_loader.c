@@ -5,6 +5,24 @@
  * the resumable state, statistics, the data-stall profile, the autotuner's
  * knobs and decisions, and close. The per-batch path is _stoker_iter.c.
  *
+ * Keyword arguments: they come from the library's loader parameter table
+ * (src/pipeline/loader_params.c), read once through
+ * stk_loader_param_describe. Only what is not a row is parsed by name (the
+ * dataset, the spec, output/convert/device_convert, the sampling buffers
+ * loader.py packs); every other keyword is looked up in the table, its value
+ * converted by the row's type (uint/int: an int within the row's bounds,
+ * else ValueError "NAME V is out of bounds [MIN, MAX]"; bool: truth; enum:
+ * its number or a value name, else "NAME must be 0 (a), 1 (b) or 2 (c)";
+ * string: str) and None taken as the row's default. The rows that
+ * stk_loader_options (version 1, frozen) has a field for fill it, and the
+ * loader is created once from it, as before; a row given that has no field
+ * (decode_budget, and every row added later) is set with stk_loader_set
+ * after the create, in the table's order, and eager then starts the loader.
+ * So a new row is a keyword here with no change to this file. Pointer rows
+ * (sampling, device_options) have no Python form: their content comes from
+ * the keywords above. _Loader.params() hands the table to loader.py, which
+ * passes the rows it has no argument of its own for through as they are.
+ *
  * Epochs: each iter() starts the loader's current epoch at position 0,
  * except right after load_state_dict (it continues from the restored
  * position). Finishing a pass moves the loader to the next epoch (as the C
@@ -29,6 +47,8 @@
  * child (its threads and mutex state are the parent's).
  */
 #include "_stoker.h"
+
+#include <inttypes.h>
 
 void stk_py_loader_destroy_c(LoaderObject *self)
 {
@@ -77,72 +97,300 @@ int stk_py_loader_check(LoaderObject *self)
     return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The keyword arguments of the library's parameter table                    */
+/* ------------------------------------------------------------------------ */
+
+/* The table's rows, read once through stk_loader_param_describe (static
+ * data in the library; the GIL guards the lazy fill). */
+#define MAX_PARAMS 128
+static stk_loader_param_info param_rows[MAX_PARAMS];
+static int param_count = -1;
+
+static int params_load(void)
+{
+    if (param_count >= 0)
+        return param_count;
+    int n = 0;
+    while (n < MAX_PARAMS && stk_loader_param_describe(n, &param_rows[n]) == 0)
+        n++;
+    return param_count = n;
+}
+
+static int param_find(const char *name)
+{
+    int n = params_load();
+    for (int i = 0; i < n; i++)
+        if (!strcmp(param_rows[i].name, name))
+            return i;
+    return -1;
+}
+
+/* The value names of an enum row as "0 (raise), 1 (skip) or 2 (replace)". */
+static void enum_list(const stk_loader_param_info *r, char *buf, size_t size)
+{
+    size_t used = 0;
+    const char *v = r->values ? r->values : "";
+    buf[0] = 0;
+    for (int64_t i = r->min; i <= r->max && used < size; i++) {
+        size_t len = strcspn(v, ",");
+        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64 " (%.*s)",
+                                 i == r->min ? "" : i == r->max ? " or " : ", ", i, (int)len, v);
+        v += len + (v[len] == ',');
+    }
+}
+
+/* The value of row r from a Python object: a number (int; bool: truth;
+ * enum: its number or its name) in *num, or a string in *str (borrowed
+ * from o). Bounds are the row's. 0, or -1 with the exception set. */
+static int param_value_of(const stk_loader_param_info *r, PyObject *o, int64_t *num,
+                          const char **str)
+{
+    switch (r->type) {
+    case STK_PARAM_BOOL: {
+        int t = PyObject_IsTrue(o);
+        if (t < 0)
+            return -1;
+        *num = t;
+        return 0;
+    }
+    case STK_PARAM_STRING:
+        if (!PyUnicode_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "%s must be a str or None, got %s", r->name,
+                         Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        return (*str = PyUnicode_AsUTF8(o)) ? 0 : -1;
+    case STK_PARAM_ENUM: {
+        char names[256];
+        enum_list(r, names, sizeof names);
+        if (PyUnicode_Check(o)) { /* a value's name */
+            const char *s = PyUnicode_AsUTF8(o), *v = r->values ? r->values : "";
+            if (!s)
+                return -1;
+            for (int64_t i = r->min; i <= r->max; i++) {
+                size_t len = strcspn(v, ",");
+                if (strlen(s) == len && !strncmp(s, v, len)) {
+                    *num = i;
+                    return 0;
+                }
+                v += len + (v[len] == ',');
+            }
+            PyErr_Format(PyExc_ValueError, "%s must be %s", r->name, names);
+            return -1;
+        }
+        long long x = PyLong_Check(o) ? PyLong_AsLongLong(o) : -1;
+        if (x == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (!PyLong_Check(o) || x < r->min || x > r->max) {
+            PyErr_Format(PyExc_ValueError, "%s must be %s", r->name, names);
+            return -1;
+        }
+        *num = x;
+        return 0;
+    }
+    case STK_PARAM_INT: {
+        long long x = PyLong_Check(o) ? PyLong_AsLongLong(o) : 0;
+        if (!PyLong_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %s", r->name,
+                         Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        if ((x == -1 && PyErr_Occurred()) || x < r->min || x > r->max) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s %R is out of bounds [%" PRId64 ", %" PRId64 "]",
+                         r->name, o, r->min, r->max);
+            return -1;
+        }
+        *num = x;
+        return 0;
+    }
+    case STK_PARAM_UINT: {
+        if (!PyLong_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an int, got %s", r->name,
+                         Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        unsigned long long x = PyLong_AsUnsignedLongLong(o);
+        int bad = x == (unsigned long long)-1 && PyErr_Occurred();
+        if (bad)
+            PyErr_Clear();
+        if (bad || x < (uint64_t)r->min || x > (uint64_t)r->max) {
+            PyErr_Format(PyExc_ValueError, "%s %R is out of bounds [%" PRIu64 ", %" PRIu64 "]",
+                         r->name, o, (uint64_t)r->min, (uint64_t)r->max);
+            return -1;
+        }
+        *num = (int64_t)x;
+        return 0;
+    }
+    default: /* POINTER, FLOAT: no Python form (sampling has its own keywords) */
+        PyErr_Format(PyExc_TypeError,
+                     "%s cannot be given from Python (the sampling keywords are indices=, "
+                     "weights=, num_samples=, balance_classes=, mix_sizes=, mix_weights=; the "
+                     "device ones device=, placement=, decoder=)",
+                     r->name);
+        return -1;
+    }
+}
+
+/* The table's keywords as given: row i's value in num[i] / str[i] when
+ * given[i] (None counts as not given: the row's default). */
+typedef struct table_args {
+    int n;
+    char given[MAX_PARAMS];
+    int64_t num[MAX_PARAMS];
+    const char *str[MAX_PARAMS];
+} table_args;
+
+/* Split kwargs: the table's keywords into *t, the others (the Python-side
+ * ones: output, converters, sampling buffers) into a new dict *rest. */
+static int split_kwargs(PyObject *kwargs, table_args *t, PyObject **rest)
+{
+    t->n = params_load();
+    memset(t->given, 0, sizeof t->given);
+    *rest = PyDict_New();
+    if (!*rest)
+        return -1;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+        const char *name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        int i = name ? param_find(name) : -1;
+        if (i < 0) {
+            if (PyDict_SetItem(*rest, key, value) < 0)
+                goto fail;
+            continue;
+        }
+        if (value == Py_None)
+            continue;
+        if (param_value_of(&param_rows[i], value, &t->num[i], &t->str[i]) < 0)
+            goto fail;
+        t->given[i] = 1;
+    }
+    return 0;
+fail:
+    Py_CLEAR(*rest);
+    return -1;
+}
+
+/* _Loader.params() -> a tuple of (name, type, min, max, default, doc,
+ * values) for each row of the table; type is "int", "uint", "float",
+ * "bool", "enum", "string" or "pointer", values the enum's names (or
+ * None). loader.py takes its extra keywords from it. */
+static PyObject *loader_params(PyObject *cls, PyObject *u)
+{
+    static const char *types[] = {"?", "int", "uint", "float", "bool", "enum", "string", "pointer"};
+    int n = params_load();
+    PyObject *out = PyTuple_New(n);
+    for (int i = 0; out && i < n; i++) {
+        const stk_loader_param_info *r = &param_rows[i];
+        unsigned t = (unsigned)r->type < 8 ? (unsigned)r->type : 0;
+        PyObject *row = r->type == STK_PARAM_UINT
+                            ? Py_BuildValue("(ssKKKsz)", r->name, types[t],
+                                            (unsigned long long)r->min, (unsigned long long)r->max,
+                                            (unsigned long long)r->def, r->doc, r->values)
+                            : Py_BuildValue("(ssLLLsz)", r->name, types[t], (long long)r->min,
+                                            (long long)r->max, (long long)r->def, r->doc,
+                                            r->values);
+        if (!row)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, i, row);
+    }
+    return out;
+}
+
 static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
                              stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
-                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
-                             int shuffle, int drop_last, int on_error, int mode,
-                             PyObject *convert, PyObject *convert_device, int block);
+                             Py_buffer *weights, int balance, int eager, int shuffle, int block,
+                             int mode, PyObject *convert, PyObject *convert_device,
+                             const table_args *t, const int *post, int npost);
 
 static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"dataset", "spec", "batch_size", "threads", "prefetch",
-                             "max_batches", "seed", "shuffle", "drop_last", "rank",
-                             "world_size", "on_error", "output", "convert", "block",
-                             "block_size", "shuffle_window", "indices", "weights",
-                             "num_samples", "balance_classes", "aug_seed", "views", "eager",
-                             "mix_sizes", "mix_weights", "memory_limit", "fields", "device",
-                             "placement", "device_convert", "decoder", NULL};
-    PyObject *dataset, *convert = Py_None, *aug_seed = Py_None, *convert_device = Py_None;
-    const char *device = NULL;
-    int placement = STK_PLACE_AUTO, decoder = STK_DECODER_CPU;
+    /* The keywords that are not rows of the table: the Python side's. */
+    static char *kwlist[] = {"dataset", "spec", "output", "convert", "device_convert", "indices",
+                             "weights", "num_samples", "balance_classes", "mix_sizes",
+                             "mix_weights", NULL};
+    PyObject *dataset, *convert = Py_None, *convert_device = Py_None, *rest;
     const char *spec;
     stk_loader_options o = {0};
     stk_sampling sg = {0};
     /* indices: native uint64, weights: native float64 (loader.py packs them) */
     Py_buffer indices = {0}, weights = {0}, mix_sizes = {0}, mix_weights = {0};
-    int shuffle = 0, drop_last = 0, on_error = 0, mode = OUT_OBJECTS, block = 0;
-    int balance = 0, eager = 0;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwargs, "O!s|$O&O&O&O&O&ppO&O&iiOpO&O&z*z*O&pOO&pz*z*O&zziOi:_Loader", kwlist,
-            &stk_py_dataset_type, &dataset, &spec, stk_py_conv_u32, &o.batch_size,
-            stk_py_conv_u32, &o.threads, stk_py_conv_u32, &o.prefetch, stk_py_conv_u32,
-            &o.max_batches, stk_py_conv_u64, &o.seed, &shuffle, &drop_last, stk_py_conv_u32,
-            &o.rank, stk_py_conv_u32, &o.world_size, &on_error, &mode, &convert, &block,
-            stk_py_conv_u64, &o.block_size, stk_py_conv_u32, &o.shuffle_window, &indices,
-            &weights, stk_py_conv_u64, &sg.num_samples, &balance, &aug_seed, stk_py_conv_u32,
-            &o.views, &eager, &mix_sizes, &mix_weights, stk_py_conv_u64, &o.memory_limit,
-            &o.fields, &device, &placement, &convert_device, &decoder))
+    int mode = OUT_OBJECTS, balance = 0;
+    table_args t;
+    if (split_kwargs(kwargs, &t, &rest) < 0)
         return NULL;
+    int ok = PyArg_ParseTupleAndKeywords(
+        args, rest, "O!s|$iOOz*z*O&pz*z*:_Loader", kwlist, &stk_py_dataset_type, &dataset, &spec,
+        &mode, &convert, &convert_device, &indices, &weights, stk_py_conv_u64, &sg.num_samples,
+        &balance, &mix_sizes, &mix_weights);
+    Py_DECREF(rest);
+    if (!ok)
+        return NULL;
+    /* The rows stk_loader_options (version 1, frozen) has a field for go
+     * into it, given or at the row's default; any other row given is set
+     * with stk_loader_set after create (loader_make), in the table's order. */
+    int shuffle = 1, block = 0, eager = 0, post[MAX_PARAMS], npost = 0;
+    const char *device = NULL;
+    stk_device_options dev = {0};
+    for (int i = 0; i < t.n; i++) {
+        const stk_loader_param_info *r = &param_rows[i];
+        int64_t v = t.given[i] ? t.num[i] : r->def;
+        switch (r->key) {
+        case STK_LOADER_BATCH_SIZE: o.batch_size = (uint32_t)v; break;
+        case STK_LOADER_THREADS: o.threads = (uint32_t)v; break;
+        case STK_LOADER_PREFETCH: o.prefetch = (uint32_t)v; break;
+        case STK_LOADER_MAX_BATCHES: o.max_batches = (uint32_t)v; break;
+        case STK_LOADER_SEED: o.seed = (uint64_t)v; break;
+        case STK_LOADER_SHUFFLE: shuffle = (int)v; break;
+        case STK_LOADER_DROP_LAST: o.drop_last = (int)v; break;
+        case STK_LOADER_WORLD_SIZE: o.world_size = (uint32_t)v; break;
+        case STK_LOADER_RANK: o.rank = (uint32_t)v; break;
+        case STK_LOADER_ON_ERROR: o.on_error = (stk_error_policy)v; break;
+        case STK_LOADER_BLOCK: block = (int)v; break;
+        case STK_LOADER_BLOCK_SIZE: o.block_size = (uint64_t)v; break;
+        case STK_LOADER_SHUFFLE_WINDOW: o.shuffle_window = (uint32_t)v; break;
+        case STK_LOADER_AUGMENT_SEED:
+            if (t.given[i]) {
+                o.aug_seed = (uint64_t)v;
+                o.flags |= STK_LOADER_AUG_SEED;
+            }
+            break;
+        case STK_LOADER_VIEWS: o.views = (uint32_t)v; break;
+        case STK_LOADER_EAGER_START: eager = (int)v; break;
+        case STK_LOADER_MEMORY_LIMIT: o.memory_limit = (uint64_t)v; break;
+        case STK_LOADER_FIELDS: o.fields = t.given[i] ? t.str[i] : NULL; break;
+        case STK_LOADER_DEVICE: device = t.given[i] ? t.str[i] : NULL; break;
+        case STK_LOADER_PLACEMENT: dev.placement = (stk_placement)v; break;
+        case STK_LOADER_DECODER: dev.decoder = (stk_decoder)v; break;
+        default:
+            if (t.given[i])
+                post[npost++] = i;
+        }
+    }
     /* The device options: borrowed by stk_loader_create, which copies them
      * (and the device string) before returning. */
-    stk_device_options dev = {0};
-    if (device && *device) { /* placement is checked in loader_make */
+    if (device && *device) {
         dev.device = device;
-        dev.placement = (stk_placement)placement;
-        dev.decoder = (stk_decoder)decoder; /* checked by stk_loader_create */
         o.device = &dev;
     }
     if (mix_sizes.obj) {
         sg.mix_sizes = mix_sizes.buf;
         sg.num_mix = (uint64_t)mix_sizes.len / sizeof(uint64_t);
     }
+    PyObject *made = NULL;
     if (mix_weights.obj) {
         sg.mix_weights = mix_weights.buf;
         if ((uint64_t)mix_weights.len / sizeof(double) != sg.num_mix) {
             PyErr_SetString(PyExc_ValueError, "mix_weights: one per dataset");
-            PyBuffer_Release(&mix_weights);
-            if (mix_sizes.obj)
-                PyBuffer_Release(&mix_sizes);
-            if (indices.obj)
-                PyBuffer_Release(&indices);
-            if (weights.obj)
-                PyBuffer_Release(&weights);
-            return NULL;
+            goto done;
         }
     }
-    PyObject *made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance,
-                                 aug_seed, eager, shuffle, drop_last, on_error, mode, convert,
-                                 convert_device, block);
+    made = loader_make(type, dataset, spec, &o, &sg, &indices, &weights, balance, eager, shuffle,
+                       block, mode, convert, convert_device, &t, post, npost);
+done:
     if (indices.obj)
         PyBuffer_Release(&indices);
     if (weights.obj)
@@ -156,9 +404,9 @@ static PyObject *loader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 
 static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *spec,
                              stk_loader_options *op, stk_sampling *sg, Py_buffer *indices,
-                             Py_buffer *weights, int balance, PyObject *aug_seed, int eager,
-                             int shuffle, int drop_last, int on_error, int mode,
-                             PyObject *convert, PyObject *convert_device, int block)
+                             Py_buffer *weights, int balance, int eager, int shuffle, int block,
+                             int mode, PyObject *convert, PyObject *convert_device,
+                             const table_args *t, const int *post, int npost)
 {
     stk_loader_options o = *op;
     if (indices->obj) {
@@ -172,27 +420,14 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     sg->balance_classes = balance;
     if (sg->indices || sg->weights || sg->num_samples || sg->balance_classes || sg->num_mix)
         o.sampling = sg;
-    if (aug_seed != Py_None) {
-        if (stk_py_conv_u64(aug_seed, &o.aug_seed) == 0)
-            return NULL;
-        o.flags |= STK_LOADER_AUG_SEED;
-    }
-    if (eager)
+    if (eager && !npost) /* else started once the sets are made */
         o.flags |= STK_LOADER_EAGER;
     if (mode < OUT_OBJECTS || mode > OUT_CALL || (mode != OUT_OBJECTS && !PyCallable_Check(convert))) {
         PyErr_SetString(PyExc_ValueError, "output mode needs a callable converter");
         return NULL;
     }
-    if (o.device && (o.device->placement < STK_PLACE_AUTO || o.device->placement > STK_PLACE_GPU)) {
-        PyErr_SetString(PyExc_ValueError, "placement must be 0 (auto), 1 (cpu) or 2 (gpu)");
-        return NULL;
-    }
     if (convert_device != Py_None && !PyCallable_Check(convert_device)) {
         PyErr_SetString(PyExc_ValueError, "device_convert must be callable (or None)");
-        return NULL;
-    }
-    if (on_error < 0 || on_error > 2) {
-        PyErr_SetString(PyExc_ValueError, "on_error must be 0 (raise), 1 (skip) or 2 (replace)");
         return NULL;
     }
     if (block && !shuffle) {
@@ -205,8 +440,6 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
         shuffle = 1;
     o.no_shuffle = !shuffle;
     o.shuffle = block ? STK_SHUFFLE_BLOCK : STK_SHUFFLE_GLOBAL;
-    o.drop_last = drop_last;
-    o.on_error = (stk_error_policy)on_error;
 
     LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
     if (!self)
@@ -222,6 +455,14 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_create(((DatasetObject *)dataset)->ds, spec, &o, &l);
+    /* The rows stk_loader_options has no field for, then the start. */
+    for (int k = 0; rc >= 0 && k < npost; k++) {
+        const stk_loader_param_info *r = &param_rows[post[k]];
+        rc = r->type == STK_PARAM_STRING ? stk_loader_set_string(l, r->key, t->str[post[k]])
+                                         : stk_loader_set(l, r->key, t->num[post[k]]);
+    }
+    if (rc >= 0 && npost && eager)
+        rc = stk_loader_start(l);
     Py_END_ALLOW_THREADS
     if (rc >= 0) { /* as the loader resolved it (defaults, memory_limit) */
         stk_loader_stats st;
@@ -230,6 +471,11 @@ static PyObject *loader_make(PyTypeObject *type, PyObject *dataset, const char *
     }
     if (rc < 0) {
         stk_py_raise_last(rc);
+        if (l) { /* a set or the start failed */
+            Py_BEGIN_ALLOW_THREADS
+            stk_loader_destroy(l);
+            Py_END_ALLOW_THREADS
+        }
         Py_DECREF(self);
         return NULL;
     }
@@ -700,6 +946,9 @@ static PyObject *loader_fields(LoaderObject *self, PyObject *unused)
 }
 
 static PyMethodDef loader_methods[] = {
+    {"params", (PyCFunction)loader_params, METH_NOARGS | METH_STATIC,
+     "params() -> ((name, type, min, max, default, doc, values), ...): the library's loader "
+     "parameter table (stk_loader_param_describe), whose rows are keywords of _Loader."},
     {"fields", (PyCFunction)loader_fields, METH_NOARGS,
      "fields() -> [(name, role, dtype, variable, text, shape)]: the fields of each batch."},
     {"iter", (PyCFunction)(void (*)(void))loader_iter_method, METH_VARARGS | METH_KEYWORDS,

@@ -645,12 +645,25 @@ _DATALOADER_ARGS = {
 }
 
 
+def _table_keywords():
+    """The library's loader parameters (stk_loader_param_describe) that Loader
+    has no argument of its own for, by name: passed through to the native
+    loader as they are (a new row of src/pipeline/loader_params.c, such as
+    decode_budget, needs no change here). Pointer rows have no Python form."""
+    import inspect
+    own = set(inspect.signature(Loader.__init__).parameters) | {
+        "threads", "shuffle_mode", "block", "sampling", "device_options"}
+    return {row[0]: row for row in _stoker._Loader.params()
+            if row[0] not in own and row[1] != "pointer"}
+
+
 def _unknown_arguments(unknown):
     """The TypeError text for keyword arguments Loader does not take."""
     import difflib
     import inspect
     known = [p for p in inspect.signature(Loader.__init__).parameters
              if p not in ("self", "dataset", "unknown")]
+    known += [name for name in _table_keywords() if name not in known]
     lines = []
     for name in unknown:
         if name in _DATALOADER_ARGS:
@@ -839,6 +852,9 @@ class Loader:
                  views=1, eager=False, proportions=None, batch_transform=None,
                  memory_limit=None, report_every=None, report=None, fields=None,
                  as_dict=False, device=None, placement="auto", decoder="cpu", **unknown):
+        table = _table_keywords()
+        extra = {k: v for k, v in unknown.items() if k in table}
+        unknown = {k: v for k, v in unknown.items() if k not in table}
         if unknown:
             raise TypeError(_unknown_arguments(unknown))
         mix_sizes = mix_weights = None
@@ -921,7 +937,7 @@ class Loader:
             eager=bool(eager), mix_sizes=mix_sizes, mix_weights=mix_weights,
             memory_limit=memory_limit, fields=_fields_text(fields), device=device,
             placement=_PLACEMENTS[placement], device_convert=device_convert,
-            decoder=_DECODERS[decoder])
+            decoder=_DECODERS[decoder], **extra)
         self._fields = self._core.fields()
         self._as_dict = bool(as_dict)
         self._wrap = self._as_dict or any(f[3] and not f[4] and f[2] != "uint8"
