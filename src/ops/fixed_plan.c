@@ -394,26 +394,34 @@ void stk_fixplan_free(stk_fixplan *p)
     free(p);
 }
 
-void stk_fixplan_output(const stk_fixplan *p, int64_t shape[3], stk_dtype *dtype,
-                        stk_layout *layout, size_t *sample_bytes)
+void stk_output_describe(uint32_t channels, uint32_t out_h, uint32_t out_w, stk_dtype d,
+                         stk_layout l, size_t bytes, int64_t shape[3], stk_dtype *dtype,
+                         stk_layout *layout, size_t *sample_bytes)
 {
     if (shape) {
-        if (p->layout == STK_CHW) {
-            shape[0] = p->channels;
-            shape[1] = p->out_h;
-            shape[2] = p->out_w;
+        if (l == STK_CHW) {
+            shape[0] = channels;
+            shape[1] = out_h;
+            shape[2] = out_w;
         } else {
-            shape[0] = p->out_h;
-            shape[1] = p->out_w;
-            shape[2] = p->channels;
+            shape[0] = out_h;
+            shape[1] = out_w;
+            shape[2] = channels;
         }
     }
     if (dtype)
-        *dtype = p->dtype;
+        *dtype = d;
     if (layout)
-        *layout = p->layout;
+        *layout = l;
     if (sample_bytes)
-        *sample_bytes = p->sample_bytes;
+        *sample_bytes = bytes;
+}
+
+void stk_fixplan_output(const stk_fixplan *p, int64_t shape[3], stk_dtype *dtype,
+                        stk_layout *layout, size_t *sample_bytes)
+{
+    stk_output_describe(p->channels, p->out_h, p->out_w, p->dtype, p->layout, p->sample_bytes,
+                        shape, dtype, layout, sample_bytes);
 }
 
 /* ---------------------------------------------------------------------- */

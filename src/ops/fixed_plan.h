@@ -35,6 +35,12 @@ void stk_fixplan_free(stk_fixplan *p);
 
 /* Output per sample: shape in the output layout, dtype, layout, bytes
  * (any may be NULL). */
+/* A plan's output as the public API describes it: the sample's shape in
+ * `l`'s order, and each non-NULL out parameter filled (used by this plan
+ * and by plan.c for image plans). */
+void stk_output_describe(uint32_t channels, uint32_t out_h, uint32_t out_w, stk_dtype d,
+                         stk_layout l, size_t bytes, int64_t shape[3], stk_dtype *dtype,
+                         stk_layout *layout, size_t *sample_bytes);
 void stk_fixplan_output(const stk_fixplan *p, int64_t shape[3], stk_dtype *dtype,
                         stk_layout *layout, size_t *sample_bytes);
 

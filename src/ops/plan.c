@@ -139,23 +139,8 @@ void stk_plan_output(const stk_plan *p, int64_t shape[3], stk_dtype *dtype, stk_
         stk_fixplan_output(p->fixed, shape, dtype, layout, sample_bytes);
         return;
     }
-    if (shape) {
-        if (p->layout == STK_CHW) {
-            shape[0] = p->channels;
-            shape[1] = p->out_h;
-            shape[2] = p->out_w;
-        } else {
-            shape[0] = p->out_h;
-            shape[1] = p->out_w;
-            shape[2] = p->channels;
-        }
-    }
-    if (dtype)
-        *dtype = p->dtype;
-    if (layout)
-        *layout = p->layout;
-    if (sample_bytes)
-        *sample_bytes = p->sample_bytes;
+    stk_output_describe(p->channels, p->out_h, p->out_w, p->dtype, p->layout, p->sample_bytes,
+                        shape, dtype, layout, sample_bytes);
 }
 
 int stk_plan_run(const stk_plan *p, const stk_image_view *in, stk_rng *rng, void *out)
