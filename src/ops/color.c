@@ -22,6 +22,7 @@
  * published.
  */
 #include "ops/color.h"
+#include "ops/grid_tap.h" /* rotate_row's bilinear tap (color_impl.h) */
 
 #include "ops/half.h"
 #include "ops/kernel.h"

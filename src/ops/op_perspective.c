@@ -52,6 +52,7 @@
  * the resample, before it), and so are mask and box fields (op.h,
  * `geometric`). Bilinear only, as RandomPerspective's default.
  */
+#include "ops/grid_tap.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -187,29 +188,10 @@ static void image_row(const stk_fop_ctx *ctx, const stk_color_kernels *ck, const
         float gx = ((fx * pc->r[0] + fy * pc->r[1]) + pc->r[2]) / den - 1.0f;
         float gy = ((fx * pc->r[3] + fy * pc->r[4]) + pc->r[5]) / den - 1.0f;
         /* grid_sample, bilinear, zeros, align_corners=False (rotate_row's tap) */
-        float ix = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
-        float iy = ((gy + 1.0f) * fh - 1.0f) / 2.0f;
-        float x0f = floorf(ix), y0f = floorf(iy);
-        float we = ix - x0f, wn = iy - y0f;
-        float ee = 1.0f - we, ss = 1.0f - wn;
-        float wnw = ss * ee, wne = ss * we, wsw = wn * ee, wse = wn * we;
-        int in_x0 = x0f >= 0.0f && x0f < fw, in_x1 = x0f + 1.0f >= 0.0f && x0f + 1.0f < fw;
-        int in_y0 = y0f >= 0.0f && y0f < fh, in_y1 = y0f + 1.0f >= 0.0f && y0f + 1.0f < fh;
-        float mnw = in_x0 && in_y0 ? wnw : 0.0f, mne = in_x1 && in_y0 ? wne : 0.0f;
-        float msw = in_x0 && in_y1 ? wsw : 0.0f, mse = in_x1 && in_y1 ? wse : 0.0f;
-        float mask = ((mnw + mne) + msw) + mse;
-        /* (indices only where their weight is kept: far-off points are not
-         * converted to int) */
-        int32_t x0 = in_x0 || in_x1 ? (int32_t)x0f : 0, y0 = in_y0 || in_y1 ? (int32_t)y0f : 0;
-        int32_t x1 = x0 + 1, y1 = y0 + 1;
+        stk_grid_tap t = stk_grid_tap_at(gx, gy, fw, fh);
         for (int c = 0; c < nc; c++) {
-            const float *s = src + (size_t)c * plane;
-            float vnw = mnw != 0.0f ? s[(size_t)y0 * w + x0] : 0.0f;
-            float vne = mne != 0.0f ? s[(size_t)y0 * w + x1] : 0.0f;
-            float vsw = msw != 0.0f ? s[(size_t)y1 * w + x0] : 0.0f;
-            float vse = mse != 0.0f ? s[(size_t)y1 * w + x1] : 0.0f;
-            float v = ((vnw * mnw + vne * mne) + vsw * msw) + vse * mse;
-            p[c][j] = v * mask + (1.0f - mask) * pc->fill;
+            float v = stk_grid_blend(src + (size_t)c * plane, (size_t)w, &t);
+            p[c][j] = v * t.mask + (1.0f - t.mask) * pc->fill;
         }
     }
 }
