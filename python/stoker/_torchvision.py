@@ -68,6 +68,22 @@ def _interp(obj):
     return getattr(mode, "value", mode)
 
 
+def _perspective(obj):
+    """RandomPerspective: the op (a row of the op table) samples bilinearly,
+    torchvision's default, and fills every channel with one value; another
+    interpolation or a per-channel fill is refused, never dropped."""
+    interp = _interp(obj)
+    if interp != "bilinear":
+        raise ValueError("%s cannot be translated: stoker's perspective interpolates "
+                         "bilinearly only (interpolation=%r)" % (_name(obj), interp))
+    fill = obj.fill
+    values = list(fill) if isinstance(fill, (list, tuple)) else [0 if fill is None else fill]
+    if len(set(values)) != 1:
+        raise ValueError("%s cannot be translated: stoker's perspective fills every channel "
+                         "with one value (fill=%r)" % (_name(obj), fill))
+    return _t.RandomPerspective(obj.distortion_scale, obj.p, fill=values[0])
+
+
 def _jitter(value):
     """ColorJitter keeps None for 'no jitter' and [lo, hi] otherwise."""
     if value is None:
@@ -147,6 +163,7 @@ _TRANSLATE = {
     "RandomRotation": lambda o: _t.RandomRotation(
         tuple(o.degrees), interpolation=_interp(o), expand=o.expand, center=o.center,
         fill=0 if o.fill is None else o.fill),
+    "RandomPerspective": lambda o: _perspective(o),
     "ToTensor": lambda o: _t.ToTensor(),
     "PILToTensor": lambda o: OutputDtype("uint8", _name(o)),
     "ConvertImageDtype": _convert_image_dtype,

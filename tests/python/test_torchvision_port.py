@@ -123,6 +123,8 @@ def test_train_resnet_compose_passed_unchanged(folder):
     (T.RandomPosterize(3, p=0.4), stoker.RandomPosterize(3, p=0.4)),
     (T.RandomSolarize(100, p=0.6), stoker.RandomSolarize(100, p=0.6)),
     (T.RandomInvert(0.3), stoker.RandomInvert(0.3)),
+    (T.RandomPerspective(0.3, p=0.8), stoker.RandomPerspective(0.3, p=0.8)),
+    (T.RandomPerspective(0.6, p=1.0, fill=40), stoker.RandomPerspective(0.6, p=1.0, fill=40)),
 ], ids=lambda v: repr(v)[:60])
 def test_each_transform_translates_to_its_stoker_class(folder, tv, native):
     # The folder's images differ in size: ops that keep the size run on
@@ -190,8 +192,12 @@ def test_nested_compose_and_mixed_list():
                             r"Python code per sample"),
     (T.ToPILImage(), r"^torchvision.transforms.ToPILImage has no stoker equivalent: stoker "
                      r"decodes images itself"),
-    (T.RandomPerspective(), r"^torchvision.transforms.RandomPerspective has no stoker "
-                            r"equivalent: stoker has no transform of that name"),
+    (T.ElasticTransform(), r"^torchvision.transforms.ElasticTransform has no stoker "
+                           r"equivalent: stoker has no transform of that name"),
+    (T.RandomPerspective(interpolation=IM.NEAREST),
+     r"^torchvision.transforms.RandomPerspective cannot be translated: .*bilinearly only"),
+    (T.RandomPerspective(fill=[1, 2, 3]), r"^torchvision.transforms.RandomPerspective cannot "
+                                          r"be translated: .*one value"),
     (T.FiveCrop(10), r"^torchvision.transforms.FiveCrop has no stoker equivalent"),
     (T.RandAugment(interpolation=IM.BILINEAR), r"^torchvision.transforms.RandAugment.*interpolation"),
     (T.TrivialAugmentWide(fill=[1, 2, 3]), r"^torchvision.transforms.TrivialAugmentWide.*fill"),
@@ -256,26 +262,26 @@ def test_other_stoker_classes_are_built_from_same_named_attributes(monkeypatch):
     argument it does not take is refused, never dropped."""
     made = []
 
-    class RandomPerspective(stoker.Transform):
+    class ElasticTransform(stoker.Transform):
         op = "vflip"  # any op: only the argument passing is under test
 
-        def __init__(self, distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0):
-            made.append((distortion_scale, p, interpolation, fill))
+        def __init__(self, alpha=50.0, sigma=5.0, interpolation="bilinear", fill=0):
+            made.append((alpha, sigma, interpolation, fill))
 
         def spec(self):
             return "vflip 0.5"
 
-    monkeypatch.setattr(stoker.transforms, "RandomPerspective", RandomPerspective, raising=False)
-    tv = T.RandomPerspective(0.3, p=0.8, interpolation=IM.BILINEAR, fill=5)
+    monkeypatch.setattr(stoker.transforms, "ElasticTransform", ElasticTransform, raising=False)
+    tv = T.ElasticTransform(30.0, 4.0, interpolation=IM.BILINEAR, fill=5)
     assert stoker.build_spec([tv]) == "vflip 0.5 | to f32 chw"
-    assert made == [(0.3, 0.8, "bilinear", 5)]
+    assert made == [([30.0, 30.0], [4.0, 4.0], "bilinear", 5)]
 
-    class Narrow(RandomPerspective):
-        def __init__(self, distortion_scale=0.5, p=0.5):
-            made.append((distortion_scale, p))
+    class Narrow(ElasticTransform):
+        def __init__(self, alpha=50.0, sigma=5.0):
+            made.append((alpha, sigma))
 
-    monkeypatch.setattr(stoker.transforms, "RandomPerspective", Narrow)
-    with pytest.raises(ValueError, match=r"^torchvision.transforms.RandomPerspective cannot be "
+    monkeypatch.setattr(stoker.transforms, "ElasticTransform", Narrow)
+    with pytest.raises(ValueError, match=r"^torchvision.transforms.ElasticTransform cannot be "
                                          r"translated: stoker.Narrow takes no 'interpolation', "
                                          r"'fill' argument"):
         stoker.build_spec([tv])
